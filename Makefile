@@ -1,0 +1,50 @@
+# flowfs: build, test, demo. Every target installs what it needs (scripts/setup.sh).
+SHELL := /bin/bash
+PYTHON ?= python3
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
+FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
+export FLOWFS_BIN
+
+.PHONY: setup build lint test test-rust test-integration demo bench bench-quick workflow-deps test-workflows
+
+setup:
+	PYTHON=$(PYTHON) bash scripts/setup.sh
+
+# Nextflow (Maven Central), Snakemake (pip venv) and the bioinformatics tools (apt) for the
+# workflow tests and benchmark B7; not part of `setup` (set FLOWFS_WORKFLOW_DEPS=1 for that).
+workflow-deps:
+	PYTHON=$(PYTHON) bash scripts/workflow-deps.sh
+
+# The one release build everything else uses.
+build:
+	cargo build --release
+
+# Formatting and lints (clippy with warnings as errors).
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --release --workspace --all-targets -- -D warnings
+
+test: setup build lint
+	cargo test --release --workspace
+	$(PYTHON) -m pytest tests/integration -v
+
+# Pieces of `test`, for when setup and build are already done.
+test-rust:
+	cargo test --release --workspace
+
+test-integration:
+	$(PYTHON) -m pytest tests/integration -v
+
+# The Nextflow/Snakemake end-to-end tests only (tests/integration/test_workflows.py).
+test-workflows: setup workflow-deps build
+	$(PYTHON) -m pytest tests/integration -v -m workflows
+
+demo: setup build
+	bash scripts/demo.sh
+
+# Benchmarks against the peers (docs/BENCHMARKS.md); the suite installs the peers itself.
+bench: setup workflow-deps build
+	$(PYTHON) bench/run.py --doc
+
+bench-quick: setup build
+	$(PYTHON) bench/run.py --quick

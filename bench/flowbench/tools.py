@@ -1,0 +1,420 @@
+"""The tools under test: two command-line copiers and the FUSE mounts.
+
+Every tool talks to the counting proxy (ctx.server.endpoint), never to SeaweedFS directly.
+Mounts run in the foreground as children of the driver (each in its own session), so their
+CPU time and peak RSS come exactly from wait4 once they exit, and from /proc while alive.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import util
+from .server import BUCKET, REGION
+
+READ_WORKLOADS = {"B1", "B2", "B3", "B4"}
+WRITE_WORKLOADS = {"B5", "B6"}
+ALL_WORKLOADS = READ_WORKLOADS | WRITE_WORKLOADS
+WORKFLOW_WORKLOADS = {"B7"}  # a pipeline with its work dir on a writable mount (flowbench/b7.py)
+
+
+class MountError(RuntimeError):
+    pass
+
+
+@dataclass
+class Tool:
+    name: str
+    kind: str = "cli"  # "cli" or "mount"
+    workloads: set[str] = field(default_factory=lambda: set(ALL_WORKLOADS))
+    install: str = ""  # key in install.ensure()
+    unavailable: str | None = None  # set when install failed / not installable
+    version: str = ""
+    note: str = ""
+
+    def supports(self, w: str) -> bool:
+        return w in self.workloads
+
+
+# ====================================================================== command-line tools
+
+
+@dataclass
+class CliTool(Tool):
+    exe: str = ""
+
+    def env(self, ctx) -> dict[str, str]:
+        return ctx.server.env()
+
+
+@dataclass
+class S5cmd(CliTool):
+    def _base(self, ctx) -> list[str]:
+        return [self.exe, "--endpoint-url", ctx.server.endpoint]
+
+    def get_prefix(self, ctx, prefix: str, dest: Path) -> list[str]:
+        return self._base(ctx) + ["cp", f"s3://{BUCKET}/{prefix}*", f"{dest}/"]
+
+    def stream(self, ctx, key: str) -> list[str]:
+        return self._base(ctx) + ["cat", f"s3://{BUCKET}/{key}"]
+
+    def get(self, ctx, key: str, dest: Path) -> list[str]:
+        return self._base(ctx) + ["cp", f"s3://{BUCKET}/{key}", str(dest)]
+
+    def put_dir(self, ctx, src: Path, prefix: str) -> list[str]:
+        return self._base(ctx) + ["cp", f"{src}/*", f"s3://{BUCKET}/{prefix}"]
+
+    def put(self, ctx, src: Path, key: str) -> list[str]:
+        return self._base(ctx) + ["cp", str(src), f"s3://{BUCKET}/{key}"]
+
+
+@dataclass
+class Aws(CliTool):
+    max_concurrent: int | None = None  # None: the CLI's default (10)
+
+    def env(self, ctx) -> dict[str, str]:
+        cfg = ctx.work / f"aws-{self.name}.config"
+        if not cfg.exists():
+            lines = ["[default]", f"region = {REGION}"]
+            if self.max_concurrent:
+                lines += ["s3 =", f"    max_concurrent_requests = {self.max_concurrent}"]
+            cfg.write_text("\n".join(lines) + "\n")
+        return ctx.server.env({"AWS_CONFIG_FILE": str(cfg),
+                               "AWS_SHARED_CREDENTIALS_FILE": str(ctx.work / "aws-no-credentials")})
+
+    def _cp(self, ctx, *args: str) -> list[str]:
+        return [self.exe, "--endpoint-url", ctx.server.endpoint, "s3", "cp", "--only-show-errors", *args]
+
+    def get_prefix(self, ctx, prefix: str, dest: Path) -> list[str]:
+        return self._cp(ctx, "--recursive", f"s3://{BUCKET}/{prefix}", f"{dest}/")
+
+    def stream(self, ctx, key: str) -> list[str]:
+        return self._cp(ctx, f"s3://{BUCKET}/{key}", "-")
+
+    def get(self, ctx, key: str, dest: Path) -> list[str]:
+        return self._cp(ctx, f"s3://{BUCKET}/{key}", str(dest))
+
+    def put_dir(self, ctx, src: Path, prefix: str) -> list[str]:
+        return self._cp(ctx, "--recursive", f"{src}/", f"s3://{BUCKET}/{prefix}")
+
+    def put(self, ctx, src: Path, key: str) -> list[str]:
+        return self._cp(ctx, str(src), f"s3://{BUCKET}/{key}")
+
+
+# ====================================================================== mounts
+
+
+@dataclass
+class MountHandle:
+    tool: "MountTool"
+    path: Path
+    child: util.Child
+    cache_dir: Path
+    log: Path
+    mount_s: float = 0.0
+    closed: bool = False
+
+    def cpu_now(self) -> float:
+        return self.child.cpu_now()
+
+    def peak_rss_mib(self) -> float | None:
+        k = self.child.peak_rss_kib()
+        return None if not k else k / 1024
+
+    def log_tail(self, ctx, n: int = 1500) -> str:
+        return util.redact(util.tail(self.log, n), ctx.server.secrets).strip()
+
+    def unmount(self, ctx, timeout: float = 120) -> tuple[bool, float, str]:
+        """Clean unmount; waits for the daemon to exit. (ok, seconds, error)."""
+        t0 = time.monotonic()
+        err = ""
+        if self.closed:
+            return True, 0.0, ""
+        try:
+            ok, err = self.tool.unmount_cmd(ctx, self, timeout)
+            if self.child.wait(timeout) is None:
+                ok, err = False, (err + "; daemon did not exit after unmount").strip("; ")
+        except subprocess.TimeoutExpired:
+            ok, err = False, "unmount timed out"
+        dt = time.monotonic() - t0
+        if not ok:
+            self.abort()
+        else:
+            util.unregister_mount(self.path)
+            self.closed = True
+        return ok, dt, err
+
+    def abort(self) -> None:
+        """Kill the daemon and lazily unmount: unblocks anything stuck in the mount."""
+        try:
+            self.child.stop(timeout=5)
+        finally:
+            util.force_unmount(self.path)
+            if not util.is_mounted(self.path):
+                util.unregister_mount(self.path)
+            self.closed = True
+
+
+@dataclass
+class MountTool(Tool):
+    kind: str = "mount"
+    exe: str = ""
+    writable: bool = True
+    # how a write becomes durable: "poll" (objects appear in the bucket by themselves),
+    # "unmount" (the tool's own unmount is its durability point), "close" (close() is)
+    durable: str = "poll"
+    _fails: int = 0
+
+    def __post_init__(self):
+        if not self.writable:
+            self.workloads = self.workloads & READ_WORKLOADS
+        else:
+            self.workloads = self.workloads | WORKFLOW_WORKLOADS
+
+    # subclasses: the command and its environment
+    def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
+        raise NotImplementedError
+
+    def env(self, ctx) -> dict[str, str]:
+        return ctx.server.env()
+
+    def unmount_cmd(self, ctx, h: MountHandle, timeout: float) -> tuple[bool, str]:
+        ok = util.fuse_unmount(h.path, timeout)
+        return ok, "" if ok else "fusermount -u failed (busy?)"
+
+    def mount(self, ctx, tag: str, timeout: float = 60) -> MountHandle:
+        if self._fails >= 2:
+            raise MountError(f"not mounted: {self._fails} earlier mounts failed")
+        base = ctx.work / "mounts" / f"{self.name}-{tag}"
+        mnt, cache, log = base / "mnt", base / "cache", base / "mount.log"
+        util.rm_rf(base)
+        mnt.mkdir(parents=True)
+        cache.mkdir()
+        cmd = self.command(ctx, mnt, cache, log)
+        util.register_mount(mnt, self.name)
+        out = open(log, "ab")
+        t0 = time.monotonic()
+        child = util.spawn(self.name, cmd, env=self.env(ctx), cwd=base, stdout=out, stderr=out)
+        out.close()
+        h = MountHandle(self, mnt, child, cache, log)
+        deadline = t0 + timeout
+        while True:
+            if util.is_mounted(mnt) and self.ready(h):
+                h.mount_s = time.monotonic() - t0
+                self._fails = 0
+                return h
+            rc = child.poll()
+            if rc is not None or time.monotonic() > deadline:
+                h.abort()
+                self._fails += 1
+                what = f"exited with code {rc}" if rc is not None else f"not mounted after {timeout:.0f}s"
+                raise MountError(f"{self.name} mount {what}: {h.log_tail(ctx, 1200) or '(no output)'}")
+            time.sleep(0.02)
+
+    def ready(self, h: MountHandle) -> bool:
+        return True
+
+
+# ---------------------------------------------------------------------- flowfs
+
+
+@dataclass
+class FlowFS(MountTool):
+    durable: str = "unmount"
+    _help: str | None = None
+
+    def _flags(self) -> str:
+        if self._help is None:
+            try:
+                r = subprocess.run([self.exe, "mount", "--help"], capture_output=True, text=True, timeout=30,
+                                   stdin=subprocess.DEVNULL)
+                self._help = r.stdout + r.stderr
+            except (OSError, subprocess.SubprocessError):
+                self._help = ""
+        return self._help
+
+    def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
+        cmd = [self.exe, "mount", f"s3://{BUCKET}", str(mnt), "--cache-dir", str(cache),
+               "--endpoint-url", ctx.server.endpoint, "--region", REGION, "--foreground"]
+        if "--log-file" in self._flags():
+            cmd += ["--log-file", str(log.with_name("flowfs.log"))]
+        if ctx.flowfs_cache_size and "--cache-size" in self._flags():
+            cmd += ["--cache-size", ctx.flowfs_cache_size]
+        return cmd
+
+    def unmount_cmd(self, ctx, h: MountHandle, timeout: float) -> tuple[bool, str]:
+        r = subprocess.run([self.exe, "unmount", str(h.path)], capture_output=True, text=True, timeout=timeout,
+                           env=self.env(ctx), stdin=subprocess.DEVNULL)
+        if r.returncode != 0 or util.is_mounted(h.path):
+            msg = util.redact((r.stderr or r.stdout).strip(), ctx.server.secrets)[-600:]
+            return False, f"flowfs unmount exit {r.returncode}: {msg}"
+        return True, ""
+
+
+# ---------------------------------------------------------------------- s3fs-fuse
+
+
+@dataclass
+class S3fs(MountTool):
+    def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
+        pw = ctx.work / "s3fs.passwd"
+        if not pw.exists():
+            fd = os.open(pw, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{ctx.server.access_key}:{ctx.server.secret_key}\n")
+        opts = [f"url={ctx.server.endpoint}", "use_path_request_style", f"passwd_file={pw}",
+                f"endpoint={REGION}", "dbglevel=warn"]
+        return [self.exe, BUCKET, str(mnt), "-f", "-o", ",".join(opts)]
+
+    def env(self, ctx) -> dict[str, str]:
+        # credentials from the passwd file only
+        return {k: v for k, v in ctx.server.env().items() if not k.startswith("AWS_")}
+
+
+# ---------------------------------------------------------------------- rclone mount
+
+
+@dataclass
+class Rclone(MountTool):
+    cache_mode: str = "off"
+
+    def env(self, ctx) -> dict[str, str]:
+        return ctx.server.env({
+            "RCLONE_CONFIG_BENCH_TYPE": "s3",
+            "RCLONE_CONFIG_BENCH_PROVIDER": "SeaweedFS",
+            "RCLONE_CONFIG_BENCH_ENV_AUTH": "false",
+            "RCLONE_CONFIG_BENCH_ACCESS_KEY_ID": ctx.server.access_key,
+            "RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY": ctx.server.secret_key,
+            "RCLONE_CONFIG_BENCH_ENDPOINT": ctx.server.endpoint,
+            "RCLONE_CONFIG_BENCH_REGION": REGION,
+            "RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE": "true",
+        })
+
+    def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
+        conf = ctx.work / "rclone.conf"
+        conf.touch()
+        return [self.exe, "mount", f"bench:{BUCKET}", str(mnt), "--config", str(conf),
+                "--vfs-cache-mode", self.cache_mode, "--cache-dir", str(cache), "--log-level", "NOTICE"]
+
+
+# ---------------------------------------------------------------------- JuiceFS
+
+
+@dataclass
+class JuiceFS(MountTool):
+    durable: str = "close"
+    note: str = ("JuiceFS keeps its own chunk format in the bucket (prefix jfs/) and SQLite metadata: "
+                 "the data set is imported through it first; writes are durable when close() returns.")
+
+    def meta(self, ctx) -> str:
+        return f"sqlite3://{ctx.work / 'juicefs-meta.db'}"
+
+    def env(self, ctx) -> dict[str, str]:
+        return ctx.server.env({"ACCESS_KEY": ctx.server.access_key, "SECRET_KEY": ctx.server.secret_key})
+
+    def format(self, ctx) -> None:
+        r = util.run([self.exe, "format", "--storage", "s3", "--bucket", f"{ctx.server.endpoint}/{BUCKET}",
+                      "--trash-days", "0", "--no-update", self.meta(ctx), "jfs"],
+                     env=self.env(ctx), timeout=120, secrets_=ctx.server.secrets)
+        if r.returncode != 0:
+            raise MountError(f"juicefs format failed: {r.stderr.strip()[-800:]}")
+
+    def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
+        return [self.exe, "mount", self.meta(ctx), str(mnt), "--cache-dir", str(cache), "--no-usage-report",
+                "--backup-meta", "0", "--no-bgjob", "--log", str(log.with_name("juicefs.log"))]
+
+
+# ---------------------------------------------------------------------- geesefs / mountpoint-s3
+
+
+@dataclass
+class Geesefs(MountTool):
+    def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
+        return [self.exe, "-f", "--endpoint", ctx.server.endpoint, "--region", REGION, BUCKET, str(mnt)]
+
+
+@dataclass
+class MountpointS3(MountTool):
+    def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
+        return [self.exe, BUCKET, str(mnt), "--foreground", "--endpoint-url", ctx.server.endpoint,
+                "--force-path-style", "--region", REGION, "--allow-delete", "--allow-overwrite"]
+
+
+# ---------------------------------------------------------------------- ratarmount (tar only)
+
+
+@dataclass
+class Ratarmount(MountTool):
+    writable: bool = False
+    key: str = "b2/many.tar"
+    note: str = "B2 only: mounts the tar object itself (via fsspec/s3fs); wall time includes building its index."
+
+    def __post_init__(self):
+        self.workloads = {"B2"}
+
+    def env(self, ctx) -> dict[str, str]:
+        return ctx.server.env({"FSSPEC_S3_ENDPOINT_URL": ctx.server.endpoint})
+
+    def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
+        return [self.exe, "-f", "--index-file", ":memory:", f"s3://{BUCKET}/{self.key}", str(mnt)]
+
+
+# ---------------------------------------------------------------------- local disk (B7 only)
+
+
+@dataclass
+class LocalDisk(Tool):
+    """No object storage at all: B7's baseline, the pipeline's work dir on local disk."""
+    kind: str = "local"
+    note: str = "B7 only: inputs and work dir on local disk, the baseline of B7"
+
+    def __post_init__(self):
+        self.workloads = set(WORKFLOW_WORKLOADS)
+
+
+# ====================================================================== registry
+
+TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
+              "geesefs", "mountpoint-s3"]
+
+
+def make_tools(names: list[str], flowfs_bin: str) -> list[Tool]:
+    out: list[Tool] = []
+    for n in names:
+        if n == "local":
+            out.append(LocalDisk("local"))
+        elif n == "s5cmd":
+            out.append(S5cmd("s5cmd", install="s5cmd"))
+        elif n == "aws":
+            out.append(Aws("aws", install="awscli", note="aws cli v1, default settings"))
+        elif n == "aws-mc8":
+            out.append(Aws("aws-mc8", install="awscli", max_concurrent=8,
+                           note="aws cli v1, s3.max_concurrent_requests = 8"))
+        elif n == "flowfs":
+            t = FlowFS("flowfs", exe=flowfs_bin)
+            if not os.access(flowfs_bin, os.X_OK):
+                t.unavailable = f"flowfs binary not found at {flowfs_bin} (cargo build --release)"
+            out.append(t)
+        elif n == "s3fs":
+            out.append(S3fs("s3fs", install="s3fs"))
+        elif n == "rclone":
+            out.append(Rclone("rclone", install="rclone", cache_mode="off", note="--vfs-cache-mode off"))
+        elif n == "rclone-full":
+            out.append(Rclone("rclone-full", install="rclone", cache_mode="full",
+                              note="--vfs-cache-mode full (default 5 s write-back)"))
+        elif n == "juicefs":
+            out.append(JuiceFS("juicefs", install="juicefs"))
+        elif n == "ratarmount":
+            out.append(Ratarmount("ratarmount", install="ratarmount"))
+        elif n == "geesefs":
+            out.append(Geesefs("geesefs", install="geesefs"))
+        elif n == "mountpoint-s3":
+            out.append(MountpointS3("mountpoint-s3", install="mount-s3",
+                                    note="mount-s3 writes new files sequentially only"))
+        else:
+            raise SystemExit(f"unknown tool {n!r}; known: {', '.join(TOOL_ORDER)}")
+    return out

@@ -1,0 +1,36 @@
+//! Typed errors of object access. The file system maps each kind to one errno, so the
+//! kinds are about what the caller can do next, not about which HTTP code came back.
+
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ClientError {
+    #[error("no such key: {0}")]
+    NotFound(String),
+    #[error("no such bucket: {0}")]
+    NoSuchBucket(String),
+    #[error("access denied ({0}): check the credentials and the bucket policy")]
+    AccessDenied(String),
+    #[error("precondition failed (the object changed): {0}")]
+    Precondition(String),
+    #[error("throttled by the server: {0}")]
+    Throttled(String),
+    #[error("transient failure: {0}")]
+    Transient(String),
+    #[error("cannot reach the endpoint: {0}")]
+    Unreachable(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ClientError {
+    /// Whether the same request may succeed if sent again later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Throttled(_) | ClientError::Transient(_) | ClientError::Unreachable(_)
+        )
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ClientError>;

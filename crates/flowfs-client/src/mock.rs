@@ -1,0 +1,368 @@
+//! An in-memory bucket for unit tests of the file system core: request counters, injected
+//! failures of the nth call of an operation, and a fixed latency per request.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::{
+    ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    Head,
+    Get,
+    List,
+    Put,
+    CreateMultipart,
+    UploadPart,
+    CompleteMultipart,
+    AbortMultipart,
+    Copy,
+    Delete,
+}
+
+#[derive(Clone)]
+struct Obj {
+    data: Bytes,
+    etag: String,
+    modified: SystemTime,
+    metadata: HashMap<String, String>,
+}
+
+struct Upload {
+    key: String,
+    metadata: HashMap<String, String>,
+    parts: BTreeMap<i32, Bytes>,
+}
+
+#[derive(Default)]
+pub struct MockClient {
+    objects: Mutex<BTreeMap<String, Obj>>,
+    uploads: Mutex<HashMap<String, Upload>>,
+    counts: Mutex<HashMap<Op, u64>>,
+    /// (op, remaining calls before the failure, error to return, how many times)
+    faults: Mutex<Vec<(Op, u64, ClientError, u64)>>,
+    latency: Mutex<Duration>,
+    get_bytes: AtomicU64,
+    next_id: AtomicU64,
+    /// Keys in the order their objects became visible.
+    visible: Mutex<Vec<String>>,
+}
+
+impl MockClient {
+    pub fn new() -> MockClient {
+        MockClient::default()
+    }
+
+    /// Puts an object as another S3 client would (no request is counted).
+    pub fn insert(&self, key: &str, data: impl Into<Bytes>) {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.objects.lock().insert(
+            key.to_string(),
+            Obj {
+                data: data.into(),
+                etag: format!("\"mock{n}\""),
+                modified: SystemTime::now(),
+                metadata: HashMap::new(),
+            },
+        );
+    }
+
+    pub fn remove(&self, key: &str) {
+        self.objects.lock().remove(key);
+    }
+
+    pub fn object(&self, key: &str) -> Option<Bytes> {
+        self.objects.lock().get(key).map(|o| o.data.clone())
+    }
+
+    pub fn metadata(&self, key: &str) -> Option<HashMap<String, String>> {
+        self.objects.lock().get(key).map(|o| o.metadata.clone())
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        self.objects.lock().keys().cloned().collect()
+    }
+
+    pub fn count(&self, op: Op) -> u64 {
+        self.counts.lock().get(&op).copied().unwrap_or(0)
+    }
+
+    pub fn get_bytes(&self) -> u64 {
+        self.get_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn reset_counts(&self) {
+        self.counts.lock().clear();
+        self.get_bytes.store(0, Ordering::Relaxed);
+    }
+
+    /// Keys in the order their objects became visible (puts, completed uploads, copies).
+    pub fn visible_order(&self) -> Vec<String> {
+        self.visible.lock().clone()
+    }
+
+    pub fn open_uploads(&self) -> usize {
+        self.uploads.lock().len()
+    }
+
+    /// The call after `skip` more calls of `op` fails with `err`, `times` times in a row.
+    pub fn fail(&self, op: Op, skip: u64, err: ClientError, times: u64) {
+        self.faults.lock().push((op, skip, err, times));
+    }
+
+    pub fn clear_faults(&self) {
+        self.faults.lock().clear();
+    }
+
+    pub fn set_latency(&self, d: Duration) {
+        *self.latency.lock() = d;
+    }
+
+    async fn enter(&self, op: Op) -> Result<()> {
+        *self.counts.lock().entry(op).or_insert(0) += 1;
+        let latency = *self.latency.lock();
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        let mut faults = self.faults.lock();
+        for f in faults.iter_mut().filter(|f| f.0 == op) {
+            if f.1 > 0 {
+                f.1 -= 1;
+            } else if f.3 > 0 {
+                f.3 -= 1;
+                return Err(f.2.clone());
+            }
+        }
+        faults.retain(|f| f.1 > 0 || f.3 > 0);
+        Ok(())
+    }
+
+    fn store(&self, key: &str, data: Bytes, metadata: HashMap<String, String>) -> String {
+        self.store_parts(key, data, metadata, None)
+    }
+
+    /// Multipart objects get an ETag ending in `-PARTS`, as on S3.
+    fn store_parts(
+        &self,
+        key: &str,
+        data: Bytes,
+        metadata: HashMap<String, String>,
+        parts: Option<usize>,
+    ) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let etag = match parts {
+            Some(p) => format!("\"mock-{n}-{p}\""),
+            None => format!("\"mock{n}\""),
+        };
+        self.visible.lock().push(key.to_string());
+        self.objects.lock().insert(
+            key.to_string(),
+            Obj {
+                data,
+                etag: etag.clone(),
+                modified: SystemTime::now(),
+                metadata,
+            },
+        );
+        etag
+    }
+}
+
+fn info(key: &str, o: &Obj) -> ObjectInfo {
+    ObjectInfo {
+        key: key.to_string(),
+        size: o.data.len() as u64,
+        etag: o.etag.clone(),
+        last_modified: o.modified,
+    }
+}
+
+#[async_trait]
+impl ObjectClient for MockClient {
+    async fn check_bucket(&self, _prefix: &str) -> Result<()> {
+        self.enter(Op::List).await
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.enter(Op::Head).await?;
+        let objects = self.objects.lock();
+        let o = objects
+            .get(key)
+            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
+        Ok(ObjectMeta {
+            info: info(key, o),
+            metadata: o.metadata.clone(),
+        })
+    }
+
+    async fn get_range(
+        &self,
+        key: &str,
+        start: u64,
+        end: u64,
+        etag: Option<&str>,
+    ) -> Result<Bytes> {
+        self.enter(Op::Get).await?;
+        let objects = self.objects.lock();
+        let o = objects
+            .get(key)
+            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
+        if etag.is_some_and(|e| e != o.etag) {
+            return Err(ClientError::Precondition(key.to_string()));
+        }
+        let len = o.data.len() as u64;
+        let (s, e) = (start.min(len) as usize, end.min(len) as usize);
+        self.get_bytes.fetch_add((e - s) as u64, Ordering::Relaxed);
+        Ok(o.data.slice(s..e))
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<String>,
+        max_keys: Option<i32>,
+    ) -> Result<ListPage> {
+        self.enter(Op::List).await?;
+        let max = max_keys.unwrap_or(1000).max(1) as usize;
+        let objects = self.objects.lock();
+        // Every entry of the listing in key order, prefixes collapsed; the continuation
+        // token is the last entry returned, so a page is "the next `max` entries after it".
+        let mut entries: Vec<(String, Option<ObjectInfo>)> = Vec::new();
+        for (key, o) in objects.range(prefix.to_string()..) {
+            if !key.starts_with(prefix) {
+                break;
+            }
+            let rest = &key[prefix.len()..];
+            match delimiter.and_then(|d| rest.find(d).map(|i| (i, d))) {
+                Some((i, d)) => {
+                    let p = format!("{prefix}{}{d}", &rest[..i]);
+                    if entries.last().map(|e| &e.0) != Some(&p) {
+                        entries.push((p, None));
+                    }
+                }
+                None => entries.push((key.clone(), Some(info(key, o)))),
+            }
+        }
+        let mut page = ListPage::default();
+        let after: Vec<_> = entries
+            .into_iter()
+            .filter(|e| token.as_ref().is_none_or(|t| e.0.as_str() > t.as_str()))
+            .collect();
+        for (i, (name, obj)) in after.iter().enumerate() {
+            if i == max {
+                page.next_token = Some(after[i - 1].0.clone());
+                break;
+            }
+            match obj {
+                Some(o) => page.objects.push(o.clone()),
+                None => page.prefixes.push(name.clone()),
+            }
+        }
+        Ok(page)
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        metadata: &HashMap<String, String>,
+    ) -> Result<PutResult> {
+        self.enter(Op::Put).await?;
+        Ok(PutResult {
+            etag: self.store(key, body, metadata.clone()),
+        })
+    }
+
+    async fn create_multipart(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+    ) -> Result<String> {
+        self.enter(Op::CreateMultipart).await?;
+        let id = format!("upload-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.uploads.lock().insert(
+            id.clone(),
+            Upload {
+                key: key.to_string(),
+                metadata: metadata.clone(),
+                parts: BTreeMap::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Bytes,
+    ) -> Result<String> {
+        self.enter(Op::UploadPart).await?;
+        let mut uploads = self.uploads.lock();
+        let u = uploads
+            .get_mut(upload_id)
+            .filter(|u| u.key == key)
+            .ok_or_else(|| ClientError::NotFound(format!("upload {upload_id}")))?;
+        u.parts.insert(part_number, body);
+        Ok(format!("\"part-{part_number}\""))
+    }
+
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletedPart>,
+    ) -> Result<PutResult> {
+        self.enter(Op::CompleteMultipart).await?;
+        let u = self
+            .uploads
+            .lock()
+            .remove(upload_id)
+            .ok_or_else(|| ClientError::NotFound(format!("upload {upload_id}")))?;
+        let mut data = Vec::new();
+        for p in &parts {
+            let part = u
+                .parts
+                .get(&p.part_number)
+                .ok_or_else(|| ClientError::Other(format!("missing part {}", p.part_number)))?;
+            data.extend_from_slice(part);
+        }
+        Ok(PutResult {
+            etag: self.store_parts(key, Bytes::from(data), u.metadata, Some(parts.len())),
+        })
+    }
+
+    async fn abort_multipart(&self, _key: &str, upload_id: &str) -> Result<()> {
+        self.enter(Op::AbortMultipart).await?;
+        self.uploads.lock().remove(upload_id);
+        Ok(())
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
+        self.enter(Op::Copy).await?;
+        let o = self
+            .objects
+            .lock()
+            .get(from)
+            .cloned()
+            .ok_or_else(|| ClientError::NotFound(from.to_string()))?;
+        Ok(PutResult {
+            etag: self.store(to, o.data, o.metadata),
+        })
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        self.enter(Op::Delete).await?;
+        self.objects.lock().remove(key);
+        Ok(())
+    }
+}

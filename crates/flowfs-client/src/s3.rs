@@ -1,0 +1,434 @@
+//! The S3 backend: aws-sdk-s3 with the standard credential chain (env, profiles, SSO,
+//! web identity, container and instance roles). A custom endpoint means path-style
+//! requests, which is what SeaweedFS, MinIO and Ceph expect.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::BehaviorVersion;
+use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart as SdkPart};
+use bytes::Bytes;
+
+use crate::{
+    ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
+};
+
+#[derive(Debug, Clone)]
+pub struct S3Config {
+    pub bucket: String,
+    /// Overrides `AWS_ENDPOINT_URL`; either one switches to path-style requests.
+    pub endpoint_url: Option<String>,
+    pub region: Option<String>,
+    /// Attempts per request, the first included (exponential backoff with jitter between).
+    pub max_attempts: u32,
+}
+
+pub struct S3Client {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3Client {
+    pub async fn new(cfg: &S3Config) -> S3Client {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if let Some(region) = &cfg.region {
+            loader = loader.region(aws_config::Region::new(region.clone()));
+        }
+        if let Some(url) = &cfg.endpoint_url {
+            loader = loader.endpoint_url(url.clone());
+        }
+        let shared = loader.load().await;
+        let custom_endpoint = shared.endpoint_url().is_some();
+        let mut builder = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(custom_endpoint)
+            .retry_config(RetryConfig::standard().with_max_attempts(cfg.max_attempts.max(1)))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .read_timeout(Duration::from_secs(60))
+                    .build(),
+            )
+            // Our own integrity comes from ETags and exact lengths; the extra trailing
+            // checksums of new SDKs are not understood by every S3-compatible server.
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+        if shared.region().is_none() {
+            builder = builder.region(aws_config::Region::new("us-east-1"));
+        }
+        S3Client {
+            client: aws_sdk_s3::Client::from_conf(builder.build()),
+            bucket: cfg.bucket.clone(),
+        }
+    }
+}
+
+/// One place that turns an SDK failure into the kind the file system acts on.
+fn map_err<E>(what: &str, err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> ClientError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match &err {
+        SdkError::DispatchFailure(d) if d.is_timeout() => {
+            ClientError::Unreachable(format!("{what}: connection timed out"))
+        }
+        SdkError::DispatchFailure(d) if d.is_io() => {
+            ClientError::Unreachable(format!("{what}: connection failed"))
+        }
+        SdkError::DispatchFailure(_) => {
+            ClientError::Transient(format!("{what}: request could not be sent"))
+        }
+        SdkError::TimeoutError(_) => ClientError::Transient(format!("{what}: timed out")),
+        SdkError::ResponseError(_) => ClientError::Transient(format!("{what}: bad response")),
+        SdkError::ServiceError(ctx) => {
+            let status = ctx.raw().status().as_u16();
+            let code = ctx.err().code().unwrap_or("").to_string();
+            let msg = ctx.err().message().unwrap_or("").to_string();
+            let detail = if msg.is_empty() {
+                code.clone()
+            } else {
+                format!("{code}: {msg}")
+            };
+            classify(what, status, &code, &detail)
+        }
+        _ => ClientError::Other(format!(
+            "{what}: {}",
+            aws_sdk_s3::error::DisplayErrorContext(&err)
+        )),
+    }
+}
+
+fn classify(what: &str, status: u16, code: &str, detail: &str) -> ClientError {
+    match (status, code) {
+        (_, "NoSuchBucket") => ClientError::NoSuchBucket(what.to_string()),
+        (404, _) => ClientError::NotFound(what.to_string()),
+        (403, _)
+        | (_, "InvalidAccessKeyId")
+        | (_, "SignatureDoesNotMatch")
+        | (_, "AccessDenied") => ClientError::AccessDenied(format!("{what}: {detail}")),
+        (412, _) => ClientError::Precondition(what.to_string()),
+        (503, _) | (429, _) | (_, "SlowDown") => {
+            ClientError::Throttled(format!("{what}: {detail}"))
+        }
+        (500..=599, _) => ClientError::Transient(format!("{what}: HTTP {status} {detail}")),
+        _ => ClientError::Other(format!("{what}: HTTP {status} {detail}")),
+    }
+}
+
+/// Whole seconds: HEAD's Last-Modified (an HTTP date) has no fraction and LIST's may,
+/// and a file must show the same time whichever of the two described it (Nextflow's
+/// -resume and make-like tools compare them).
+fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
+    t.and_then(|t| u64::try_from(t.secs()).ok())
+        .map_or(SystemTime::UNIX_EPOCH, |s| {
+            SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s)
+        })
+}
+
+/// Percent-encodes a key for the `x-amz-copy-source` header; `/` stays as it is.
+fn encode_copy_source(bucket: &str, key: &str) -> String {
+    let mut out = String::with_capacity(bucket.len() + key.len() + 1);
+    out.push_str(bucket);
+    out.push('/');
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[async_trait]
+impl ObjectClient for S3Client {
+    async fn check_bucket(&self, prefix: &str) -> Result<()> {
+        self.client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .max_keys(1)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| map_err(&format!("bucket {}", self.bucket), e))
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        let out = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| map_err(key, e))?;
+        Ok(ObjectMeta {
+            info: ObjectInfo {
+                key: key.to_string(),
+                size: out.content_length().unwrap_or(0).max(0) as u64,
+                etag: out.e_tag().unwrap_or("").to_string(),
+                last_modified: to_system_time(out.last_modified()),
+            },
+            metadata: out.metadata().cloned().unwrap_or_default(),
+        })
+    }
+
+    async fn get_range(
+        &self,
+        key: &str,
+        start: u64,
+        end: u64,
+        etag: Option<&str>,
+    ) -> Result<Bytes> {
+        if end <= start {
+            return Ok(Bytes::new());
+        }
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .range(format!("bytes={}-{}", start, end - 1))
+            .set_if_match(etag.map(str::to_string))
+            .send()
+            .await
+            .map_err(|e| map_err(key, e))?;
+        let data = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| ClientError::Transient(format!("{key}: body: {e}")))?
+            .into_bytes();
+        if (data.len() as u64) > end - start {
+            // A server that ignored the Range header; keep only what was asked for.
+            return Ok(data.slice(0..(end - start) as usize));
+        }
+        Ok(data)
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<String>,
+        max_keys: Option<i32>,
+    ) -> Result<ListPage> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .set_delimiter(delimiter.map(str::to_string))
+            .set_continuation_token(token)
+            .set_max_keys(max_keys)
+            .send()
+            .await
+            .map_err(|e| map_err(&format!("list {prefix}"), e))?;
+        let objects = out
+            .contents()
+            .iter()
+            .filter_map(|o| {
+                Some(ObjectInfo {
+                    key: o.key()?.to_string(),
+                    size: o.size().unwrap_or(0).max(0) as u64,
+                    etag: o.e_tag().unwrap_or("").to_string(),
+                    last_modified: to_system_time(o.last_modified()),
+                })
+            })
+            .collect();
+        let prefixes = out
+            .common_prefixes()
+            .iter()
+            .filter_map(|p| p.prefix().map(str::to_string))
+            .collect();
+        let next_token = if out.is_truncated().unwrap_or(false) {
+            out.next_continuation_token().map(str::to_string)
+        } else {
+            None
+        };
+        Ok(ListPage {
+            objects,
+            prefixes,
+            next_token,
+        })
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        metadata: &HashMap<String, String>,
+    ) -> Result<PutResult> {
+        let out = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from(body))
+            .set_metadata((!metadata.is_empty()).then(|| metadata.clone()))
+            .send()
+            .await
+            .map_err(|e| map_err(key, e))?;
+        Ok(PutResult {
+            etag: out.e_tag().unwrap_or("").to_string(),
+        })
+    }
+
+    async fn create_multipart(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+    ) -> Result<String> {
+        let out = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .set_metadata((!metadata.is_empty()).then(|| metadata.clone()))
+            .send()
+            .await
+            .map_err(|e| map_err(key, e))?;
+        out.upload_id()
+            .map(str::to_string)
+            .ok_or_else(|| ClientError::Other(format!("{key}: no upload id in the answer")))
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Bytes,
+    ) -> Result<String> {
+        let out = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(part_number)
+            .body(ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| map_err(key, e))?;
+        Ok(out.e_tag().unwrap_or("").to_string())
+    }
+
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletedPart>,
+    ) -> Result<PutResult> {
+        let parts = parts
+            .into_iter()
+            .map(|p| {
+                SdkPart::builder()
+                    .part_number(p.part_number)
+                    .e_tag(p.etag)
+                    .build()
+            })
+            .collect();
+        let out = self
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| map_err(key, e))?;
+        Ok(PutResult {
+            etag: out.e_tag().unwrap_or("").to_string(),
+        })
+    }
+
+    async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
+        self.client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| map_err(key, e))
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
+        let out = self
+            .client
+            .copy_object()
+            .bucket(&self.bucket)
+            .key(to)
+            .copy_source(encode_copy_source(&self.bucket, from))
+            .send()
+            .await
+            .map_err(|e| map_err(from, e))?;
+        Ok(PutResult {
+            etag: out
+                .copy_object_result()
+                .and_then(|r| r.e_tag())
+                .unwrap_or("")
+                .to_string(),
+        })
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| map_err(key, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_source_is_percent_encoded() {
+        assert_eq!(
+            encode_copy_source("b", "a b/ü+=&.txt"),
+            "b/a%20b/%C3%BC%2B%3D%26.txt"
+        );
+    }
+
+    #[test]
+    fn status_codes_map_to_kinds() {
+        assert!(matches!(
+            classify("k", 404, "NoSuchBucket", ""),
+            ClientError::NoSuchBucket(_)
+        ));
+        assert!(matches!(
+            classify("k", 404, "NoSuchKey", ""),
+            ClientError::NotFound(_)
+        ));
+        assert!(matches!(
+            classify("k", 403, "", ""),
+            ClientError::AccessDenied(_)
+        ));
+        assert!(matches!(
+            classify("k", 400, "InvalidAccessKeyId", ""),
+            ClientError::AccessDenied(_)
+        ));
+        assert!(classify("k", 503, "SlowDown", "").is_retryable());
+        assert!(classify("k", 500, "InternalError", "").is_retryable());
+        assert!(!classify("k", 400, "InvalidRequest", "").is_retryable());
+    }
+}

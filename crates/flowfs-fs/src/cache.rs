@@ -1,0 +1,644 @@
+//! The disk cache: one sparse data file per object version (bucket, key, ETag) with a
+//! bitmap of the 64 KiB chunks it holds. Bytes are evicted least-recently-used in 1 MiB
+//! blocks (holes are punched), so one huge object cannot pin the whole cache. The bitmap
+//! is saved beside the data when the last handle closes, so the cache survives restarts;
+//! an entry is never trusted beyond what its saved bitmap says.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use parking_lot::{Mutex, RwLock};
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use crate::error::{FsError, Result};
+
+pub const CHUNK: u64 = 64 * 1024;
+const BLOCK_CHUNKS: u64 = 16;
+const MAGIC: &[u8; 8] = b"FLOWFSC1";
+
+/// One ranged GET in flight; every reader that needs its chunks waits on it.
+#[derive(Default)]
+pub struct Fetch {
+    notify: Notify,
+    result: OnceLock<Result<()>>,
+}
+
+impl Fetch {
+    pub async fn wait(&self) -> Result<()> {
+        loop {
+            let notified = self.notify.notified();
+            if let Some(r) = self.result.get() {
+                return r.clone();
+            }
+            notified.await;
+        }
+    }
+
+    fn finish(&self, r: Result<()>) {
+        let _ = self.result.set(r);
+        self.notify.notify_waiters();
+    }
+}
+
+struct EntryState {
+    present: Vec<u64>,
+    count: u64,
+    dirty: bool,
+}
+
+impl EntryState {
+    fn has(&self, c: u64) -> bool {
+        self.present[(c / 64) as usize] & (1 << (c % 64)) != 0
+    }
+    fn set(&mut self, c: u64) -> bool {
+        let (w, b) = ((c / 64) as usize, 1u64 << (c % 64));
+        let new = self.present[w] & b == 0;
+        self.present[w] |= b;
+        new
+    }
+    fn clear(&mut self, c: u64) -> bool {
+        let (w, b) = ((c / 64) as usize, 1u64 << (c % 64));
+        let had = self.present[w] & b != 0;
+        self.present[w] &= !b;
+        had
+    }
+}
+
+pub struct CacheEntry {
+    id: u64,
+    hash: String,
+    ident: String,
+    pub size: u64,
+    data_path: PathBuf,
+    meta_path: PathBuf,
+    file: Mutex<Option<Arc<File>>>,
+    users: Mutex<u32>,
+    state: RwLock<EntryState>,
+    inflight: Mutex<HashMap<u64, Arc<Fetch>>>,
+}
+
+/// What a reader must do to get a chunk range: wait for fetches already running and
+/// run the ones it was handed (start chunk, end chunk, fetch).
+pub struct Claim {
+    pub wait: Vec<Arc<Fetch>>,
+    pub start: Vec<(u64, u64, Arc<Fetch>)>,
+}
+
+impl CacheEntry {
+    pub fn chunks(&self) -> u64 {
+        self.size.div_ceil(CHUNK)
+    }
+
+    fn open_file(&self) -> io::Result<Arc<File>> {
+        let mut f = self.file.lock();
+        if let Some(f) = &*f {
+            return Ok(f.clone());
+        }
+        let file = Arc::new(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.data_path)?,
+        );
+        *f = Some(file.clone());
+        Ok(file)
+    }
+
+    /// Reads `[off, off + len)` if every chunk of it is in the cache.
+    pub fn try_read(&self, off: u64, len: usize) -> io::Result<Option<Vec<u8>>> {
+        let end = (off + len as u64).min(self.size);
+        if off >= end {
+            return Ok(Some(Vec::new()));
+        }
+        let state = self.state.read();
+        if !(off / CHUNK..end.div_ceil(CHUNK)).all(|c| state.has(c)) {
+            return Ok(None);
+        }
+        let file = self.open_file()?;
+        let mut buf = vec![0u8; (end - off) as usize];
+        // The read lock keeps eviction from punching these chunks while we copy them.
+        file.read_exact_at(&mut buf, off)?;
+        Ok(Some(buf))
+    }
+
+    /// Marks the missing chunks of `[c0, c1)` as in flight in runs of at most `max_run`
+    /// chunks, and returns those runs together with the fetches already running.
+    pub fn claim(&self, c0: u64, c1: u64, max_run: u64) -> Claim {
+        let mut inflight = self.inflight.lock();
+        let state = self.state.read();
+        let mut claim = Claim {
+            wait: Vec::new(),
+            start: Vec::new(),
+        };
+        let mut run: Option<u64> = None;
+        let mut last_wait: Option<*const Fetch> = None;
+        let c1 = c1.min(self.chunks());
+        let mut c = c0;
+        let close = |run: &mut Option<u64>,
+                     c: u64,
+                     claim: &mut Claim,
+                     inflight: &mut HashMap<u64, Arc<Fetch>>| {
+            if let Some(s) = run.take() {
+                let f = Arc::new(Fetch::default());
+                for i in s..c {
+                    inflight.insert(i, f.clone());
+                }
+                claim.start.push((s, c, f));
+            }
+        };
+        while c < c1 {
+            if state.has(c) {
+                close(&mut run, c, &mut claim, &mut inflight);
+            } else if let Some(f) = inflight.get(&c).cloned() {
+                close(&mut run, c, &mut claim, &mut inflight);
+                if last_wait != Some(Arc::as_ptr(&f)) {
+                    last_wait = Some(Arc::as_ptr(&f));
+                    claim.wait.push(f);
+                }
+            } else {
+                match run {
+                    Some(s) if c - s >= max_run => {
+                        close(&mut run, c, &mut claim, &mut inflight);
+                        run = Some(c);
+                    }
+                    Some(_) => {}
+                    None => run = Some(c),
+                }
+            }
+            c += 1;
+        }
+        close(&mut run, c1, &mut claim, &mut inflight);
+        claim
+    }
+
+    fn drop_inflight(&self, c0: u64, c1: u64) {
+        let mut inflight = self.inflight.lock();
+        for c in c0..c1 {
+            inflight.remove(&c);
+        }
+    }
+}
+
+struct Inner {
+    hot: HashMap<u64, Arc<CacheEntry>>,
+    by_hash: HashMap<String, u64>,
+    lru: BTreeMap<u64, (u64, u64)>,
+    ticks: HashMap<(u64, u64), u64>,
+    /// Entries found on disk at start and not opened since: (mtime, hash) -> bytes.
+    cold: BTreeMap<(SystemTime, String), u64>,
+    cold_index: HashMap<String, SystemTime>,
+    tick: u64,
+    next_id: u64,
+    used: u64,
+}
+
+pub struct DiskCache {
+    root: PathBuf,
+    capacity: u64,
+    inner: Mutex<Inner>,
+}
+
+fn hash_of(ident: &str) -> String {
+    let d = Sha256::digest(ident.as_bytes());
+    d.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+fn read_meta(path: &Path) -> io::Result<(String, u64, Vec<u64>)> {
+    let mut raw = Vec::new();
+    File::open(path)?.read_to_end(&mut raw)?;
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad cache metadata");
+    if raw.len() < 20 || &raw[..8] != MAGIC {
+        return Err(bad());
+    }
+    let size = u64::from_le_bytes(raw[8..16].try_into().map_err(|_| bad())?);
+    let ilen = u32::from_le_bytes(raw[16..20].try_into().map_err(|_| bad())?) as usize;
+    let ident = raw.get(20..20 + ilen).ok_or_else(bad)?;
+    let ident = String::from_utf8(ident.to_vec()).map_err(|_| bad())?;
+    let words = size.div_ceil(CHUNK).div_ceil(64) as usize;
+    let bits = raw.get(20 + ilen..20 + ilen + words * 8).ok_or_else(bad)?;
+    let present = bits
+        .chunks(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
+        .collect();
+    Ok((ident, size, present))
+}
+
+fn popcount(bits: &[u64]) -> u64 {
+    bits.iter().map(|w| w.count_ones() as u64).sum()
+}
+
+impl DiskCache {
+    /// Opens (or creates) the cache under `root` and indexes what an earlier run left.
+    pub fn open(root: &Path, capacity: u64) -> io::Result<DiskCache> {
+        let root = root.join("objects");
+        fs::create_dir_all(&root)?;
+        // Bitmaps are saved without fsync: a crashed process loses nothing (the page
+        // cache survives it), but a machine that went down uncleanly may have lost data
+        // that a bitmap vouches for. So after a reboot only a clean shutdown is trusted.
+        let boot = boot_id();
+        let state = fs::read_to_string(root.join("state")).unwrap_or_default();
+        let trusted = state == format!("{boot} clean") || state == format!("{boot} dirty");
+        if !trusted && !state.ends_with(" clean") {
+            for e in fs::read_dir(&root)?.flatten() {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+        fs::write(root.join("state"), format!("{boot} dirty"))?;
+        let mut inner = Inner {
+            hot: HashMap::new(),
+            by_hash: HashMap::new(),
+            lru: BTreeMap::new(),
+            ticks: HashMap::new(),
+            cold: BTreeMap::new(),
+            cold_index: HashMap::new(),
+            tick: 0,
+            next_id: 1,
+            used: 0,
+        };
+        for e in fs::read_dir(&root)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(hash) = name.strip_suffix(".meta") else {
+                continue;
+            };
+            let path = e.path();
+            match read_meta(&path) {
+                Ok((_, _, present)) if root.join(format!("{hash}.data")).exists() => {
+                    let bytes = popcount(&present) * CHUNK;
+                    let mtime = e.metadata()?.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                    inner.cold.insert((mtime, hash.to_string()), bytes);
+                    inner.cold_index.insert(hash.to_string(), mtime);
+                    inner.used += bytes;
+                }
+                _ => {
+                    let _ = fs::remove_file(&path);
+                    let _ = fs::remove_file(root.join(format!("{hash}.data")));
+                }
+            }
+        }
+        // Data files whose metadata never got written hold nothing we can trust.
+        for e in fs::read_dir(&root)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().to_string();
+            if let Some(hash) = name.strip_suffix(".data") {
+                if !inner.cold_index.contains_key(hash) {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+        let cache = DiskCache {
+            root,
+            capacity,
+            inner: Mutex::new(inner),
+        };
+        cache.evict(&mut cache.inner.lock());
+        Ok(cache)
+    }
+
+    pub fn used(&self) -> u64 {
+        self.inner.lock().used
+    }
+
+    /// The cache entry of one object version, shared by every handle that reads it.
+    pub fn entry(&self, bucket: &str, key: &str, etag: &str, size: u64) -> Result<Arc<CacheEntry>> {
+        let ident = format!("{bucket}\0{key}\0{etag}\0{size}");
+        let hash = hash_of(&ident);
+        let mut inner = self.inner.lock();
+        if let Some(id) = inner.by_hash.get(&hash) {
+            if let Some(e) = inner.hot.get(id) {
+                let e = e.clone();
+                *e.users.lock() += 1;
+                return Ok(e);
+            }
+        }
+        let words = size.div_ceil(CHUNK).div_ceil(64) as usize;
+        let mut present = vec![0u64; words];
+        let data_path = self.root.join(format!("{hash}.data"));
+        let meta_path = self.root.join(format!("{hash}.meta"));
+        if let Some(mtime) = inner.cold_index.remove(&hash) {
+            let bytes = inner.cold.remove(&(mtime, hash.clone())).unwrap_or(0);
+            inner.used -= bytes;
+            match read_meta(&meta_path) {
+                Ok((id2, s2, bits)) if id2 == ident && s2 == size && bits.len() == words => {
+                    present = bits
+                }
+                _ => {
+                    let _ = fs::remove_file(&meta_path);
+                    let _ = fs::remove_file(&data_path);
+                }
+            }
+        }
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let count = popcount(&present);
+        let entry = Arc::new(CacheEntry {
+            id,
+            hash: hash.clone(),
+            ident,
+            size,
+            data_path,
+            meta_path,
+            file: Mutex::new(None),
+            users: Mutex::new(1),
+            state: RwLock::new(EntryState {
+                present,
+                count,
+                dirty: false,
+            }),
+            inflight: Mutex::new(HashMap::new()),
+        });
+        inner.used += count * CHUNK;
+        let blocks: Vec<u64> = {
+            let st = entry.state.read();
+            (0..entry.chunks().div_ceil(BLOCK_CHUNKS))
+                .filter(|b| {
+                    (b * BLOCK_CHUNKS..((b + 1) * BLOCK_CHUNKS).min(entry.chunks()))
+                        .any(|c| st.has(c))
+                })
+                .collect()
+        };
+        for b in blocks {
+            inner.tick += 1;
+            let t = inner.tick;
+            inner.lru.insert(t, (id, b));
+            inner.ticks.insert((id, b), t);
+        }
+        inner.hot.insert(id, entry.clone());
+        inner.by_hash.insert(hash, id);
+        Ok(entry)
+    }
+
+    /// Stores fetched bytes at chunk-aligned `off` and marks them present.
+    pub fn insert(&self, e: &CacheEntry, off: u64, data: &[u8]) -> Result<()> {
+        debug_assert_eq!(off % CHUNK, 0);
+        let c0 = off / CHUNK;
+        let end = off + data.len() as u64;
+        // A trailing partial chunk counts only when it reaches the end of the object.
+        let c1 = if end >= e.size {
+            e.chunks()
+        } else {
+            end / CHUNK
+        };
+        if let Err(err) = e.open_file().and_then(|f| f.write_all_at(data, off)) {
+            e.drop_inflight(c0, end.div_ceil(CHUNK));
+            return Err(FsError::Io(format!("cache write: {err}")));
+        }
+        let mut inner = self.inner.lock();
+        let mut added = 0;
+        {
+            let mut st = e.state.write();
+            for c in c0..c1 {
+                if st.set(c) {
+                    added += 1;
+                }
+            }
+            st.count += added;
+            st.dirty |= added > 0;
+        }
+        e.drop_inflight(c0, end.div_ceil(CHUNK));
+        inner.used += added * CHUNK;
+        if inner.hot.contains_key(&e.id) {
+            for b in c0 / BLOCK_CHUNKS..c1.div_ceil(BLOCK_CHUNKS) {
+                Self::touch_block(&mut inner, e.id, b);
+            }
+        }
+        self.evict(&mut inner);
+        Ok(())
+    }
+
+    /// Gives up a claimed range after a failed fetch so that the next reader retries.
+    pub fn abandon(&self, e: &CacheEntry, c0: u64, c1: u64) {
+        e.drop_inflight(c0, c1);
+    }
+
+    pub fn finish(&self, f: &Fetch, r: Result<()>) {
+        f.finish(r);
+    }
+
+    /// Marks the blocks under `[off, off+len)` as recently used.
+    pub fn touch(&self, e: &CacheEntry, off: u64, len: u64) {
+        let mut inner = self.inner.lock();
+        let b0 = off / CHUNK / BLOCK_CHUNKS;
+        let b1 = (off + len).div_ceil(CHUNK).div_ceil(BLOCK_CHUNKS);
+        for b in b0..b1.max(b0 + 1) {
+            if inner.ticks.contains_key(&(e.id, b)) {
+                Self::touch_block(&mut inner, e.id, b);
+            }
+        }
+    }
+
+    fn touch_block(inner: &mut Inner, id: u64, b: u64) {
+        if let Some(old) = inner.ticks.remove(&(id, b)) {
+            inner.lru.remove(&old);
+        }
+        inner.tick += 1;
+        let t = inner.tick;
+        inner.lru.insert(t, (id, b));
+        inner.ticks.insert((id, b), t);
+    }
+
+    fn evict(&self, inner: &mut Inner) {
+        while inner.used > self.capacity {
+            if let Some(((mtime, hash), bytes)) = inner.cold.pop_first() {
+                let _ = mtime;
+                inner.cold_index.remove(&hash);
+                inner.used -= bytes;
+                let _ = fs::remove_file(self.root.join(format!("{hash}.meta")));
+                let _ = fs::remove_file(self.root.join(format!("{hash}.data")));
+                continue;
+            }
+            let Some((_, (id, b))) = inner.lru.pop_first() else {
+                break;
+            };
+            inner.ticks.remove(&(id, b));
+            let Some(e) = inner.hot.get(&id).cloned() else {
+                continue;
+            };
+            let mut st = e.state.write();
+            let (c0, c1) = (b * BLOCK_CHUNKS, ((b + 1) * BLOCK_CHUNKS).min(e.chunks()));
+            let mut freed = 0;
+            let mut run: Option<u64> = None;
+            let file = e.file.lock().clone();
+            for c in c0..=c1 {
+                if c < c1 && st.clear(c) {
+                    freed += 1;
+                    run.get_or_insert(c);
+                } else if let Some(s) = run.take() {
+                    // Only chunks that were present are punched: a fetch may be writing
+                    // the others right now.
+                    if let Some(f) = &file {
+                        punch_hole(f, s * CHUNK, (c - s) * CHUNK);
+                    }
+                }
+            }
+            if file.is_none() && freed > 0 {
+                if let Ok(f) = File::options().write(true).open(&e.data_path) {
+                    for c in c0..c1 {
+                        punch_hole(&f, c * CHUNK, CHUNK);
+                    }
+                }
+            }
+            st.count -= freed;
+            st.dirty = true;
+            inner.used -= freed * CHUNK;
+            let empty = st.count == 0;
+            drop(st);
+            if *e.users.lock() == 0 {
+                if empty {
+                    inner.hot.remove(&id);
+                    inner.by_hash.remove(&e.hash);
+                    let _ = fs::remove_file(&e.meta_path);
+                    let _ = fs::remove_file(&e.data_path);
+                } else if let Err(err) = self.persist(&e) {
+                    // A saved bitmap must never vouch for a punched hole.
+                    tracing::warn!("cannot save cache metadata: {err}");
+                    let _ = fs::remove_file(&e.meta_path);
+                }
+            } else {
+                // In use: the bitmap is saved again at release; until then none on disk.
+                let _ = fs::remove_file(&e.meta_path);
+            }
+        }
+    }
+
+    /// A handle on `e` closed: the last one saves the bitmap and closes the file.
+    pub fn release(&self, e: &Arc<CacheEntry>) {
+        let last = {
+            let mut users = e.users.lock();
+            *users = users.saturating_sub(1);
+            *users == 0
+        };
+        if last {
+            if let Err(err) = self.persist(e) {
+                tracing::warn!("cannot save cache metadata: {err}");
+            }
+            *e.file.lock() = None;
+        }
+    }
+
+    /// Saves the bitmap that vouches for the data (see `open` for crash safety).
+    fn persist(&self, e: &CacheEntry) -> io::Result<()> {
+        let mut st = e.state.write();
+        if !st.dirty {
+            return Ok(());
+        }
+        if st.count == 0 {
+            let _ = fs::remove_file(&e.meta_path);
+            st.dirty = false;
+            return Ok(());
+        }
+        let mut raw = Vec::with_capacity(20 + e.ident.len() + st.present.len() * 8);
+        raw.extend_from_slice(MAGIC);
+        raw.extend_from_slice(&e.size.to_le_bytes());
+        raw.extend_from_slice(&(e.ident.len() as u32).to_le_bytes());
+        raw.extend_from_slice(e.ident.as_bytes());
+        for w in &st.present {
+            raw.extend_from_slice(&w.to_le_bytes());
+        }
+        let tmp = e.meta_path.with_extension("meta.tmp");
+        let mut f = File::create(&tmp)?;
+        f.write_all(&raw)?;
+        fs::rename(&tmp, &e.meta_path)?;
+        st.dirty = false;
+        Ok(())
+    }
+
+    /// Saves every entry's bitmap and makes the cache durable (at unmount).
+    pub fn persist_all(&self) {
+        let entries: Vec<_> = self.inner.lock().hot.values().cloned().collect();
+        for e in entries {
+            if let Err(err) = self.persist(&e) {
+                tracing::warn!("cannot save cache metadata: {err}");
+            }
+        }
+        if let Ok(d) = File::open(&self.root) {
+            // SAFETY: syncfs on an fd we own.
+            unsafe { libc::syncfs(d.as_raw_fd()) };
+        }
+        let _ = fs::write(self.root.join("state"), format!("{} clean", boot_id()));
+    }
+}
+
+fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn punch_hole(f: &File, off: u64, len: u64) {
+    // SAFETY: plain syscall on an fd we own; failure only means the space is not freed.
+    unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off as libc::off_t,
+            len as libc::off_t,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_read_and_evict() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path(), 4 << 20).unwrap();
+        let size = 6 << 20;
+        let e = cache.entry("b", "k", "\"e\"", size).unwrap();
+        assert!(e.try_read(0, 10).unwrap().is_none());
+        let claim = e.claim(0, e.chunks(), 32);
+        assert_eq!(claim.start.len(), 3);
+        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        cache.insert(&e, 0, &data[..2 << 20]).unwrap();
+        assert_eq!(e.try_read(100, 1000).unwrap().unwrap(), data[100..1100]);
+        cache.insert(&e, 2 << 20, &data[2 << 20..]).unwrap();
+        // 6 MiB do not fit in 4 MiB: the oldest blocks went, the newest stayed.
+        assert!(cache.used() <= 4 << 20);
+        assert!(e.try_read(0, 10).unwrap().is_none());
+        assert_eq!(
+            e.try_read(5 << 20, 4096).unwrap().unwrap(),
+            data[5 << 20..(5 << 20) + 4096]
+        );
+    }
+
+    #[test]
+    fn survives_reopen_and_keys_by_etag() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = vec![7u8; 100_000];
+        {
+            let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+            let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+            cache.insert(&e, 0, &data).unwrap();
+            cache.release(&e);
+        }
+        let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+        assert_eq!(cache.used(), 2 * CHUNK);
+        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+        assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
+        let other = cache.entry("b", "k", "\"v2\"", data.len() as u64).unwrap();
+        assert!(other.try_read(0, 1).unwrap().is_none());
+    }
+
+    #[test]
+    fn claims_are_shared_between_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+        let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK).unwrap();
+        let first = e.claim(0, 4, 128);
+        assert_eq!(first.start.len(), 1);
+        let second = e.claim(2, 6, 128);
+        assert_eq!(second.wait.len(), 1);
+        assert_eq!((second.start[0].0, second.start[0].1), (4, 6));
+    }
+}

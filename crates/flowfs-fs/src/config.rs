@@ -1,0 +1,58 @@
+//! Settings of one mount, built once by the binary and passed down.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct FsConfig {
+    pub bucket: String,
+    /// Key prefix the mount shows, empty or ending in `/`.
+    pub prefix: String,
+    pub cache_dir: PathBuf,
+    pub cache_size: u64,
+    pub metadata_ttl: Duration,
+    pub read_only: bool,
+    /// Ranged GET size for sequential reads and multipart part size for uploads.
+    pub part_size: u64,
+    /// Most bytes a sequential reader may have requested ahead of its position.
+    pub max_readahead: u64,
+    /// GETs in flight at once, over all files.
+    pub max_gets: usize,
+    /// Upload parts (or small files) in flight at once, over all files.
+    pub max_uploads: usize,
+    /// Names of files (like Nextflow's `.exitcode`) uploaded only after every file
+    /// closed before them in their directory tree is durable.
+    pub completion_markers: Vec<String>,
+    pub uid: u32,
+    pub gid: u32,
+    pub file_mode: u16,
+    pub dir_mode: u16,
+}
+
+impl FsConfig {
+    pub fn new(bucket: &str, prefix: &str, cache_dir: PathBuf) -> FsConfig {
+        let prefix = prefix.trim_matches('/');
+        FsConfig {
+            bucket: bucket.to_string(),
+            prefix: if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("{prefix}/")
+            },
+            cache_dir,
+            cache_size: 10 << 30,
+            metadata_ttl: Duration::from_secs(1),
+            read_only: false,
+            part_size: 8 << 20,
+            max_readahead: 64 << 20,
+            max_gets: 16,
+            max_uploads: 16,
+            completion_markers: vec![".exitcode".to_string()],
+            // SAFETY: getuid/getgid cannot fail.
+            uid: unsafe { libc::getuid() },
+            gid: unsafe { libc::getgid() },
+            file_mode: 0o644,
+            dir_mode: 0o755,
+        }
+    }
+}

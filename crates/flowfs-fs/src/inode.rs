@@ -1,0 +1,298 @@
+//! The namespace: inode numbers for paths the kernel knows, attributes with the time
+//! they were last confirmed, directory listings and negative entries.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::write::Staged;
+
+pub const ROOT: u64 = 1;
+/// Negative entries kept per directory before the oldest are dropped.
+const MAX_NEGATIVE: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+}
+
+/// What the server (or this mount) says about one name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: Kind,
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub etag: Option<String>,
+    pub target: Option<String>,
+}
+
+impl Entry {
+    pub fn dir(mtime: SystemTime) -> Entry {
+        Entry {
+            kind: Kind::Dir,
+            size: 0,
+            mtime,
+            etag: None,
+            target: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Listing {
+    pub at: Instant,
+    pub entries: Arc<BTreeMap<String, Entry>>,
+}
+
+#[derive(Debug)]
+pub struct Node {
+    pub parent: u64,
+    pub name: String,
+    pub entry: Entry,
+    /// When the attributes were last confirmed; `None` for nodes this mount owns.
+    pub validated: Option<Instant>,
+    pub lookups: u64,
+    pub open: u32,
+    pub listing: Option<Listing>,
+    pub negative: HashMap<String, Instant>,
+    /// ETag of the bytes the kernel may still hold in its page cache.
+    pub page_cache_etag: Option<String>,
+    /// Content on local disk that is newer than the bucket's.
+    pub staged: Option<Arc<Staged>>,
+    /// Permission bits set by chmod while the mount lives.
+    pub perm: Option<u16>,
+    /// Directories: one listing at a time, however many lookups want it.
+    pub list_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Directories: the last file opened and how far siblings were prefetched.
+    pub last_open: Option<String>,
+    pub prefetched_to: Option<String>,
+}
+
+impl Node {
+    fn new(parent: u64, name: &str, entry: Entry, validated: Option<Instant>) -> Node {
+        Node {
+            parent,
+            name: name.to_string(),
+            entry,
+            validated,
+            lookups: 0,
+            open: 0,
+            listing: None,
+            negative: HashMap::new(),
+            page_cache_etag: None,
+            staged: None,
+            perm: None,
+            list_lock: Arc::default(),
+            last_open: None,
+            prefetched_to: None,
+        }
+    }
+
+    pub fn fresh(&self, ttl: Duration) -> bool {
+        self.validated.is_none_or(|t| t.elapsed() < ttl)
+    }
+}
+
+pub struct Inodes {
+    pub nodes: HashMap<u64, Node>,
+    children: HashMap<(u64, String), u64>,
+    next: u64,
+}
+
+impl Default for Inodes {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Inodes {
+    pub fn new() -> Inodes {
+        let mut nodes = HashMap::new();
+        nodes.insert(
+            ROOT,
+            Node {
+                lookups: 1,
+                ..Node::new(ROOT, "", Entry::dir(SystemTime::now()), None)
+            },
+        );
+        Inodes {
+            nodes,
+            children: HashMap::new(),
+            next: ROOT + 1,
+        }
+    }
+
+    pub fn get(&self, ino: u64) -> Option<&Node> {
+        self.nodes.get(&ino)
+    }
+
+    pub fn get_mut(&mut self, ino: u64) -> Option<&mut Node> {
+        self.nodes.get_mut(&ino)
+    }
+
+    /// The path below the mount root, `""` for the root, `a/b` below it.
+    pub fn path(&self, ino: u64) -> Option<String> {
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT {
+            let n = self.nodes.get(&cur)?;
+            parts.push(n.name.as_str());
+            cur = n.parent;
+        }
+        parts.reverse();
+        Some(parts.join("/"))
+    }
+
+    pub fn child(&self, parent: u64, name: &str) -> Option<u64> {
+        self.children.get(&(parent, name.to_string())).copied()
+    }
+
+    /// Records what is known of `parent/name` and returns its inode; a name whose kind
+    /// changed gets a new inode, since the kernel cannot change the type of one.
+    pub fn upsert(&mut self, parent: u64, name: &str, entry: &Entry, at: Option<Instant>) -> u64 {
+        if let Some(ino) = self.child(parent, name) {
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                if n.entry.kind == entry.kind {
+                    // A node this mount owns keeps its own view until it is given up, and
+                    // a listing taken before the node was last confirmed (an upload that
+                    // landed while the LIST ran) does not replace the newer view.
+                    let newer = match (n.validated, at) {
+                        (Some(v), Some(a)) => a >= v,
+                        (Some(_), None) => true,
+                        (None, _) => false,
+                    };
+                    if newer {
+                        n.entry = entry.clone();
+                        n.validated = at;
+                    }
+                    return ino;
+                }
+            }
+            self.detach(parent, name);
+        }
+        let ino = self.next;
+        self.next += 1;
+        self.nodes
+            .insert(ino, Node::new(parent, name, entry.clone(), at));
+        self.children.insert((parent, name.to_string()), ino);
+        if let Some(p) = self.nodes.get_mut(&parent) {
+            p.negative.remove(name);
+        }
+        ino
+    }
+
+    /// Forgets the name; the inode itself lives on until the kernel forgets it.
+    pub fn detach(&mut self, parent: u64, name: &str) -> Option<u64> {
+        let ino = self.children.remove(&(parent, name.to_string()))?;
+        if let Some(n) = self.nodes.get(&ino) {
+            if n.lookups == 0 && n.open == 0 {
+                self.nodes.remove(&ino);
+            }
+        }
+        Some(ino)
+    }
+
+    pub fn add_negative(&mut self, parent: u64, name: &str) {
+        if let Some(p) = self.nodes.get_mut(&parent) {
+            if p.negative.len() >= MAX_NEGATIVE {
+                p.negative.clear();
+            }
+            p.negative.insert(name.to_string(), Instant::now());
+        }
+    }
+
+    pub fn forget(&mut self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let remove = match self.nodes.get_mut(&ino) {
+            Some(node) => {
+                node.lookups = node.lookups.saturating_sub(n);
+                node.lookups == 0 && node.open == 0
+            }
+            None => false,
+        };
+        if remove {
+            self.remove_if_unreferenced(ino);
+        }
+    }
+
+    pub fn remove_if_unreferenced(&mut self, ino: u64) {
+        let Some(node) = self.nodes.get(&ino) else {
+            return;
+        };
+        if ino == ROOT || node.lookups > 0 || node.open > 0 {
+            return;
+        }
+        let key = (node.parent, node.name.clone());
+        if self.children.get(&key) == Some(&ino) {
+            // Names this mount created stay known until they are removed.
+            if node.validated.is_none() {
+                return;
+            }
+            self.children.remove(&key);
+        }
+        self.nodes.remove(&ino);
+    }
+
+    /// Moves a node to a new name; whatever held that name is detached first.
+    pub fn rename(&mut self, ino: u64, new_parent: u64, new_name: &str) {
+        self.detach(new_parent, new_name);
+        if let Some(n) = self.nodes.get(&ino) {
+            let old = (n.parent, n.name.clone());
+            if self.children.get(&old) == Some(&ino) {
+                self.children.remove(&old);
+            }
+        }
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.parent = new_parent;
+            n.name = new_name.to_string();
+        }
+        self.children
+            .insert((new_parent, new_name.to_string()), ino);
+        // The rename looked the new name up first, which may have left a negative entry.
+        if let Some(p) = self.nodes.get_mut(&new_parent) {
+            p.negative.remove(new_name);
+        }
+    }
+
+    /// Makes `ino` the node of `parent/name` (a node this mount just created).
+    pub fn attach(&mut self, parent: u64, name: &str, ino: u64) {
+        self.children.insert((parent, name.to_string()), ino);
+    }
+
+    pub fn new_node(&mut self, parent: u64, name: &str, entry: Entry) -> u64 {
+        self.detach(parent, name);
+        let ino = self.upsert(parent, name, &entry, None);
+        if let Some(p) = self.nodes.get_mut(&parent) {
+            p.negative.remove(name);
+        }
+        ino
+    }
+
+    /// Whether `ino` is `anc` or lies below it.
+    pub fn is_within(&self, mut ino: u64, anc: u64) -> bool {
+        loop {
+            if ino == anc {
+                return true;
+            }
+            if ino == ROOT {
+                return false;
+            }
+            match self.nodes.get(&ino) {
+                Some(n) => ino = n.parent,
+                None => return false,
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}

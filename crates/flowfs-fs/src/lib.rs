@@ -1,0 +1,16 @@
+//! flowfs-fs: the file system core (namespace, reads with read-ahead, disk cache) and
+//! its FUSE adapter. Only `fuse` names fuser; everything else is testable without it.
+
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod fs;
+pub mod fuse;
+pub mod inode;
+pub mod read;
+pub mod write;
+
+pub use config::FsConfig;
+pub use error::{FsError, Result};
+pub use fs::{Attr, DirItem, Fs};
+pub use inode::Kind;

@@ -1,0 +1,386 @@
+//! The write side: staging files on local disk, the journal that lets a later mount
+//! finish what a killed one had not uploaded, and the upload of one staged file (one PUT
+//! when small, a parallel multipart upload when large; a failed multipart upload is
+//! aborted, so no partial object is ever visible).
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flowfs_client::{ClientError, CompletedPart, ObjectClient};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, Semaphore};
+
+#[derive(Debug, Default)]
+pub struct StagedState {
+    pub size: u64,
+    /// Bumped by every change of content or size.
+    pub gen: u64,
+    /// The generation the bucket holds.
+    pub durable_gen: u64,
+    pub writers: u32,
+    pub queued: bool,
+    pub uploading: bool,
+    /// An upload was asked for (fsync, close) while one was in flight: the one in flight
+    /// runs again when it ends, even with a writer still open.
+    pub rerun: bool,
+    pub error: Option<String>,
+    pub deleted: bool,
+    /// Key written in the journal record, if there is one.
+    pub journaled: Option<String>,
+}
+
+impl StagedState {
+    pub fn dirty(&self) -> bool {
+        self.gen != self.durable_gen
+    }
+}
+
+/// A file whose content lives on local disk until it is durable in the bucket.
+pub struct Staged {
+    pub id: u64,
+    data: PathBuf,
+    rec: PathBuf,
+    pub file: File,
+    pub st: Mutex<StagedState>,
+    pub done: Notify,
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Staged({})", self.id)
+    }
+}
+
+impl Staged {
+    pub fn read_at(&self, off: u64, len: usize) -> io::Result<Vec<u8>> {
+        let size = self.st.lock().size;
+        if off >= size {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; len.min((size - off) as usize)];
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.file.read_at(&mut buf[done..], off + done as u64)?;
+            if n == 0 {
+                // A sparse tail beyond what was written reads as zeros.
+                break;
+            }
+            done += n;
+        }
+        Ok(buf)
+    }
+
+    pub fn write_at(&self, off: u64, data: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(data, off)?;
+        let mut st = self.st.lock();
+        st.size = st.size.max(off + data.len() as u64);
+        st.gen += 1;
+        Ok(())
+    }
+
+    pub fn set_len(&self, size: u64) -> io::Result<()> {
+        // Under the lock: an upload whose read fails because of this truncation must
+        // find the generation already bumped (it then retries instead of failing).
+        let mut st = self.st.lock();
+        self.file.set_len(size)?;
+        st.size = size;
+        st.gen += 1;
+        Ok(())
+    }
+}
+
+/// The staging directory of one mount, locked while the mount lives so that another
+/// mount sharing the cache dir never takes its files for orphans.
+pub struct Staging {
+    dir: PathBuf,
+    _lock: File,
+    next: AtomicU64,
+}
+
+fn try_lock(f: &File) -> bool {
+    // SAFETY: flock on an fd we own.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+fn write_record(path: &Path, bucket: &str, key: &str) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, format!("{bucket}\n{key}\n"))?;
+    fs::rename(tmp, path)
+}
+
+/// A staged file left by a mount that died before uploading it.
+#[derive(Debug)]
+pub struct Orphan {
+    pub key: String,
+    pub data: PathBuf,
+    rec: PathBuf,
+}
+
+impl Orphan {
+    pub fn forget(&self) {
+        let _ = fs::remove_file(&self.rec);
+        let _ = fs::remove_file(&self.data);
+        if let Some(d) = self.rec.parent() {
+            let _ = fs::remove_file(d.join("lock"));
+            let _ = fs::remove_dir(d);
+        }
+    }
+}
+
+impl Staging {
+    pub fn open(cache_dir: &Path) -> io::Result<Staging> {
+        let root = cache_dir.join("staging");
+        fs::create_dir_all(&root)?;
+        let name = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
+        let dir = root.join(name);
+        fs::create_dir(&dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))?;
+        if !try_lock(&lock) {
+            return Err(io::Error::other("cannot lock the staging directory"));
+        }
+        Ok(Staging {
+            dir,
+            _lock: lock,
+            next: AtomicU64::new(1),
+        })
+    }
+
+    pub fn create(&self) -> io::Result<Arc<Staged>> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let data = self.dir.join(format!("{id}.data"));
+        let rec = self.dir.join(format!("{id}.rec"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&data)?;
+        Ok(Arc::new(Staged {
+            id,
+            data,
+            rec,
+            file,
+            st: Mutex::new(StagedState::default()),
+            done: Notify::new(),
+        }))
+    }
+
+    /// Records that `s` must reach `key`; a later mount uploads it if this one dies.
+    pub fn journal(&self, s: &Staged, bucket: &str, key: &str) -> io::Result<()> {
+        write_record(&s.rec, bucket, key)
+    }
+
+    pub fn unjournal(&self, s: &Staged) {
+        let _ = fs::remove_file(&s.rec);
+    }
+
+    /// Drops the staging file once its content is durable or deleted.
+    pub fn discard(&self, s: &Staged) {
+        let _ = fs::remove_file(&s.rec);
+        let _ = fs::remove_file(&s.data);
+    }
+
+    /// Staged files of dead mounts for `bucket`, found under `cache_dir`.
+    pub fn orphans(&self, cache_dir: &Path, bucket: &str) -> Vec<Orphan> {
+        let mut out = Vec::new();
+        let Ok(dirs) = fs::read_dir(cache_dir.join("staging")) else {
+            return out;
+        };
+        for d in dirs.flatten() {
+            let dir = d.path();
+            if dir == self.dir {
+                continue;
+            }
+            let Ok(lock) = File::open(dir.join("lock")) else {
+                let _ = fs::remove_dir(&dir);
+                continue;
+            };
+            if !try_lock(&lock) {
+                continue; // a live mount owns it
+            }
+            let Ok(files) = fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut recs = 0;
+            for f in files.flatten() {
+                let p = f.path();
+                if p.extension().is_some_and(|e| e == "rec") {
+                    recs += 1;
+                    let Ok(text) = fs::read_to_string(&p) else {
+                        continue;
+                    };
+                    let mut lines = text.lines();
+                    if let (Some(b), Some(k)) = (lines.next(), lines.next()) {
+                        if b == bucket && p.with_extension("data").exists() {
+                            out.push(Orphan {
+                                key: k.to_string(),
+                                data: p.with_extension("data"),
+                                rec: p,
+                            });
+                        }
+                    }
+                }
+            }
+            if recs == 0 {
+                let _ = fs::remove_dir_all(&dir);
+            }
+        }
+        out
+    }
+
+    /// Removes the staging directory at a clean exit; records of failed uploads stay.
+    pub fn close(&self) {
+        let has_records = fs::read_dir(&self.dir)
+            .map(|r| {
+                r.flatten()
+                    .any(|f| f.path().extension().is_some_and(|e| e == "rec"))
+            })
+            .unwrap_or(false);
+        if !has_records {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Uploads `size` bytes of `file` to `key`. Parts of a large file go in parallel, each
+/// holding a permit of `parts` while its bytes are in memory: memory stays bounded.
+pub async fn upload_file(
+    client: &Arc<dyn ObjectClient>,
+    key: &str,
+    file: &File,
+    size: u64,
+    part_size: u64,
+    parts: &Arc<Semaphore>,
+    metadata: &HashMap<String, String>,
+) -> Result<String, ClientError> {
+    let read = |off: u64, len: u64| -> Result<Bytes, ClientError> {
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, off)
+            .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
+        Ok(Bytes::from(buf))
+    };
+    if size <= part_size {
+        let body = {
+            let _permit = parts
+                .acquire()
+                .await
+                .map_err(|e| ClientError::Other(e.to_string()))?;
+            read(0, size)?
+        };
+        return Ok(client.put(key, body, metadata).await?.etag);
+    }
+    let upload_id = client.create_multipart(key, metadata).await?;
+    let n = size.div_ceil(part_size);
+    let mut set = tokio::task::JoinSet::new();
+    let mut done = Vec::with_capacity(n as usize);
+    let mut failure = None;
+    for i in 0..n {
+        let permit = match parts.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(e) => {
+                failure = Some(ClientError::Other(e.to_string()));
+                break;
+            }
+        };
+        let off = i * part_size;
+        let body = match read(off, part_size.min(size - off)) {
+            Ok(b) => b,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        let (client, key, id) = (client.clone(), key.to_string(), upload_id.clone());
+        set.spawn(async move {
+            let r = client.upload_part(&key, &id, i as i32 + 1, body).await;
+            drop(permit);
+            r.map(|etag| CompletedPart {
+                part_number: i as i32 + 1,
+                etag,
+            })
+        });
+        // Collect finished parts as we go so that a failure stops the loop early.
+        while let Some(r) = set.try_join_next() {
+            match r {
+                Ok(Ok(p)) => done.push(p),
+                Ok(Err(e)) => failure = failure.or(Some(e)),
+                Err(e) => failure = failure.or(Some(ClientError::Other(e.to_string()))),
+            }
+        }
+        if failure.is_some() {
+            break;
+        }
+    }
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(p)) => done.push(p),
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(e) => failure = failure.or(Some(ClientError::Other(e.to_string()))),
+        }
+    }
+    if let Some(e) = failure {
+        if let Err(abort) = client.abort_multipart(key, &upload_id).await {
+            tracing::warn!(%key, "abort of a failed multipart upload failed: {abort}");
+        }
+        return Err(e);
+    }
+    done.sort_by_key(|p| p.part_number);
+    match client.complete_multipart(key, &upload_id, done).await {
+        Ok(r) => Ok(r.etag),
+        Err(e) => {
+            let _ = client.abort_multipart(key, &upload_id).await;
+            Err(e)
+        }
+    }
+}
+
+/// Downloads a whole object into a staging file (to modify a file in place).
+pub async fn download_into(
+    client: &Arc<dyn ObjectClient>,
+    key: &str,
+    etag: Option<&str>,
+    size: u64,
+    part_size: u64,
+    gets: &Arc<Semaphore>,
+    file: &File,
+) -> Result<(), ClientError> {
+    let mut set = tokio::task::JoinSet::new();
+    let mut off = 0;
+    while off < size {
+        let end = (off + part_size).min(size);
+        let (client, key, etag, gets) = (
+            client.clone(),
+            key.to_string(),
+            etag.map(str::to_string),
+            gets.clone(),
+        );
+        set.spawn(async move {
+            let _p = gets
+                .acquire_owned()
+                .await
+                .map_err(|e| ClientError::Other(e.to_string()))?;
+            client
+                .get_range(&key, off, end, etag.as_deref())
+                .await
+                .map(|b| (off, b))
+        });
+        off = end;
+    }
+    while let Some(r) = set.join_next().await {
+        let (off, data) = r.map_err(|e| ClientError::Other(e.to_string()))??;
+        file.write_all_at(&data, off)
+            .map_err(|e| ClientError::Other(format!("staging {key}: {e}")))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! The file system core over the in-memory store: no FUSE, no network.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flowfs_client::mock::{MockClient, Op};
+use flowfs_client::ClientError;
+use flowfs_fs::inode::ROOT;
+use flowfs_fs::{Fs, FsConfig, FsError, Kind};
+
+fn setup(cache: &std::path::Path, prefix: &str) -> (Arc<MockClient>, Arc<Fs>) {
+    let mock = Arc::new(MockClient::new());
+    let fs = fs_on(&mock, cache, prefix);
+    (mock, fs)
+}
+
+fn fs_on(mock: &Arc<MockClient>, cache: &std::path::Path, prefix: &str) -> Arc<Fs> {
+    let mut cfg = FsConfig::new("b", prefix, cache.to_path_buf());
+    cfg.part_size = 1 << 20;
+    cfg.metadata_ttl = Duration::from_secs(60);
+    Arc::new(Fs::new(cfg, mock.clone()).expect("fs"))
+}
+
+fn data(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+async fn read_all(fs: &Arc<Fs>, ino: u64) -> Vec<u8> {
+    let (fh, _) = fs.open(ino, false, false).await.expect("open");
+    let mut out = Vec::new();
+    loop {
+        let chunk = fs
+            .read(fh, out.len() as u64, 128 << 10)
+            .await
+            .expect("read");
+        if chunk.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    fs.release(fh).expect("release");
+    out
+}
+
+async fn path_ino(fs: &Arc<Fs>, path: &str) -> Result<u64, FsError> {
+    let mut ino = ROOT;
+    for part in path.split('/') {
+        ino = fs.lookup(ino, part).await?.ino;
+    }
+    Ok(ino)
+}
+
+async fn names(fs: &Arc<Fs>, ino: u64) -> Vec<String> {
+    let fh = fs.opendir(ino).expect("opendir");
+    let items = fs.readdir(ino, fh, 0, false).await.expect("readdir");
+    fs.releasedir(fh);
+    items
+        .into_iter()
+        .map(|i| i.name)
+        .filter(|n| n != "." && n != "..")
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_span_pages_and_directories_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    for i in 0..2500 {
+        mock.insert(&format!("wide/f{i:05}"), vec![1u8; i % 7]);
+    }
+    mock.insert("both", b"object".to_vec());
+    mock.insert("both/inner", b"x".to_vec());
+    mock.insert("marker/", Vec::new());
+    mock.insert("odd name +=&ü.txt", b"odd".to_vec());
+    let root = names(&fs, ROOT).await;
+    assert_eq!(root, vec!["both", "marker", "odd name +=&ü.txt", "wide"]);
+    let wide = path_ino(&fs, "wide").await.unwrap();
+    mock.reset_counts();
+    let listed = names(&fs, wide).await;
+    assert_eq!(listed.len(), 2500);
+    assert_eq!(mock.count(Op::List), 3, "three pages of 1,000");
+    let a = fs.lookup(wide, "f00013").await.unwrap();
+    assert_eq!(a.size, 13 % 7);
+    assert_eq!(mock.count(Op::Head), 0, "attributes come from the listing");
+    assert_eq!(fs.lookup(ROOT, "both").await.unwrap().kind, Kind::Dir);
+    assert_eq!(fs.lookup(ROOT, "marker").await.unwrap().kind, Kind::Dir);
+    assert!(matches!(
+        fs.lookup(ROOT, "missing").await,
+        Err(FsError::NotFound)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_are_exact_lazy_and_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "p");
+    let sizes = [
+        0usize,
+        1,
+        (1 << 20) - 1,
+        1 << 20,
+        (1 << 20) + 1,
+        (3 << 20) + 3,
+    ];
+    for (i, n) in sizes.iter().enumerate() {
+        mock.insert(&format!("p/f{i}"), data(*n, i as u8));
+    }
+    mock.insert("outside", b"not visible".to_vec());
+    for (i, n) in sizes.iter().enumerate() {
+        let ino = path_ino(&fs, &format!("f{i}")).await.unwrap();
+        assert_eq!(read_all(&fs, ino).await, data(*n, i as u8), "size {n}");
+    }
+    assert!(matches!(
+        fs.lookup(ROOT, "outside").await,
+        Err(FsError::NotFound)
+    ));
+
+    // A random 4 KiB read in a large object fetches one small chunk.
+    let big = data(40 << 20, 9);
+    mock.insert("p/big", big.clone());
+    let ino = path_ino(&fs, "big").await.unwrap();
+    let (fh, _) = fs.open(ino, false, false).await.unwrap();
+    fs.read(fh, 0, 4096).await.unwrap();
+    // Let the read-ahead that the first read started land before counting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    mock.reset_counts();
+    let got = fs.read(fh, 30 << 20, 4096).await.unwrap();
+    assert_eq!(got, big[30 << 20..(30 << 20) + 4096]);
+    assert!(
+        mock.get_bytes() <= 64 << 10,
+        "fetched {} bytes",
+        mock.get_bytes()
+    );
+    fs.release(fh).unwrap();
+
+    // Read twice: the second read fetches nothing.
+    let fresh = tempfile::tempdir().unwrap();
+    let fs2 = fs_on(&mock, fresh.path(), "p");
+    let ino = path_ino(&fs2, "big").await.unwrap();
+    mock.reset_counts();
+    assert_eq!(read_all(&fs2, ino).await, big);
+    let first = mock.get_bytes();
+    assert_eq!(
+        first,
+        big.len() as u64,
+        "sequential read fetches the object once"
+    );
+    assert_eq!(read_all(&fs2, ino).await, big);
+    assert_eq!(mock.get_bytes(), first, "second read comes from the cache");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_object_is_never_served_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let mut cfg = FsConfig::new("b", "", dir.path().to_path_buf());
+    cfg.metadata_ttl = Duration::from_millis(50);
+    let fs = Arc::new(Fs::new(cfg, mock.clone()).unwrap());
+    mock.insert("f", b"version one".to_vec());
+    let ino = path_ino(&fs, "f").await.unwrap();
+    assert_eq!(read_all(&fs, ino).await, b"version one");
+    mock.insert("f", b"version two!".to_vec());
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(read_all(&fs, ino).await, b"version two!");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_land_one_to_one_and_large_files_go_multipart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "run");
+    let small = data(1000, 1);
+    let (a, fh) = fs.create(ROOT, "small.txt", 0o644).await.unwrap();
+    fs.write(fh, 0, &small).unwrap();
+    // Read your writes before anything is uploaded.
+    assert_eq!(fs.read(fh, 0, 4096).await.unwrap(), small);
+    fs.release(fh).unwrap();
+
+    let big = data((3 << 20) + 5, 2);
+    let (_, fh) = fs.create(ROOT, "big.bin", 0o644).await.unwrap();
+    for (i, c) in big.chunks(256 << 10).enumerate() {
+        fs.write(fh, (i * (256 << 10)) as u64, c).unwrap();
+    }
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("run/small.txt").unwrap(), small);
+    assert_eq!(mock.object("run/big.bin").unwrap(), big);
+    assert!(mock.count(Op::UploadPart) >= 4);
+    assert_eq!(mock.open_uploads(), 0);
+    assert_eq!(read_all(&fs, a.ino).await, small);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_uploads_reach_fsync_and_are_kept_until_they_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    mock.fail(Op::Put, 0, ClientError::Transient("injected".into()), 1);
+    let (_, fh) = fs.create(ROOT, "out.txt", 0o644).await.unwrap();
+    fs.write(fh, 0, b"precious").unwrap();
+    assert!(matches!(fs.fsync(fh).await, Err(FsError::Io(_))));
+    assert!(matches!(fs.flush(fh), Err(FsError::Io(_))));
+    assert!(mock.object("out.txt").is_none());
+    // The next fsync tries again, and the data was never lost.
+    fs.fsync(fh).await.unwrap();
+    assert_eq!(mock.object("out.txt").unwrap(), b"precious".to_vec());
+    fs.release(fh).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_multipart_upload_is_aborted_and_never_visible() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    mock.fail(
+        Op::UploadPart,
+        1,
+        ClientError::Transient("injected".into()),
+        1_000,
+    );
+    let (_, fh) = fs.create(ROOT, "big", 0o644).await.unwrap();
+    fs.write(fh, 0, &data(3 << 20, 3)).unwrap();
+    fs.release(fh).unwrap();
+    let failed = fs.flush_all().await;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].starts_with("big:"));
+    assert!(mock.object("big").is_none());
+    assert_eq!(mock.open_uploads(), 0, "aborted");
+    mock.clear_faults();
+    assert!(fs.flush_all().await.is_empty(), "a second flush retries");
+    assert_eq!(mock.object("big").unwrap(), data(3 << 20, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_marker_becomes_visible_after_the_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    mock.set_latency(Duration::from_millis(20));
+    let task = fs.mkdir(ROOT, "task", 0o755).await.unwrap().ino;
+    let sub = fs.mkdir(task, "sub", 0o755).await.unwrap().ino;
+    for (parent, name, n) in [
+        (task, "a.bam", 3 << 20),
+        (sub, "b.vcf", 2000),
+        (task, "c.log", 10),
+    ] {
+        let (_, fh) = fs.create(parent, name, 0o644).await.unwrap();
+        fs.write(fh, 0, &data(n, 4)).unwrap();
+        fs.release(fh).unwrap();
+    }
+    let (_, fh) = fs.create(task, ".exitcode", 0o644).await.unwrap();
+    fs.write(fh, 0, b"0").unwrap();
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    let order = mock.visible_order();
+    let pos = |k: &str| {
+        order
+            .iter()
+            .position(|x| x == k)
+            .unwrap_or_else(|| panic!("{k} missing: {order:?}"))
+    };
+    let marker = pos("task/.exitcode");
+    for k in ["task/a.bam", "task/sub/b.vcf", "task/c.log"] {
+        assert!(pos(k) < marker, "{k} after the marker: {order:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_changes_move_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    mock.insert("d/x", b"x".to_vec());
+    mock.insert("d/sub/y", b"y".to_vec());
+    mock.insert("f", b"f".to_vec());
+    let d = path_ino(&fs, "d").await.unwrap();
+    assert!(matches!(fs.rmdir(ROOT, "d").await, Err(FsError::NotEmpty)));
+    fs.rename(ROOT, "d", ROOT, "e", false).await.unwrap();
+    assert_eq!(mock.object("e/sub/y").unwrap(), b"y".to_vec());
+    assert!(mock.object("d/x").is_none());
+    assert_eq!(names(&fs, d).await, vec!["sub", "x"]);
+    fs.rename(ROOT, "f", d, "g", false).await.unwrap();
+    assert_eq!(mock.object("e/g").unwrap(), b"f".to_vec());
+    fs.unlink(d, "g").await.unwrap();
+    assert!(mock.object("e/g").is_none());
+    assert!(matches!(fs.lookup(d, "g").await, Err(FsError::NotFound)));
+    let l = fs.symlink(ROOT, "link", "e/x").await.unwrap();
+    assert_eq!(fs.readlink(l.ino).await.unwrap(), "e/x");
+    assert_eq!(mock.object("link").unwrap(), b"e/x".to_vec());
+    // Another mount tells the symlink from a file by its listing and metadata.
+    let other = tempfile::tempdir().unwrap();
+    let fs2 = fs_on(&mock, other.path(), "");
+    let a = fs2.lookup(ROOT, "link").await.unwrap();
+    assert_eq!(a.kind, Kind::Symlink);
+    assert_eq!(fs2.readlink(a.ino).await.unwrap(), "e/x");
+    let m = fs.mkdir(ROOT, "empty", 0o755).await.unwrap();
+    assert_eq!(m.kind, Kind::Dir);
+    assert!(
+        mock.object("empty/").is_some(),
+        "a marker keeps an empty directory"
+    );
+    fs.rmdir(ROOT, "empty").await.unwrap();
+    assert!(mock.object("empty/").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_mounts_staged_files_are_uploaded_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    {
+        let fs = fs_on(&mock, dir.path(), "");
+        mock.fail(
+            Op::Put,
+            0,
+            ClientError::Transient("server down".into()),
+            1000,
+        );
+        let (_, fh) = fs.create(ROOT, "result.txt", 0o644).await.unwrap();
+        fs.write(fh, 0, b"computed for hours").unwrap();
+        fs.release(fh).unwrap();
+        assert_eq!(fs.flush_all().await.len(), 1);
+        // Dropped without a clean shutdown: as after kill -9.
+    }
+    let mock2 = Arc::new(MockClient::new());
+    let fs = fs_on(&mock2, dir.path(), "");
+    let (ok, failed) = fs.recover().await;
+    assert_eq!(ok, vec!["result.txt".to_string()]);
+    assert!(failed.is_empty());
+    assert_eq!(
+        mock2.object("result.txt").unwrap(),
+        b"computed for hours".to_vec()
+    );
+    assert!(fs.recover().await.0.is_empty(), "recovered once");
+}

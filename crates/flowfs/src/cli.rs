@@ -1,0 +1,270 @@
+//! Command-line surface. Options read like mount-s3 and rclone; the cache options can
+//! also come from `FLOWFS_*` environment variables (handy in containers).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "flowfs",
+    version,
+    about = "Mount S3-compatible object storage as a fast local file system for workflow tasks",
+    long_about = "flowfs mounts an S3 bucket (or a prefix of one) as a POSIX file system.\n\
+        Reads are lazy, ranged and prefetched; a local disk cache keeps what was read.\n\n\
+        Credentials, region and endpoint come from the standard AWS sources:\n\
+        AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_REGION,\n\
+        AWS_ENDPOINT_URL, AWS_PROFILE with ~/.aws/config and ~/.aws/credentials,\n\
+        then container and instance roles."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Mount s3://BUCKET[/PREFIX] at DIR
+    Mount(MountArgs),
+    /// Flush everything the mount at DIR still holds, then unmount it
+    Unmount(UnmountArgs),
+    /// Mount, run a task command, flush its outputs, unmount (a task wrapper)
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(
+    after_help = "Exit status: the command's own, or 196 when a mount failed, or 197 when the\n\
+    command's outputs could not be made durable (the files are named on stderr).\n\n\
+    Example (a Nextflow task in a container):\n  \
+    flowfs run --mount s3://my-bucket/work=/work -- bash /work/ab/12cd/.command.run"
+)]
+pub struct RunArgs {
+    /// s3://BUCKET[/PREFIX]=DIR to mount for the command (repeatable; DIR is created)
+    #[arg(
+        long = "mount",
+        value_name = "s3://BUCKET[/PREFIX]=DIR",
+        required = true
+    )]
+    pub mounts: Vec<String>,
+    /// Options given to every mount, as for `flowfs mount`
+    #[command(flatten)]
+    pub opts: MountOptions,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(after_help = "Examples:\n  \
+    flowfs mount s3://my-bucket /mnt/data\n  \
+    flowfs mount s3://my-bucket/runs/42 ./work --cache-dir /scratch/flowfs --cache-size 50G\n  \
+    AWS_ENDPOINT_URL=http://127.0.0.1:8333 flowfs mount s3://test ./mnt --read-only\n  \
+    flowfs unmount /mnt/data")]
+pub struct MountArgs {
+    /// Bucket to mount, with an optional key prefix: s3://BUCKET[/PREFIX]
+    #[arg(value_name = "s3://BUCKET[/PREFIX]")]
+    pub source: String,
+    /// Empty directory to mount on
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+
+    #[command(flatten)]
+    pub opts: MountOptions,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MountOptions {
+    /// Directory of the local disk cache [default: $XDG_CACHE_HOME/flowfs or $TMPDIR/flowfs-cache-UID]
+    #[arg(
+        long,
+        value_name = "D",
+        env = "FLOWFS_CACHE_DIR",
+        help_heading = "Caching"
+    )]
+    pub cache_dir: Option<PathBuf>,
+    /// Largest size of the disk cache (e.g. 512M, 20G)
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "10G",
+        env = "FLOWFS_CACHE_SIZE",
+        help_heading = "Caching"
+    )]
+    pub cache_size: String,
+    /// Seconds that file attributes and directory listings are trusted without asking the server
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 1.0,
+        env = "FLOWFS_METADATA_TTL",
+        help_heading = "Caching"
+    )]
+    pub metadata_ttl: f64,
+
+    /// Refuse every change (writes, creates, deletes) with EROFS
+    #[arg(long, help_heading = "Mount options")]
+    pub read_only: bool,
+    /// Stay in the foreground; unmount cleanly on SIGINT or SIGTERM
+    #[arg(short, long, help_heading = "Mount options")]
+    pub foreground: bool,
+    /// Let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)
+    #[arg(long, help_heading = "Mount options")]
+    pub allow_other: bool,
+    /// Permission bits of files
+    #[arg(
+        long,
+        value_name = "OCTAL",
+        default_value = "644",
+        help_heading = "Mount options"
+    )]
+    pub file_mode: String,
+    /// Permission bits of directories
+    #[arg(
+        long,
+        value_name = "OCTAL",
+        default_value = "755",
+        help_heading = "Mount options"
+    )]
+    pub dir_mode: String,
+    /// FUSE worker threads
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4,
+        help_heading = "Mount options"
+    )]
+    pub fuse_threads: usize,
+
+    /// S3 endpoint URL; a custom endpoint uses path-style requests [env: AWS_ENDPOINT_URL]
+    #[arg(long, value_name = "URL", help_heading = "Object storage")]
+    pub endpoint_url: Option<String>,
+    /// Region of the bucket [env: AWS_REGION, default: us-east-1]
+    #[arg(long, value_name = "R", help_heading = "Object storage")]
+    pub region: Option<String>,
+    /// Part size of ranged reads and multipart uploads (e.g. 8M)
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "8M",
+        help_heading = "Object storage"
+    )]
+    pub part_size: String,
+    /// GET requests in flight at once (reads and read-ahead)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        help_heading = "Object storage"
+    )]
+    pub max_concurrency: usize,
+    /// Upload parts (or small files) in flight at once; each holds up to a part in memory
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 8,
+        help_heading = "Object storage"
+    )]
+    pub max_upload_concurrency: usize,
+    /// How far ahead of a sequential reader to fetch (e.g. 64M)
+    #[arg(
+        long,
+        value_name = "SIZE",
+        default_value = "64M",
+        help_heading = "Object storage"
+    )]
+    pub max_readahead: String,
+    /// Attempts per request before an error is returned
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 6,
+        help_heading = "Object storage"
+    )]
+    pub max_attempts: u32,
+
+    /// File name uploaded only after every file closed before it in its directory tree
+    /// is durable (repeatable)
+    #[arg(
+        long = "completion-marker",
+        value_name = "NAME",
+        default_value = ".exitcode",
+        help_heading = "Workflows"
+    )]
+    pub completion_markers: Vec<String>,
+
+    /// Write the pid of the mount process here once the mount is ready
+    #[arg(long, value_name = "FILE", help_heading = "Logging")]
+    pub pid_file: Option<PathBuf>,
+    /// Log file (level from FLOWFS_LOG, e.g. info, debug) [default: stderr in the foreground, CACHE_DIR/flowfs.log otherwise]
+    #[arg(long, value_name = "FILE", help_heading = "Logging")]
+    pub log_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct UnmountArgs {
+    /// Mount point
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+/// `512K`, `8M`, `10G`, `1T` or plain bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?} (use e.g. 512M or 20G)"))?;
+    let mult: u64 = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return Err(format!("invalid size unit in {s:?} (use K, M, G or T)")),
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+/// `s3://bucket/prefix` into its bucket and prefix.
+pub fn parse_source(s: &str) -> Result<(String, String), String> {
+    let rest = s
+        .strip_prefix("s3://")
+        .ok_or_else(|| format!("source must look like s3://BUCKET[/PREFIX], got {s:?}"))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(format!("no bucket name in {s:?}"));
+    }
+    Ok((bucket.to_string(), prefix.trim_matches('/').to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8M"), Ok(8 << 20));
+        assert_eq!(parse_size("10G"), Ok(10 << 30));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("3X").is_err());
+    }
+
+    #[test]
+    fn sources() {
+        assert_eq!(parse_source("s3://b"), Ok(("b".into(), "".into())));
+        assert_eq!(parse_source("s3://b/p/q/"), Ok(("b".into(), "p/q".into())));
+        assert!(parse_source("b/p").is_err());
+        assert!(parse_source("s3:///p").is_err());
+    }
+}

@@ -1,0 +1,516 @@
+//! `flowfs mount`: checks, daemonizing, the FUSE session and the control socket.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use flowfs_client::s3::{S3Client, S3Config};
+use flowfs_client::{ClientError, ObjectClient};
+use flowfs_fs::fuse::FuseAdapter;
+use flowfs_fs::{Fs, FsConfig};
+
+use crate::cli::{parse_size, parse_source, MountArgs};
+use crate::control;
+
+/// Where a daemon tells the waiting parent that the mount is ready, or why not.
+struct Ready(Option<File>);
+
+impl Ready {
+    fn send(&mut self, msg: &str) {
+        if let Some(mut f) = self.0.take() {
+            let _ = f.write_all(msg.as_bytes());
+        }
+    }
+}
+
+pub fn mount(args: MountArgs) -> Result<()> {
+    let (bucket, prefix) = parse_source(&args.source).map_err(|e| anyhow!(e))?;
+    let dir = check_mountpoint(&args.dir)?;
+    if !Path::new("/dev/fuse").exists() {
+        bail!(
+            "/dev/fuse is missing: load the fuse module, or give the container --device /dev/fuse"
+        );
+    }
+    let mut cfg = FsConfig::new(&bucket, &prefix, cache_dir(&args)?);
+    cfg.cache_size = parse_size(&args.opts.cache_size).map_err(|e| anyhow!("--cache-size: {e}"))?;
+    cfg.part_size = parse_size(&args.opts.part_size).map_err(|e| anyhow!("--part-size: {e}"))?;
+    if cfg.part_size < (5 << 20) || cfg.part_size > (5 << 30) {
+        bail!("--part-size must be between 5M and 5G (the limits of S3 multipart uploads)");
+    }
+    cfg.max_readahead =
+        parse_size(&args.opts.max_readahead).map_err(|e| anyhow!("--max-readahead: {e}"))?;
+    if !(args.opts.metadata_ttl >= 0.0 && args.opts.metadata_ttl < 1e6) {
+        bail!("--metadata-ttl must be a number of seconds");
+    }
+    cfg.metadata_ttl = Duration::from_secs_f64(args.opts.metadata_ttl);
+    cfg.read_only = args.opts.read_only;
+    cfg.completion_markers = args.opts.completion_markers.clone();
+    cfg.max_gets = args.opts.max_concurrency.max(1);
+    cfg.max_uploads = args.opts.max_upload_concurrency.max(1);
+    cfg.file_mode = u16::from_str_radix(&args.opts.file_mode, 8)
+        .map_err(|_| anyhow!("--file-mode must be octal, like 644"))?;
+    cfg.dir_mode = u16::from_str_radix(&args.opts.dir_mode, 8)
+        .map_err(|_| anyhow!("--dir-mode must be octal, like 755"))?;
+    if args.opts.fuse_threads == 0 {
+        bail!("--fuse-threads must be at least 1");
+    }
+
+    if args.opts.foreground {
+        return serve(&args, cfg, &dir, Ready(None));
+    }
+    let mut fds = [0i32; 2];
+    // SAFETY: plain syscalls; no other thread exists yet, so fork is safe.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            bail!("pipe: {}", std::io::Error::last_os_error());
+        }
+        match libc::fork() {
+            -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+            0 => {
+                libc::close(fds[0]);
+                libc::setsid();
+                detach_stdio();
+                let mut ready = Ready(Some(File::from(OwnedFd::from_raw_fd(fds[1]))));
+                let code = match serve(&args, cfg, &dir, Ready(ready.0.take())) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        tracing::error!("{e:#}");
+                        1
+                    }
+                };
+                std::process::exit(code);
+            }
+            _ => {
+                libc::close(fds[1]);
+                let mut answer = String::new();
+                let _ = File::from(OwnedFd::from_raw_fd(fds[0])).read_to_string(&mut answer);
+                match answer.strip_prefix("OK") {
+                    Some(_) => Ok(()),
+                    None if answer.is_empty() => {
+                        bail!("the mount process exited before the mount was ready")
+                    }
+                    None => bail!("{}", answer.trim_start_matches("ERR ").trim()),
+                }
+            }
+        }
+    }
+}
+
+/// A daemon must not keep the caller's terminal or pipes open.
+fn detach_stdio() {
+    if let Ok(null) = OpenOptions::new().read(true).write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto the standard descriptors of this process.
+        unsafe {
+            for fd in 0..3 {
+                libc::dup2(null.as_raw_fd(), fd);
+            }
+        }
+    }
+}
+
+fn cache_dir(args: &MountArgs) -> Result<PathBuf> {
+    let d = match &args.opts.cache_dir {
+        Some(d) => d.clone(),
+        None => match std::env::var_os("XDG_CACHE_HOME") {
+            Some(x) if !x.is_empty() => PathBuf::from(x).join("flowfs"),
+            // SAFETY: getuid cannot fail.
+            _ => std::env::temp_dir().join(format!("flowfs-cache-{}", unsafe { libc::getuid() })),
+        },
+    };
+    std::fs::create_dir_all(&d)
+        .with_context(|| format!("cannot create cache dir {}", d.display()))?;
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("cannot set permissions of cache dir {}", d.display()))?;
+    Ok(std::path::absolute(&d)?)
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// File system type of the mount at exactly `dir`, if one is there.
+pub fn mount_type(dir: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = dir.to_string_lossy();
+    info.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let sep = f.iter().position(|x| *x == "-")?;
+        (f.len() > sep + 1 && unescape_mountinfo(f.get(4)?) == want).then(|| f[sep + 1].to_string())
+    })
+}
+
+fn check_mountpoint(dir: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(dir)?;
+    if mount_type(&abs).is_some() {
+        bail!("{} is already a mount point", abs.display());
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => anyhow!("mount point {} does not exist", abs.display()),
+        _ => anyhow!("mount point {}: {e}", abs.display()),
+    })?;
+    if !meta.is_dir() {
+        bail!("mount point {} is not a directory", abs.display());
+    }
+    let canon = dir.canonicalize()?;
+    if mount_type(&canon).is_some() {
+        bail!("{} is already a mount point", canon.display());
+    }
+    if std::fs::read_dir(&canon)?.next().is_some() {
+        bail!("mount point {} is not empty", canon.display());
+    }
+    Ok(canon)
+}
+
+fn init_logging(args: &MountArgs, cache_dir: &Path) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLOWFS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let path = match (&args.opts.log_file, args.opts.foreground) {
+        (Some(p), _) => Some(p.clone()),
+        (None, true) => None,
+        (None, false) => Some(cache_dir.join("flowfs.log")),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    match path.and_then(|p| OpenOptions::new().create(true).append(true).open(p).ok()) {
+        Some(f) => {
+            let _ = builder.with_writer(Mutex::new(f)).try_init();
+        }
+        None => {
+            let _ = builder.with_writer(std::io::stderr).try_init();
+        }
+    }
+}
+
+fn describe(e: &ClientError, bucket: &str, endpoint: &str) -> String {
+    let one_line = |s: String| s.replace(['\n', '\r'], " ");
+    one_line(match e {
+        ClientError::NoSuchBucket(_) => format!("bucket {bucket} does not exist (at {endpoint})"),
+        ClientError::NotFound(_) => format!("bucket {bucket} does not exist (at {endpoint})"),
+        ClientError::AccessDenied(m) => format!(
+            "access to bucket {bucket} denied ({m}); check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...) and the bucket policy"
+        ),
+        ClientError::Unreachable(m) => format!("cannot reach the S3 endpoint {endpoint}: {m}"),
+        other => format!("cannot use bucket {bucket} at {endpoint}: {other}"),
+    })
+}
+
+/// Coordinates the end of the mount between the control socket, signals and the
+/// session loop.
+#[derive(Default)]
+struct Shutdown {
+    finished: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Shutdown {
+    fn finish(&self) {
+        *self.finished.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cv.notify_all();
+    }
+    fn wait(&self, timeout: Duration) -> bool {
+        let g = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        let (g, _) = self
+            .cv
+            .wait_timeout_while(g, timeout, |f| !*f)
+            .unwrap_or_else(|e| e.into_inner());
+        *g
+    }
+}
+
+/// Flushes and unmounts `dir`; the session loop then ends by itself. Files that could
+/// not be uploaded stay in the journal, and are named in the error.
+fn unmount_now(
+    fs: &Arc<Fs>,
+    rt: &tokio::runtime::Handle,
+    dir: &Path,
+) -> std::result::Result<(), String> {
+    let failed = rt.block_on(fs.flush_all());
+    umount(dir)?;
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "unmounted, but {} file(s) could not be uploaded; they are kept in the journal under {}/staging and the next mount with this cache dir uploads them: {}",
+        failed.len(),
+        fs.config().cache_dir.display(),
+        failed.join("; ")
+    ))
+}
+
+fn umount(dir: &Path) -> std::result::Result<(), String> {
+    let c =
+        std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: umount2 on a path we own.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EBUSY) => Err(format!(
+            "{} is busy: a process still uses it (see `fuser -m {}`)",
+            dir.display(),
+            dir.display()
+        )),
+        Some(libc::EPERM) => {
+            let st = std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg(dir)
+                .status();
+            match st {
+                Ok(s) if s.success() => Ok(()),
+                Ok(_) => Err(format!(
+                    "fusermount3 -u {} failed (is it busy?)",
+                    dir.display()
+                )),
+                Err(e) => Err(format!("cannot run fusermount3: {e}")),
+            }
+        }
+        _ => Err(format!("cannot unmount {}: {err}", dir.display())),
+    }
+}
+
+fn serve(args: &MountArgs, cfg: FsConfig, dir: &Path, mut ready: Ready) -> Result<()> {
+    init_logging(args, &cfg.cache_dir);
+    let r = serve_inner(args, cfg, dir, &mut ready);
+    if let Err(e) = &r {
+        ready.send(&format!("ERR {e:#}"));
+    }
+    r
+}
+
+fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_name("flowfs-io")
+        .enable_all()
+        .build()?;
+    let s3cfg = S3Config {
+        bucket: cfg.bucket.clone(),
+        endpoint_url: args.opts.endpoint_url.clone(),
+        region: args.opts.region.clone(),
+        max_attempts: args.opts.max_attempts,
+    };
+    let endpoint = args
+        .opts
+        .endpoint_url
+        .clone()
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+        .unwrap_or_else(|| "AWS S3".into());
+    let client = rt.block_on(S3Client::new(&s3cfg));
+    let check = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), client.check_bucket(&cfg.prefix)).await
+    });
+    match check {
+        Err(_) => bail!("no answer from the S3 endpoint {endpoint} within 30 s"),
+        Ok(Err(e)) => bail!("{}", describe(&e, &cfg.bucket, &endpoint)),
+        Ok(Ok(())) => {}
+    }
+    let read_only = cfg.read_only;
+    let fs = Arc::new(Fs::new(cfg, Arc::new(client))?);
+    // What a killed mount left staged goes up before this one serves anything.
+    let (recovered, unrecovered) = rt.block_on(fs.recover());
+    for k in &recovered {
+        tracing::warn!(key = %k, "recovered from the journal of an earlier mount and uploaded");
+    }
+    for k in &unrecovered {
+        tracing::error!("could not recover {k}; it stays in the journal");
+    }
+    let adapter = FuseAdapter::new(fs.clone(), rt.handle().clone());
+
+    let mut opts = vec![
+        fuser::MountOption::FSName(format!("flowfs:{}", args.source)),
+        fuser::MountOption::Subtype("flowfs".into()),
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+        fuser::MountOption::NoAtime,
+    ];
+    if read_only {
+        opts.push(fuser::MountOption::RO);
+    }
+    let mut fcfg = fuser::Config::default();
+    // SAFETY: getuid cannot fail.
+    let root = unsafe { libc::getuid() } == 0;
+    let allow_other_ok = root
+        || std::fs::read_to_string("/etc/fuse.conf")
+            .is_ok_and(|c| c.lines().any(|l| l.trim() == "user_allow_other"));
+    if args.opts.allow_other {
+        if !allow_other_ok {
+            bail!("--allow-other needs user_allow_other in /etc/fuse.conf");
+        }
+        fcfg.acl = fuser::SessionACL::All;
+    } else if allow_other_ok {
+        // allow_root is what auto_unmount needs; a mount stays private to its user.
+        fcfg.acl = fuser::SessionACL::RootAndOwner;
+    }
+    let fusermount = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").exists()));
+    if fcfg.acl != fuser::SessionACL::Owner && fusermount {
+        // If this process dies, fusermount3 removes the mount: never a dead mount left.
+        opts.push(fuser::MountOption::AutoUnmount);
+    }
+    fcfg.mount_options = opts;
+    fcfg.n_threads = Some(args.opts.fuse_threads);
+    fcfg.clone_fd = true;
+
+    control::ensure_runtime_dir().context("cannot create the control socket directory")?;
+    let sock = control::socket_path(dir);
+    if sock.exists() && std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        let _ = std::fs::remove_file(&sock);
+    }
+    let listener =
+        UnixListener::bind(&sock).with_context(|| format!("control socket {}", sock.display()))?;
+
+    let session = fuser::Session::new(adapter, dir, &fcfg)
+        .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+
+    let shutdown = Arc::new(Shutdown::default());
+    {
+        let (fs, dir, shutdown, handle) = (
+            fs.clone(),
+            dir.to_path_buf(),
+            shutdown.clone(),
+            rt.handle().clone(),
+        );
+        std::thread::Builder::new()
+            .name("flowfs-control".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    let Ok(mut conn) = conn else { continue };
+                    let mut line = String::new();
+                    let _ =
+                        std::io::BufRead::read_line(&mut std::io::BufReader::new(&conn), &mut line);
+                    let answer = match line.trim() {
+                        "unmount" => {
+                            let notes: String = fs
+                                .recovered()
+                                .iter()
+                                .map(|k| format!("NOTE recovered {k} from the journal of an earlier mount and uploaded it\n"))
+                                .collect();
+                            let r = unmount_now(&fs, &handle, &dir);
+                            // Once unmounted, the answer waits for the session to end.
+                            let gone = mount_type(&dir).is_none()
+                                && shutdown.wait(Duration::from_secs(60));
+                            let last = match r {
+                                Ok(()) if gone => "OK".to_string(),
+                                Ok(()) => "ERR the file system did not stop within 60 s".to_string(),
+                                Err(e) => format!("ERR {e}"),
+                            };
+                            format!("{notes}{last}")
+                        }
+                        "ping" => "OK".to_string(),
+                        other => format!("ERR unknown command {other:?}"),
+                    };
+                    let _ = conn.write_all(format!("{answer}\n").as_bytes());
+                }
+            })?;
+    }
+    {
+        let (fs, dir, handle) = (fs.clone(), dir.to_path_buf(), rt.handle().clone());
+        rt.spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return;
+            };
+            loop {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+                let (fs2, dir2, handle2) = (fs.clone(), dir.clone(), handle.clone());
+                let r =
+                    tokio::task::spawn_blocking(move || unmount_now(&fs2, &handle2, &dir2)).await;
+                match r {
+                    Ok(Ok(())) => break,
+                    Ok(Err(e)) => {
+                        tracing::error!("{e}");
+                        if mount_type(&dir).is_none() {
+                            break;
+                        }
+                    }
+                    Err(e) => tracing::error!("{e}"),
+                }
+            }
+        });
+    }
+    if let Some(p) = &args.opts.pid_file {
+        std::fs::write(p, format!("{}\n", std::process::id()))
+            .with_context(|| format!("cannot write pid file {}", p.display()))?;
+    }
+    ready.send("OK");
+    let result = session.run();
+    fs.shutdown();
+    // The socket goes first, so that a new mount of this directory can start at once.
+    let _ = std::fs::remove_file(&sock);
+    if let Some(p) = &args.opts.pid_file {
+        let _ = std::fs::remove_file(p);
+    }
+    shutdown.finish();
+    // Give the control thread a moment to answer the `flowfs unmount` that asked.
+    std::thread::sleep(Duration::from_millis(50));
+    rt.shutdown_timeout(Duration::from_secs(2));
+    result.map_err(|e| anyhow!("FUSE session: {e}"))
+}
+
+pub fn unmount(dir: &Path) -> Result<()> {
+    let abs = std::path::absolute(dir)?;
+    let dir = abs.canonicalize().unwrap_or(abs);
+    match control::request(&dir, "unmount", None) {
+        Ok(a) => {
+            let mut last = "";
+            for line in a.lines() {
+                match line.strip_prefix("NOTE ") {
+                    Some(note) => eprintln!("flowfs: {note}"),
+                    None => last = line,
+                }
+            }
+            if last == "OK" {
+                Ok(())
+            } else {
+                bail!("{}", last.trim_start_matches("ERR "))
+            }
+        }
+        Err(_) => match mount_type(&dir) {
+            Some(t) if t == "fuse.flowfs" || t == "fuse" => {
+                let st = std::process::Command::new("fusermount3")
+                    .arg("-u")
+                    .arg("-z")
+                    .arg(&dir)
+                    .status();
+                match st {
+                    Ok(s) if s.success() => bail!(
+                        "the flowfs process of {} was gone; removed its dead mount (what it had not uploaded is in its cache dir journal)",
+                        dir.display()
+                    ),
+                    _ => bail!("the flowfs process of {} is gone and fusermount3 -u failed", dir.display()),
+                }
+            }
+            Some(t) => bail!("{} is a {t} mount, not a flowfs mount", dir.display()),
+            None => bail!("{} is not mounted", dir.display()),
+        },
+    }
+}

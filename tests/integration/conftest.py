@@ -1,0 +1,248 @@
+"""Fixtures: a session SeaweedFS, unique buckets, a counting proxy, and flowfs mounts that
+are always unmounted.
+
+Environment:
+  FLOWFS_BIN        the flowfs binary (default: target/release/flowfs of this repo)
+  FLOWFS_IT_KEEP=1  keep the session temp dir (server data, flowfs logs) for debugging
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from flowfs_mount import (  # noqa: E402
+    SESSION_PID_FILE,
+    TMP_PREFIX,
+    Mount,
+    cleanup_all,
+    flowfs_bin,
+    proc_mounts,
+    start_mount,
+    sweep_stale_mounts,
+    sweep_stale_session_dirs,
+)
+from helpers import MiB, payload, put_many, sha256, upload_large  # noqa: E402
+from s3proxy import CountingProxy  # noqa: E402
+from seaweed import SeaweedServer, _kill_live_groups  # noqa: E402
+
+
+
+_INTERRUPTED = threading.Event()
+
+
+def _hard_cleanup_and_exit(signum: int) -> None:
+    cleanup_all()  # unmount everything this session mounted
+    _kill_live_groups()  # weed mini and other process groups we started
+    os._exit(128 + signum)
+
+
+def _to_interrupt(signum, frame):  # noqa: ARG001
+    """First SIGTERM/SIGHUP: unwind like Ctrl-C so fixture finalizers run; if that has not
+    finished in 30 s (or a second signal comes), clean up directly and exit."""
+    if _INTERRUPTED.is_set():
+        _hard_cleanup_and_exit(signum)
+    _INTERRUPTED.set()
+
+    def later():
+        time.sleep(30)
+        _hard_cleanup_and_exit(signum)
+
+    threading.Thread(target=later, name="hard-exit", daemon=True).start()
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_flowfs: the test mounts the flowfs binary")
+    # A SIGTERM/SIGHUP (CI timeout, closed terminal) unwinds like Ctrl-C, so fixture
+    # finalizers unmount and stop servers; atexit handlers are the last net.
+    signal.signal(signal.SIGTERM, _to_interrupt)
+    signal.signal(signal.SIGHUP, _to_interrupt)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "mount" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.needs_flowfs)
+
+
+# ------------------------------------------------------------------ session-level pieces
+
+@pytest.fixture(scope="session")
+def session_dir():
+    tmp_root = tempfile.gettempdir()
+    swept = sweep_stale_mounts(tmp_root)
+    if swept:
+        print(f"\nswept stale flowfs mounts from dead sessions: {swept}", file=sys.stderr)
+    sweep_stale_session_dirs(tmp_root)
+    d = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=tmp_root))
+    (d / SESSION_PID_FILE).write_text(str(os.getpid()))
+    yield d
+    cleanup_all()
+    still = [mp for _s, mp, _t, _o in proc_mounts() if mp.startswith(str(d))]
+    if still:  # never rmtree through a live mount
+        print(f"\nWARNING: mounts still present, leaving {d}: {still}", file=sys.stderr)
+    elif os.environ.get("FLOWFS_IT_KEEP") != "1":
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def seaweed(session_dir):
+    server = SeaweedServer(session_dir / "seaweed")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(seaweed):
+    """boto3 client straight to the server (never through flowfs)."""
+    return seaweed.client()
+
+
+def _bucket_name(hint: str) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", hint.lower()).strip("-")[:40].strip("-") or "t"
+    return f"it-{base}-{secrets.token_hex(4)}"
+
+
+def create_bucket(s3, hint: str) -> str:
+    name = _bucket_name(hint)
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def bucket(s3, request):
+    """A fresh, empty bucket for this test."""
+    return create_bucket(s3, request.node.name)
+
+
+@pytest.fixture
+def proxy(seaweed):
+    """A counting proxy in front of the server, new for each test (counters start at 0)."""
+    p = CountingProxy(seaweed.endpoint).start()
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def work_dir(session_dir, request):
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:60]
+    d = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=session_dir))
+    return d
+
+
+# ------------------------------------------------------------------ flowfs mounts
+
+@pytest.fixture(scope="session")
+def flowfs_binary():
+    path = flowfs_bin()
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.fail(f"flowfs binary not found at {path}: run `make build` or set FLOWFS_BIN", pytrace=False)
+    return path
+
+
+class MountFactory:
+    """mount(bucket, prefix=None, proxy=None, cache_dir=None, read_only=False,
+    foreground=False, extra=()) -> Mount. Every mount is unmounted at teardown."""
+
+    def __init__(self, seaweed: SeaweedServer, work_dir: Path):
+        self.seaweed = seaweed
+        self.work_dir = work_dir
+        self.mounts: list[Mount] = []
+
+    def new_mountpoint(self) -> Path:
+        mp = self.work_dir / f"mnt{len(self.mounts)}-{secrets.token_hex(2)}"
+        mp.mkdir()
+        return mp
+
+    def env(self, endpoint: str | None = None) -> dict[str, str]:
+        return self.seaweed.env(endpoint)
+
+    def __call__(self, bucket: str, prefix: str | None = None, *, proxy: CountingProxy | None = None,
+                 cache_dir: Path | None = None, read_only: bool = False, foreground: bool = False,
+                 extra: list[str] | tuple[str, ...] = (), mountpoint: Path | None = None) -> Mount:
+        endpoint = proxy.endpoint if proxy is not None else self.seaweed.endpoint
+        source = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
+        mp = mountpoint or self.new_mountpoint()
+        m = start_mount(source, mp, work_dir=self.work_dir / f"run{len(self.mounts)}", env=self.env(endpoint),
+                        endpoint=endpoint, cache_dir=cache_dir, read_only=read_only, foreground=foreground,
+                        extra=extra)
+        self.mounts.append(m)
+        return m
+
+    def close_all(self) -> None:
+        for m in reversed(self.mounts):
+            m.close()
+
+
+@pytest.fixture
+def mount(flowfs_binary, seaweed, work_dir, request):  # noqa: ARG001 - flowfs_binary checks the path
+    factory = MountFactory(seaweed, work_dir)
+    request.node._flowfs_factory = factory
+    yield factory
+    factory.close_all()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    factory = getattr(item, "_flowfs_factory", None)
+    if rep.failed and factory is not None and rep.when in ("call", "setup"):
+        secret = factory.seaweed.creds.secret_key
+        for i, m in enumerate(factory.mounts):
+            rep.sections.append((f"flowfs log (mount {i}: {m.source})", m.log_text(secret)[-6000:]))
+
+
+# ------------------------------------------------------------------ data helpers
+
+@dataclass
+class WideDir:
+    bucket: str
+    prefix: str  # "wide/"
+    sizes: dict[str, int]  # name -> size
+
+
+WIDE_COUNT = 2100
+
+
+@pytest.fixture(scope="session")
+def wide_dir(s3):
+    """2,100 small objects of distinct sizes under one prefix (three listing pages)."""
+    b = create_bucket(s3, "wide")
+    sizes = {f"f{i:05d}.dat": (i * 7919) % 4099 for i in range(WIDE_COUNT)}
+    put_many(s3, b, {f"wide/{n}": payload(sz, n) for n, sz in sizes.items()}, threads=16)
+    return WideDir(b, "wide/", sizes)
+
+
+@dataclass
+class BigObject:
+    bucket: str
+    key: str
+    data: bytes
+    sha256: str
+
+
+@pytest.fixture(scope="session")
+def big_object(s3):
+    """One 256 MiB object (multipart upload), its bytes kept for comparisons."""
+    b = create_bucket(s3, "big")
+    data = payload(256 * MiB, "big-256")
+    upload_large(s3, b, "data/big.bin", data)
+    head = s3.head_object(Bucket=b, Key="data/big.bin")
+    assert head["ContentLength"] == len(data)
+    return BigObject(b, "data/big.bin", data, sha256(data))

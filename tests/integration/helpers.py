@@ -1,0 +1,61 @@
+"""Data helpers shared by the tests (deterministic payloads, hashes, uploads)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import io
+import random
+
+MiB = 1024 * 1024
+
+
+def payload(size: int, seed: int | str) -> bytes:
+    """Deterministic pseudo-random bytes (randbytes is limited to < 256 MiB per call)."""
+    rng = random.Random(seed)
+    if size <= 16 * MiB:
+        return rng.randbytes(size)
+    return b"".join(rng.randbytes(min(16 * MiB, size - off)) for off in range(0, size, 16 * MiB))
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path, bufsize: int = 4 * MiB) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            b = f.read(bufsize)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def put_many(s3, bucket: str, objects: dict[str, bytes], threads: int = 16) -> None:
+    """PUT many objects: sequentially and in key order first the objects that share a name
+    with a directory (`x` before `x/...`: SeaweedFS stores objects in a filer tree, and
+    creating `x` after `x/` exists takes a slow locked path) and the first object of every
+    parent directory; then the rest in parallel."""
+    ancestors = set()
+    first: dict[str, str] = {}
+    for k in sorted(objects):
+        parts = k.rstrip("/").split("/")
+        ancestors.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        first.setdefault("/".join(parts[:-1]), k)
+    seq = set(first.values()) | {k for k in objects if not k.endswith("/") and k in ancestors}
+    for k in sorted(seq):
+        s3.put_object(Bucket=bucket, Key=k, Body=objects[k])
+    rest = [k for k in objects if k not in seq]
+    with concurrent.futures.ThreadPoolExecutor(threads) as ex:
+        futs = [ex.submit(s3.put_object, Bucket=bucket, Key=k, Body=objects[k]) for k in rest]
+        for f in futs:
+            f.result()
+
+
+def upload_large(s3, bucket: str, key: str, data: bytes, part_size: int = 16 * MiB) -> None:
+    from boto3.s3.transfer import TransferConfig
+
+    cfg = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size, max_concurrency=4)
+    s3.upload_fileobj(io.BytesIO(data), bucket, key, Config=cfg)

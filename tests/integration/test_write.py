@@ -1,0 +1,618 @@
+"""The write path through a real FUSE mount on the real server (issue 3): errno values,
+durability (fsync, unmount), no partial objects, read-your-writes and mmap, and renames.
+Objects are always checked with boto3 straight to the server."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import mmap
+import os
+import stat
+import threading
+import time
+
+import pytest
+
+import s3proxy as P
+from flowfs_mount import errno_of
+from helpers import MiB, payload, put_many, sha256
+from write_helpers import delaying_proxy, list_keys, object_bytes, snapshot, wait_object
+
+
+def _write(path, data: bytes, chunk: int = MiB) -> None:
+    with open(path, "wb") as f:
+        for i in range(0, len(data), chunk):
+            f.write(data[i:i + chunk])
+
+
+def _fsync_write(path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        for i in range(0, len(data), MiB):
+            os.write(fd, data[i:i + MiB])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------ errno values
+
+
+def test_errno_values(mount, bucket, s3):
+    # some objects flowfs has never seen, put straight into the bucket
+    put_many(s3, bucket, {"remote/full/child.txt": b"child\n", "remote/file.txt": b"file\n"})
+    m = mount(bucket)
+    os.makedirs(m / "d/sub")
+    (m / "d/staged.txt").write_bytes(b"staged\n")
+    os.mkdir(m / "only_subdir")
+    os.mkdir(m / "only_subdir/inner")
+    os.mkdir(m / "empty")
+    (m / "file.txt").write_bytes(b"hello\n")
+    _fsync_write(m / "durable.txt", b"durable\n")
+
+    # rmdir of a non-empty directory: ENOTEMPTY, whatever makes it non-empty
+    assert errno_of(os.rmdir, m / "d") == errno.ENOTEMPTY, "dir with a staged file"
+    assert errno_of(os.rmdir, m / "only_subdir") == errno.ENOTEMPTY, "dir with an empty subdir"
+    assert errno_of(os.rmdir, m / "remote/full") == errno.ENOTEMPTY, "dir whose child only the bucket has"
+    assert errno_of(os.rmdir, m / "file.txt") == errno.ENOTDIR
+    assert errno_of(os.rmdir, m / "nope") == errno.ENOENT
+
+    # hard links: a clear ENOTSUP (== EOPNOTSUPP on Linux)
+    for src in ("file.txt", "durable.txt", "remote/file.txt"):
+        e = errno_of(os.link, m / src, m / f"{src}.hardlink".replace("/", "_"))
+        assert e in (errno.ENOTSUP, errno.EOPNOTSUPP), f"link of {src}: errno {e}"
+        assert not os.path.exists(m / f"{src}.hardlink".replace("/", "_"))
+
+    # O_CREAT|O_EXCL on an existing name: EEXIST (staged, durable, bucket-only, a directory)
+    for name in ("file.txt", "durable.txt", "remote/file.txt", "empty", "d"):
+        e = errno_of(os.open, m / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        assert e == errno.EEXIST, f"O_EXCL on existing {name}: errno {e}"
+    assert (m / "file.txt").read_bytes() == b"hello\n", "O_EXCL must not truncate"
+
+    # unlink of a missing name: ENOENT; of a directory: EISDIR
+    assert errno_of(os.unlink, m / "missing.txt") == errno.ENOENT
+    assert errno_of(os.unlink, m / "no-dir/missing.txt") == errno.ENOENT
+    assert errno_of(os.unlink, m / "empty") == errno.EISDIR
+
+    # rename of a directory into its own subdirectory: EINVAL
+    assert errno_of(os.rename, m / "d", m / "d/sub/d2") == errno.EINVAL
+    assert errno_of(os.rename, m / "d", m / "d/d2") == errno.EINVAL
+    # rename of a file over a directory: EISDIR (non-empty or empty)
+    assert errno_of(os.rename, m / "file.txt", m / "d") == errno.EISDIR
+    assert errno_of(os.rename, m / "file.txt", m / "empty") == errno.EISDIR
+    assert errno_of(os.rename, m / "durable.txt", m / "remote/full") == errno.EISDIR
+    # a directory over a non-empty directory: ENOTEMPTY; over a file: ENOTDIR
+    assert errno_of(os.rename, m / "empty", m / "d") == errno.ENOTEMPTY
+    assert errno_of(os.rename, m / "empty", m / "file.txt") == errno.ENOTDIR
+    assert errno_of(os.rename, m / "missing", m / "x") == errno.ENOENT
+
+    # nothing moved
+    assert sorted(os.listdir(m / "d")) == ["staged.txt", "sub"]
+    assert (m / "file.txt").read_bytes() == b"hello\n"
+    assert os.path.isdir(m / "empty")
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    # the failed calls changed nothing in the bucket
+    assert set(list_keys(s3, bucket)) == {"d/", "d/sub/", "d/staged.txt", "only_subdir/", "only_subdir/inner/",
+                                          "empty/", "file.txt", "durable.txt", "remote/full/child.txt",
+                                          "remote/file.txt"}
+    assert object_bytes(s3, bucket, "file.txt") == b"hello\n"
+    assert object_bytes(s3, bucket, "remote/full/child.txt") == b"child\n"
+
+
+# ------------------------------------------------------------------ durability
+
+
+def test_fsync_is_durable_before_unmount(mount, bucket, s3):
+    m = mount(bucket, "p")
+    os.mkdir(m / "out")
+    small = payload(3 * MiB + 5, "fsync-small")
+    large = payload(20 * MiB + 7, "fsync-large")  # multipart (parts of 8 MiB)
+    _fsync_write(m / "out/small.bin", small)
+    assert object_bytes(s3, bucket, "p/out/small.bin") == small, "not in the bucket right after fsync"
+    _fsync_write(m / "out/large.bin", large)
+    got = object_bytes(s3, bucket, "p/out/large.bin")
+    assert got is not None and sha256(got) == sha256(large), "large file not durable right after fsync"
+
+    # fdatasync after overwriting in place a file that is already in the bucket
+    remote = payload(2 * MiB, "fsync-remote")
+    s3.put_object(Bucket=bucket, Key="p/in/remote.bin", Body=remote)  # not in a dir this mount made
+    fd = os.open(m / "in/remote.bin", os.O_RDWR)
+    try:
+        os.pwrite(fd, b"PATCHED", 1 * MiB)
+        os.fdatasync(fd)
+        want = remote[:MiB] + b"PATCHED" + remote[MiB + 7:]
+        assert object_bytes(s3, bucket, "p/in/remote.bin") == want, "fdatasync did not make the patch durable"
+        # fsync of an append, fd still open
+        os.lseek(fd, 0, os.SEEK_END)
+        os.write(fd, b"tail")
+        os.fsync(fd)
+        assert object_bytes(s3, bucket, "p/in/remote.bin") == want + b"tail"
+        # a second fsync with nothing new returns at once and changes nothing
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+    # an empty file, fsync'ed
+    _fsync_write(m / "out/empty", b"")
+    assert object_bytes(s3, bucket, "p/out/empty") == b""
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    assert object_bytes(s3, bucket, "p/out/small.bin") == small
+    assert object_bytes(s3, bucket, "p/in/remote.bin") == want + b"tail"
+
+
+@pytest.mark.parametrize("how", ["append", "patch"])
+def test_fsync_close_then_reopen_keeps_content(mount, bucket, s3, how):
+    """A file fsync'ed then closed, reopened for writing at once (a logger that fsyncs):
+    the reopen starts from the fsync'ed content (it once started from an empty file)."""
+    m = mount(bucket)
+    with open(m / "log.txt", "wb") as f:
+        f.write(b"line 1\n")
+        f.flush()
+        os.fsync(f.fileno())
+    assert object_bytes(s3, bucket, "log.txt") == b"line 1\n"
+    size = os.stat(m / "log.txt").st_size
+    if how == "append":
+        with open(m / "log.txt", "ab") as f:
+            f.write(b"line 2\n")
+        want = b"line 1\nline 2\n"
+    else:
+        with open(m / "log.txt", "r+b") as f:
+            f.seek(5)
+            f.write(b"X")
+        want = b"line X\n"
+    got_mounted = (m / "log.txt").read_bytes()
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    got = object_bytes(s3, bucket, "log.txt")
+    assert (size, got_mounted, got) == (7, want, want), \
+        f"stat size after fsync+close {size}; read back {got_mounted!r}; object {got!r}; want {want!r}"
+
+
+def test_unmount_makes_everything_durable(mount, bucket, s3):
+    m = mount(bucket, "run")
+    files = {f"many/f{i:03d}.txt": payload(400, f"many-{i}") for i in range(100)}
+    files["big/64m.bin"] = payload(64 * MiB, "write-back-64")
+    files["big/9m.bin"] = payload(9 * MiB, "nine")
+    os.makedirs(m / "many")
+    os.makedirs(m / "big")
+    os.makedirs(m / "keep/empty")
+    os.symlink("../big/64m.bin", m / "many/link")
+    t0 = time.monotonic()
+    for rel in sorted(files):
+        _write(m / rel, files[rel])
+    t_write = time.monotonic() - t0
+    # write-back: close() does not wait for the network; the 64 MiB file must not be
+    # uploaded yet in full (not asserted: timing), but after unmount everything is there
+    t0 = time.monotonic()
+    with open(m / "big/64m-second.bin", "wb") as f:
+        f.write(files["big/64m.bin"])
+        t_before_close = time.monotonic()
+    files["big/64m-second.bin"] = files["big/64m.bin"]
+    print(f"wrote {len(files)} files in {t_write:.1f}s; close() of 64 MiB took {time.monotonic() - t_before_close:.3f}s")
+
+    r = m.unmount(timeout=300)
+    assert r.returncode == 0, f"unmount exit {r.returncode}: {r.stderr}"
+    keys = list_keys(s3, bucket, "run/")
+    missing = [rel for rel in files if f"run/{rel}" not in keys]
+    assert not missing, f"not in the bucket after unmount: {missing[:10]}"
+    wrong = [rel for rel, data in files.items() if keys[f"run/{rel}"] != len(data)
+             or sha256(object_bytes(s3, bucket, f"run/{rel}")) != sha256(data)]
+    assert not wrong, f"wrong content after unmount: {wrong}"
+    assert "run/keep/empty/" in keys, f"empty directory marker missing: {sorted(k for k in keys if 'keep' in k)}"
+    link = s3.get_object(Bucket=bucket, Key="run/many/link")
+    assert link["Body"].read() == b"../big/64m.bin"
+    assert link["Metadata"].get("flowfs-symlink") == "../big/64m.bin", link["Metadata"]
+
+
+# ------------------------------------------------------------------ no partial objects
+
+
+def test_no_partial_object_visible_during_upload(mount, bucket, s3, seaweed):
+    size = 200 * MiB
+    data = payload(size, "no-partial-200")
+    digest = sha256(data)
+    key = "big/200m.bin"
+    poller = seaweed.client()  # its own connections
+    seen: list[tuple[float, str, int]] = []
+    bad: list[str] = []
+    complete = threading.Event()
+    stop = threading.Event()
+
+    def poll():
+        checked = False
+        while not stop.is_set():
+            t = time.monotonic()
+            try:
+                h = poller.head_object(Bucket=bucket, Key=key)
+                seen.append((t, "head", h["ContentLength"]))
+                if h["ContentLength"] != size:
+                    bad.append(f"HEAD saw {h['ContentLength']} bytes")
+                elif not checked:
+                    body = poller.get_object(Bucket=bucket, Key=key)["Body"].read()
+                    if len(body) != size or sha256(body) != digest:
+                        bad.append(f"GET of the first visible version: {len(body)} bytes, sha256 differs")
+                    checked = True
+                    complete.set()
+            except poller.exceptions.ClientError as e:
+                if e.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+                    bad.append(f"HEAD error {e}")
+            for o in poller.list_objects_v2(Bucket=bucket, Prefix="big/").get("Contents", []):
+                if o["Key"] == key and o["Size"] != size:
+                    bad.append(f"LIST saw {o['Size']} bytes")
+            time.sleep(0.02)
+
+    m = mount(bucket)
+    os.mkdir(m / "big")
+    th = threading.Thread(target=poll, daemon=True)
+    th.start()
+    try:
+        with open(m / key, "wb") as f:
+            for i in range(0, size, 4 * MiB):
+                f.write(data[i:i + 4 * MiB])
+        t_closed = time.monotonic()
+        assert complete.wait(240), "the object never became visible"
+        r = m.unmount(timeout=300)
+        assert r.returncode == 0, r.stderr
+    finally:
+        stop.set()
+        th.join(30)
+    polls = len(seen)
+    print(f"{polls} HEADs that found the key; first at {seen[0][0] - t_closed:+.2f}s after close" if seen else "")
+    assert not bad, f"a partial or wrong object was visible: {bad[:10]}"
+    h = s3.head_object(Bucket=bucket, Key=key)
+    assert h["ContentLength"] == size
+
+
+# ------------------------------------------------------------------ read-your-writes and mmap
+
+
+def test_read_your_writes_and_mmap(mount, bucket, s3, work_dir):
+    m = mount(bucket)
+    p = m / "ryw.bin"
+    data = bytearray(payload(3 * MiB + 123, "ryw"))
+    fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        for i in range(0, len(data), 256 * 1024):
+            os.write(fd, data[i:i + 256 * 1024])
+        # same fd, before close
+        assert os.pread(fd, len(data), 0) == data
+        assert os.fstat(fd).st_size == len(data)
+        # another fd, before close
+        with open(p, "rb") as g:
+            assert g.read() == data
+            assert os.stat(p).st_size == len(data)
+            # a patch through the writer is seen by the open reader
+            os.pwrite(fd, b"\xAB" * 5000, MiB - 10)
+            data[MiB - 10:MiB - 10 + 5000] = b"\xAB" * 5000
+            g.seek(MiB - 100)
+            assert g.read(6000) == bytes(data[MiB - 100:MiB + 5900])
+        # reads past EOF and of a hole after extending
+        assert os.pread(fd, 10, len(data) + 10) == b""
+        os.ftruncate(fd, len(data) + 4096)
+        assert os.pread(fd, 4096, len(data)) == b"\0" * 4096
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+    # mmap right after close (the upload is in flight)
+    with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+        assert len(mm) == len(data)
+        assert mm[:] == data
+        assert mm[MiB - 10:MiB + 4990] == b"\xAB" * 5000
+
+    # append, then read back (reopening each time, and through another fd before close)
+    with open(p, "ab") as f:
+        f.write(b"appended-1\n")
+        f.flush()
+        with open(p, "rb") as g:
+            g.seek(len(data))
+            assert g.read() == b"appended-1\n"
+    data += b"appended-1\n"
+    with open(p, "ab") as f:
+        f.write(b"appended-2\n")
+    data += b"appended-2\n"
+    assert os.stat(p).st_size == len(data)
+    assert p.read_bytes() == data
+
+    # once durable, mmap still reads the same (now from the bucket's object)
+    assert wait_object(s3, bucket, "ryw.bin", 60) is not None
+    with open(p, "r+b") as f:
+        os.fsync(f.fileno())
+    assert object_bytes(s3, bucket, "ryw.bin") == data
+    with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+        assert hashlib.sha256(mm).hexdigest() == sha256(bytes(data))
+
+    # and on a new mount with an empty cache
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    c = work_dir / "fresh"
+    c.mkdir()
+    m2 = mount(bucket, cache_dir=c)
+    with open(m2 / "ryw.bin", "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+        assert mm[:] == data
+
+
+# ------------------------------------------------------------------ renames
+
+
+def test_rename_directory_with_contents_implicit_dirs(mount, bucket, s3):
+    """A directory the bucket shows only through its keys (no marker objects), with a
+    symlink and files staged by this mount inside, moves whole."""
+    put_many(s3, bucket, {f"src/a/f{i}.txt": f"file {i}\n".encode() for i in range(5)}
+             | {"src/a/deep/er/g.bin": payload(100_000, "g"), "src/other.txt": b"other\n"})
+    m = mount(bucket)
+    os.symlink("deep/er/g.bin", m / "src/a/link")
+    (m / "src/a/deep/staged.txt").write_bytes(b"staged, maybe not uploaded yet\n")
+    want = snapshot(m / "src/a")
+    os.rename(m / "src/a", m / "dst")
+    assert not os.path.exists(m / "src/a")
+    assert snapshot(m / "dst") == want
+    assert os.readlink(m / "dst/link") == "deep/er/g.bin"
+    assert (m / "dst/link").read_bytes() == payload(100_000, "g")
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    keys = list_keys(s3, bucket)
+    assert not [k for k in keys if k.startswith("src/a/")], f"left behind: {sorted(keys)}"
+    m2 = mount(bucket)
+    assert snapshot(m2 / "dst") == want
+    assert (m2 / "src/other.txt").read_bytes() == b"other\n"
+
+
+def test_renamed_directory_does_not_come_back(mount, bucket, s3):
+    """After `mv src/a dst`, src/a is gone: from the mount's listing at once and after a
+    remount, and no object or folder is left under src/a/."""
+    put_many(s3, bucket, {"src/other.txt": b"other\n", "src/a/f.txt": b"f\n", "src/a/sub/deep/g.txt": b"g\n"})
+    m = mount(bucket)
+    os.rename(m / "src/a", m / "dst")
+    assert sorted(os.listdir(m / "src")) == ["other.txt"], "the renamed directory is still listed"
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    listing = s3.list_objects_v2(Bucket=bucket, Prefix="src/", Delimiter="/")
+    prefixes = [p["Prefix"] for p in listing.get("CommonPrefixes", [])]
+    assert prefixes == [], f"the bucket still lists {prefixes} under src/ (keys: {sorted(list_keys(s3, bucket))})"
+    m2 = mount(bucket)
+    assert sorted(os.listdir(m2 / "src")) == ["other.txt"]
+    assert (m2 / "dst/sub/deep/g.txt").read_bytes() == b"g\n"
+
+
+def test_rename_directory_made_by_mkdir(mount, bucket, s3):
+    """Directories made through the mount have `dir/` marker objects; a rename moves them
+    too (SeaweedFS cannot CopyObject a marker key: it once failed with ENOENT half done)."""
+    m = mount(bucket)
+    os.makedirs(m / "a/sub")
+    _fsync_write(m / "a/f.txt", b"f\n")
+    os.rename(m / "a", m / "b")
+    assert sorted(os.listdir(m / "b")) == ["f.txt", "sub"]
+    assert not os.path.exists(m / "a")
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    assert sorted(list_keys(s3, bucket)) in (["b/", "b/f.txt", "b/sub/"], ["b/f.txt", "b/sub/"])
+
+
+@pytest.mark.parametrize("kind", ["dir", "file"])
+def test_renamed_entry_is_found_right_after_the_rename(mount, bucket, s3, kind):
+    s3.put_object(Bucket=bucket, Key="d/x", Body=b"x\n")
+    m = mount(bucket)
+    src = m / ("d" if kind == "dir" else "d/x")
+    dst = m / ("e" if kind == "dir" else "y")
+    probe = dst / "x" if kind == "dir" else dst
+    time.sleep(1.1)  # the next access looks the source up again: its dentry is valid 1 s from now
+    os.stat(m / "d/x")
+    time.sleep(0.6)
+    os.rename(src, dst)
+    time.sleep(0.7)  # the moved dentry has expired; the rename was 0.7 s ago
+    assert errno_of(os.stat, probe) is None, f"{probe.relative_to(m.path)} is ENOENT 0.7 s after the rename"
+    assert probe.read_bytes() == b"x\n"
+
+
+def _wait_no_multipart(s3, bucket, timeout=120):
+    time.sleep(0.3)
+    deadline = time.monotonic() + timeout
+    while s3.list_multipart_uploads(Bucket=bucket).get("Uploads") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)  # let any request flowfs sends after an upload land
+
+
+def _name_reused(mount, bucket, s3, seaweed, how):
+    # a proxy holds the CompleteMultipartUpload of the first out.bin for 3 s: its upload is
+    # certainly still running during the calls below, however fast the machine
+    proxy = delaying_proxy(seaweed.endpoint).start()
+    proxy.delay(P.COMPLETE_MULTIPART, "out.bin", 3.0)
+    m = mount(bucket, proxy=proxy)
+    try:
+        big = payload(24 * MiB, "reuse-big")
+        _write(m / "out.bin", big)  # close: the multipart upload starts
+        if how == "rename":
+            os.rename(m / "out.bin", m / "moved.bin")
+        elif how == "unlink":
+            os.unlink(m / "out.bin")
+        if how == "replace":  # write-then-rename over the file that is uploading
+            _write(m / "out.bin.tmp", b"the new file\n")
+            os.rename(m / "out.bin.tmp", m / "out.bin")
+            with open(m / "out.bin", "rb") as f:
+                os.fsync(f.fileno())
+        else:
+            _fsync_write(m / "out.bin", b"the new file\n")
+        assert object_bytes(s3, bucket, "out.bin") == b"the new file\n", "not durable right after fsync"
+        if how == "rename":  # wait until the big file is durable at its new name
+            with open(m / "moved.bin", "rb") as f:
+                os.fsync(f.fileno())
+            assert sha256(object_bytes(s3, bucket, "moved.bin")) == sha256(big)
+        _wait_no_multipart(s3, bucket)
+        assert object_bytes(s3, bucket, "out.bin") == b"the new file\n", \
+            f"the fsync'ed new out.bin was deleted; objects: {list_keys(s3, bucket)}"
+        r = m.unmount(timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert object_bytes(s3, bucket, "out.bin") == b"the new file\n"
+    finally:
+        m.close()
+        proxy.stop()
+
+
+@pytest.mark.parametrize("how", ["rename", "unlink"])
+def test_name_reused_while_old_upload_runs(mount, bucket, s3, seaweed, how):
+    """A large file is closed (its upload starts), then renamed away or unlinked, and a new
+    file is written and fsync'ed under the same name. Once every upload is over, the new
+    file must still be there: nothing flowfs does for the old upload may overwrite or delete
+    it (it once completed the old upload to the old key, then deleted that key)."""
+    _name_reused(mount, bucket, s3, seaweed, how)
+
+
+def test_rename_over_a_file_whose_upload_runs(mount, bucket, s3, seaweed):
+    """Like test_name_reused_while_old_upload_runs, with the new content renamed over the
+    old file (the write-then-rename idiom) while the old file's upload runs."""
+    _name_reused(mount, bucket, s3, seaweed, "replace")
+
+
+def test_temp_name_reused_while_old_upload_runs(mount, bucket, s3, seaweed):
+    """The write-temp-then-rename idiom with one temp name for successive outputs, the first
+    one large (its upload still runs at the rename, held 3 s by a proxy): the second rename
+    works and both outputs land (it once failed with ENOENT, the second file's object
+    deleted)."""
+    proxy = delaying_proxy(seaweed.endpoint).start()
+    proxy.delay(P.COMPLETE_MULTIPART, "part.tmp", 3.0)
+    m = mount(bucket, proxy=proxy)
+    try:
+        big = payload(24 * MiB, "tmp-reuse-big")
+        _write(m / "part.tmp", big)
+        os.rename(m / "part.tmp", m / "first.bin")  # its upload (to part.tmp) is still running
+        _write(m / "part.tmp", b"second output\n")
+        _wait_no_multipart(s3, bucket)
+        err = errno_of(os.rename, m / "part.tmp", m / "second.bin")
+        r = m.unmount(timeout=300)
+        keys = sorted(list_keys(s3, bucket))
+        assert err is None, f"second rename: errno {err}; unmount exit {r.returncode}; objects {keys}"
+        assert object_bytes(s3, bucket, "second.bin") == b"second output\n"
+        assert sha256(object_bytes(s3, bucket, "first.bin")) == sha256(big)
+    finally:
+        m.close()
+        proxy.stop()
+
+
+def test_rmdir_right_after_unlinking_a_just_written_file(mount, bucket, seaweed):
+    """`rm d/f; rmdir d` with f's upload in flight at the unlink (a proxy holds that PUT and
+    the DELETE after it): rmdir succeeds (it once failed with ENOTEMPTY)."""
+    proxy = delaying_proxy(seaweed.endpoint).start()
+    proxy.delay(P.PUT, "d/f.txt", 0.5)
+    proxy.delay(P.DELETE, "d/f.txt", 2.0)
+    m = mount(bucket, proxy=proxy)
+    try:
+        os.mkdir(m / "d")
+        (m / "d/f.txt").write_bytes(b"short-lived\n")  # close: the upload starts
+        os.unlink(m / "d/f.txt")
+        time.sleep(1.0)  # the PUT that was in flight at the unlink has landed
+        assert errno_of(os.rmdir, m / "d") is None, f"rmdir failed; requests: {proxy.stats.summary()}"
+    finally:
+        m.close()
+        proxy.stop()
+
+
+def test_write_then_rename_replaces_durable_target(mount, bucket, s3):
+    s3.put_object(Bucket=bucket, Key="res/final.txt", Body=b"old result\n")
+    m = mount(bucket)
+    assert (m / "res/final.txt").read_bytes() == b"old result\n"
+    for i in range(5):
+        new = f"result {i}\n".encode() * (i + 1)
+        _write(m / "res/final.txt.tmp", new)
+        os.rename(m / "res/final.txt.tmp", m / "res/final.txt")
+        assert (m / "res/final.txt").read_bytes() == new
+        assert sorted(os.listdir(m / "res")) == ["final.txt"]
+        # let the temp name's upload and removal finish before the name is used again
+        # (test_name_reused_while_old_upload_runs covers what happens when it is not)
+        with open(m / "res/final.txt", "rb") as f:
+            os.fsync(f.fileno())
+        assert object_bytes(s3, bucket, "res/final.txt") == new
+        deadline = time.monotonic() + 30
+        while "res/final.txt.tmp" in list_keys(s3, bucket) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    assert object_bytes(s3, bucket, "res/final.txt") == new
+    assert sorted(list_keys(s3, bucket)) == ["res/final.txt"]
+
+
+def test_chmod_utime_accepted_and_mode_kept_while_mounted(mount, bucket):
+    m = mount(bucket)
+    (m / "x.sh").write_bytes(b"#!/bin/sh\necho hi\n")
+    os.chmod(m / "x.sh", 0o755)
+    assert stat.S_IMODE(os.stat(m / "x.sh").st_mode) == 0o755
+    os.utime(m / "x.sh", (1_600_000_000, 1_600_000_000))
+    os.chmod(m / "x.sh", 0o700)
+    assert stat.S_IMODE(os.stat(m / "x.sh").st_mode) == 0o700
+    assert (m / "x.sh").read_bytes() == b"#!/bin/sh\necho hi\n"
+
+
+def test_renamed_file_does_not_reappear_in_listing(mount, bucket, s3, seaweed):
+    """`mv out.txt.tmp out.txt` while the temp file's upload runs: a later listing never
+    shows out.txt.tmp again (it once did, between the upload landing at the old key and its
+    removal)."""
+    s3.put_object(Bucket=bucket, Key="res/keep.txt", Body=b"keep\n")
+    proxy = delaying_proxy(seaweed.endpoint).start()
+    # what a slow network does: the upload of the temp file is still running at the rename,
+    # and the cleanup request after it takes a while
+    proxy.delay(P.PUT, "res/out.txt.tmp", 0.5)
+    proxy.delay(P.DELETE, "res/out.txt.tmp", 2.5)
+    m = mount(bucket, proxy=proxy)
+    try:
+        assert sorted(os.listdir(m / "res")) == ["keep.txt"]
+        (m / "res/out.txt.tmp").write_bytes(b"result\n")
+        os.rename(m / "res/out.txt.tmp", m / "res/out.txt")
+        assert sorted(os.listdir(m / "res")) == ["keep.txt", "out.txt"]
+        time.sleep(1.5)  # past the 1 s metadata TTL; the PUT to the old name has completed
+        names = sorted(os.listdir(m / "res"))
+        print("bucket:", sorted(list_keys(s3, bucket)), "requests:", proxy.stats.summary())
+        assert names == ["keep.txt", "out.txt"], f"after the rename the mount lists {names}"
+        assert (m / "res/out.txt").read_bytes() == b"result\n"
+    finally:
+        m.close()
+        proxy.stop()
+
+
+# ------------------------------------------------------------------ listings while uploads land
+
+
+def test_listing_during_upload_shows_the_new_file(mount, bucket, seaweed):
+    proxy = delaying_proxy(seaweed.endpoint).start()
+    m = mount(bucket, proxy=proxy)
+    try:
+        os.mkdir(m / "d")
+        proxy.delay(P.PUT, "d/f", 2.7)
+        (m / "d/f").write_bytes(b"x" * 1000)  # close: the upload starts, lands in 2.7 s
+        time.sleep(1.4)  # past the metadata TTL: the next listdir of d asks the server
+        os.stat(m / "d")  # (the kernel's lookup of d first, undelayed)
+        proxy.delay_answer(P.LIST, "", 1.6)
+        names = os.listdir(m / "d")  # LIST sent before the PUT lands, answered after
+        proxy.delay_answer(P.LIST, "", 0)
+        assert os.stat(m / "d/f").st_size == 1000
+        assert names == ["f"], f"listdir right after writing d/f gives {names}"
+    finally:
+        m.close()
+        proxy.stop()
+
+
+def test_listing_during_upload_keeps_the_new_size(mount, bucket, s3, seaweed):
+    s3.put_object(Bucket=bucket, Key="e/g", Body=b"A" * 1000)
+    proxy = delaying_proxy(seaweed.endpoint).start()
+    m = mount(bucket, proxy=proxy)
+    try:
+        assert os.stat(m / "e/g").st_size == 1000
+        time.sleep(1.2)  # past the metadata TTL: the next listdir asks the server
+        proxy.delay(P.PUT, "e/g", 2.7)
+        with open(m / "e/g", "ab") as f:  # close: the upload of 1500 bytes starts, lands in 2.7 s
+            f.write(b"B" * 500)
+        time.sleep(1.4)  # past the metadata TTL: the next listdir of e asks the server
+        os.stat(m / "e")  # (the kernel's lookup of e first, undelayed)
+        proxy.delay_answer(P.LIST, "", 1.6)
+        assert os.listdir(m / "e") == ["g"]  # LIST sent before the PUT lands, answered after
+        proxy.delay_answer(P.LIST, "", 0)
+        size = os.stat(m / "e/g").st_size
+        err = errno_of(lambda: open(m / "e/g", "ab").close())
+        assert (size, err) == (1500, None), f"after the listing: size {size}, reopen for append errno {err}"
+        with open(m / "e/g", "ab") as f:
+            f.write(b"C" * 100)
+        assert (m / "e/g").read_bytes() == b"A" * 1000 + b"B" * 500 + b"C" * 100
+    finally:
+        m.close()
+        proxy.stop()

@@ -1,0 +1,167 @@
+"""Nothing acknowledged is lost (issue 3, durability contract): `kill -9` of flowfs in the
+middle of a large upload, and `flowfs unmount` while the server is down. Staged files stay
+in the journal under CACHE_DIR/staging/, and the next mount with the same cache dir uploads
+them before it serves."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from conftest import MountFactory, create_bucket
+from flowfs_mount import force_unmount, is_mounted
+from helpers import MiB, payload, sha256
+from seaweed import SeaweedServer
+from write_helpers import list_keys, object_bytes, restart_same_ports
+
+
+def _write(path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        for i in range(0, len(data), 4 * MiB):
+            f.write(data[i:i + 4 * MiB])
+
+
+def _head_size(s3, bucket, key) -> int | None:
+    try:
+        return s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+    except s3.exceptions.ClientError:
+        return None
+
+
+def _journal_records(cache_dir) -> list[str]:
+    root = cache_dir / "staging"
+    return sorted(str(p.relative_to(root)) for p in root.glob("*/*.rec")) if root.exists() else []
+
+
+def test_kill_9_during_upload_then_remount_recovers(mount, bucket, s3):
+    m = mount(bucket, "crash")
+    cache = m.cache_dir
+    big = payload(200 * MiB, "crash-200")
+    small = {"out/a.txt": b"a small output\n", "out/sub/b.txt": payload(5000, "b")}
+    os.makedirs(m / "out/sub")
+    for rel, data in small.items():
+        _write(m / rel, data)
+    # the pipeline idiom just before the crash: write a temp name, rename it over the result
+    with open(m / "out/result.txt", "wb") as f:  # an earlier result, durable
+        f.write(b"old result\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _write(m / "out/result.txt.tmp", b"new result\n")
+    os.rename(m / "out/result.txt.tmp", m / "out/result.txt")
+    _write(m / "out/gone.txt", b"unlinked before the crash\n")
+    os.unlink(m / "out/gone.txt")
+    _write(m / "out/big.bin", big)  # close: the upload of 200 MiB starts
+    # ... and one renamed while its own upload is (very likely) still running
+    mid = payload(24 * MiB, "crash-mid")
+    _write(m / "out/mid.bin.tmp", mid)
+    os.rename(m / "out/mid.bin.tmp", m / "out/mid.bin")
+
+    pid = m.daemon_pid()
+    assert pid is not None, "no pid file"
+    os.kill(pid, signal.SIGKILL)
+    t_kill = time.monotonic()
+    big_before = _head_size(s3, bucket, "crash/out/big.bin")
+    deadline = time.monotonic() + 15
+    while is_mounted(m.path) and time.monotonic() < deadline:  # auto_unmount removes it
+        time.sleep(0.1)
+    if is_mounted(m.path):
+        force_unmount(str(m.path))
+    assert not is_mounted(m.path)
+    print(f"killed; big.bin in the bucket at the kill: {big_before}; journal: {_journal_records(cache)}")
+    assert big_before in (None, len(big)), f"a partial object of {big_before} bytes is visible"
+
+    m2 = mount(bucket, "crash", cache_dir=cache)  # recovery runs before this returns
+    print(f"remount with recovery took {time.monotonic() - t_kill:.1f}s after the kill")
+    got = object_bytes(s3, bucket, "crash/out/big.bin")
+    assert got is not None, "the 200 MiB file is not in the bucket once the new mount is ready"
+    assert len(got) == len(big) and sha256(got) == sha256(big), f"recovered object is wrong ({len(got)} bytes)"
+    del got
+    for rel, data in small.items():
+        assert object_bytes(s3, bucket, f"crash/{rel}") == data, rel
+    assert object_bytes(s3, bucket, "crash/out/result.txt") == b"new result\n"
+    got = object_bytes(s3, bucket, "crash/out/mid.bin")
+    assert got is not None and sha256(got) == sha256(mid), "the file renamed just before the crash is lost"
+    keys = list_keys(s3, bucket, "crash/")
+    assert "crash/out/mid.bin.tmp" not in keys, f"the old name of a renamed file came back: {sorted(keys)}"
+    assert "crash/out/gone.txt" not in keys, "an unlinked file came back"
+    assert "crash/out/result.txt.tmp" not in keys, f"the renamed temp file came back: {sorted(keys)}"
+    # the new mount serves it too
+    assert os.stat(m2 / "out/big.bin").st_size == len(big)
+    assert (m2 / "out/result.txt").read_bytes() == b"new result\n"
+    assert sorted(os.listdir(m2 / "out")) == ["a.txt", "big.bin", "mid.bin", "result.txt", "sub"]
+
+    r = m2.unmount()
+    assert r.returncode == 0, r.stderr
+    if big_before is None:  # it was not complete at the kill: this mount recovered it
+        lines = [ln for ln in r.stderr.splitlines() if "recovered" in ln]
+        assert any("crash/out/big.bin" in ln for ln in lines), f"no `recovered` line on stderr: {r.stderr!r}"
+    assert _journal_records(cache) == [], "journal records left after a clean recovery"
+
+
+def test_unmount_with_server_down_reports_and_loses_nothing(flowfs_binary, session_dir, work_dir, request):
+    """A dedicated server (the session one must stay up): files are written, the server
+    stops, `flowfs unmount` fails naming them; the server comes back on the same ports and
+    data dir; the next mount with the same cache dir uploads them."""
+    # a short path: weed's unix sockets live in it (108 bytes at most)
+    server = SeaweedServer(Path(tempfile.mkdtemp(prefix="sw-", dir=session_dir))).start()
+    factory = MountFactory(server, work_dir)
+    request.node._flowfs_factory = factory  # flowfs logs in the report on failure
+    try:
+        s3 = server.client()
+        bucket = create_bucket(s3, "server-down")
+        m = factory(bucket, "p")
+        cache = m.cache_dir
+        os.makedirs(m / "out/deep")
+        files = {
+            "out/a.txt": b"written while the server was up, closed while it was down\n",
+            "out/deep/b.bin": payload(20 * MiB + 11, "down-b"),  # multipart
+            "top.txt": payload(3000, "down-top"),
+        }
+        with open(m / "out/durable.txt", "wb") as f:  # durable before the outage
+            f.write(b"durable\n")
+            f.flush()
+            os.fsync(f.fileno())
+        handles = {rel: open(m / rel, "wb") for rel in files}  # created while the server is up
+        for rel, f in handles.items():
+            f.write(files[rel][: len(files[rel]) // 2])
+        server.stop()
+        for rel, f in handles.items():
+            f.write(files[rel][len(files[rel]) // 2:])
+            f.close()  # close() does not wait for the network: it must not fail
+
+        t0 = time.monotonic()
+        r = m.unmount(timeout=240)
+        took = time.monotonic() - t0
+        print(f"unmount with the server down: exit {r.returncode} after {took:.0f}s\nstderr: {r.stderr}")
+        assert r.returncode != 0, "unmount must fail when files could not be uploaded"
+        for rel in files:
+            assert f"p/{rel}" in r.stderr, f"unmount's error does not name p/{rel}: {r.stderr!r}"
+        assert "p/out/durable.txt" not in r.stderr
+        assert took < 150, f"unmount took {took:.0f}s (retries with backoff should give up within ~2 min)"
+        assert not is_mounted(m.path), "unmount must still unmount"
+        assert len(_journal_records(cache)) >= len(files), f"journal: {_journal_records(cache)}"
+
+        restart_same_ports(server)
+        keys = list_keys(s3, bucket)
+        assert "p/out/durable.txt" in keys
+        for rel in files:
+            assert f"p/{rel}" not in keys, f"p/{rel} is in the bucket although the server was down"
+
+        m2 = factory(bucket, "p", cache_dir=cache)  # recovery runs before this returns
+        for rel, data in files.items():
+            got = object_bytes(s3, bucket, f"p/{rel}")
+            assert got is not None, f"p/{rel} not uploaded once the new mount is ready"
+            assert sha256(got) == sha256(data), f"p/{rel}: wrong content ({len(got)} bytes)"
+        assert (m2 / "out/deep/b.bin").stat().st_size == len(files["out/deep/b.bin"])
+        r2 = m2.unmount()
+        assert r2.returncode == 0, r2.stderr
+        for rel in files:
+            assert any("recovered" in ln and f"p/{rel}" in ln for ln in r2.stderr.splitlines()), \
+                f"no `recovered` line for p/{rel}: {r2.stderr!r}"
+        assert _journal_records(cache) == []
+    finally:
+        factory.close_all()
+        server.stop()
