@@ -15,7 +15,7 @@ use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
 use crate::read::SeqState;
-use crate::write::{download_into, upload_file, Staged, Staging};
+use crate::write::{download_into, upload_file, Staged, Staging, UploadSlots};
 
 /// Metadata key that marks an object as a symbolic link; its value is the target,
 /// percent-encoded, and the object's content is the plain target too.
@@ -88,8 +88,8 @@ pub struct Fs {
     dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirHandle>>>>,
     next_fh: AtomicU64,
     gets: Arc<Semaphore>,
-    /// Parts (or small files) whose bytes are in memory for an upload.
-    parts: Arc<Semaphore>,
+    /// Bounds on the bytes uploads hold in memory.
+    slots: UploadSlots,
     staging: Staging,
     /// Files whose upload failed after retries: path -> error.
     failed: Mutex<BTreeMap<String, String>>,
@@ -184,7 +184,7 @@ impl Fs {
         })?;
         Ok(Fs {
             gets: Arc::new(Semaphore::new(cfg.max_gets.max(1))),
-            parts: Arc::new(Semaphore::new(cfg.max_uploads.max(1))),
+            slots: UploadSlots::new(cfg.max_uploads),
             staging,
             failed: Mutex::new(BTreeMap::new()),
             recovered: Mutex::new(Vec::new()),
@@ -1094,7 +1094,7 @@ impl Fs {
                 &staged.file,
                 size,
                 self.cfg.part_size,
-                &self.parts,
+                &self.slots,
                 &metadata,
             )
             .await;
@@ -1218,7 +1218,7 @@ impl Fs {
                     &f,
                     size,
                     self.cfg.part_size,
-                    &self.parts,
+                    &self.slots,
                     &HashMap::new(),
                 )
                 .await

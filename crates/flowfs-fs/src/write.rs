@@ -253,17 +253,43 @@ impl Staging {
     }
 }
 
+/// Bytes of small files (one PUT each) held in memory by uploads at once, over the mount.
+const SMALL_BUDGET_KIB: u32 = 64 << 10;
+/// What one small upload counts against that budget at least: it also bounds how many
+/// PUTs (and connections) are in flight when thousands of tiny files close together.
+const SMALL_MIN_KIB: u32 = 256;
+
+/// The bounds on upload memory, shared by every upload of a mount.
+#[derive(Clone)]
+pub struct UploadSlots {
+    /// Parts of multipart uploads whose bytes are in memory.
+    pub parts: Arc<Semaphore>,
+    /// Small files in flight, weighted by size in KiB.
+    small: Arc<Semaphore>,
+}
+
+impl UploadSlots {
+    pub fn new(parts: usize) -> UploadSlots {
+        UploadSlots {
+            parts: Arc::new(Semaphore::new(parts.max(1))),
+            small: Arc::new(Semaphore::new(SMALL_BUDGET_KIB as usize)),
+        }
+    }
+}
+
 /// Uploads `size` bytes of `file` to `key`. Parts of a large file go in parallel, each
-/// holding a permit of `parts` while its bytes are in memory: memory stays bounded.
+/// holding a permit of `parts` while its bytes are in memory; a small file holds its
+/// weight of the small-file budget until its PUT is answered: memory stays bounded.
 pub async fn upload_file(
     client: &Arc<dyn ObjectClient>,
     key: &str,
     file: &File,
     size: u64,
     part_size: u64,
-    parts: &Arc<Semaphore>,
+    slots: &UploadSlots,
     metadata: &HashMap<String, String>,
 ) -> Result<String, ClientError> {
+    let parts = &slots.parts;
     let read = |off: u64, len: u64| -> Result<Bytes, ClientError> {
         let mut buf = vec![0u8; len as usize];
         file.read_exact_at(&mut buf, off)
@@ -271,13 +297,15 @@ pub async fn upload_file(
         Ok(Bytes::from(buf))
     };
     if size <= part_size {
-        let body = {
-            let _permit = parts
-                .acquire()
-                .await
-                .map_err(|e| ClientError::Other(e.to_string()))?;
-            read(0, size)?
-        };
+        let kib = u32::try_from(size.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(SMALL_MIN_KIB, SMALL_BUDGET_KIB);
+        let _permit = slots
+            .small
+            .acquire_many(kib)
+            .await
+            .map_err(|e| ClientError::Other(e.to_string()))?;
+        let body = read(0, size)?;
         return Ok(client.put(key, body, metadata).await?.etag);
     }
     let upload_id = client.create_multipart(key, metadata).await?;
