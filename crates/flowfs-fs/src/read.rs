@@ -1,8 +1,11 @@
 //! Sequential detection and the read-ahead window of one open file.
 //!
 //! Every read fetches the 64 KiB chunks it touches. Only a reader that has continued
-//! where it stopped at least once (a streak) gets a window ahead of it, starting at
-//! 512 KiB and doubling with each further sequential read up to the read-ahead limit.
+//! where it stopped at least once (a run) gets a window ahead of it: four times what the
+//! run has read so far, at least 512 KiB, at most the read-ahead limit. Sizing the window
+//! by bytes consumed rather than by the number of reads keeps a short stretch (an indexed
+//! query reading a few hundred KiB through the kernel's read-ahead) from fetching
+//! megabytes it never reads, while a long sequential read still reaches the limit fast.
 //! A first read at offset 0 is no evidence of a sequential reader: htslib reads a BGZF
 //! header there before it seeks through an index, so a tabix or `bcftools annotate`
 //! query in a 2 GiB file costs kilobytes, not parts of it. Objects no larger than one
@@ -10,12 +13,17 @@
 
 use crate::cache::CHUNK;
 
-/// The window after the first continued read; it doubles with each further one.
+/// The smallest window ahead of a run.
 const FIRST_WINDOW: u64 = 512 << 10;
+/// How far out of order a read may arrive and still continue a run: the kernel hands its
+/// read-ahead (at most 1 MiB here) to several threads.
+const SLACK: u64 = 2 << 20;
 
 #[derive(Debug, Default)]
 pub struct SeqState {
     last_end: u64,
+    /// Where the current run started (valid while `streak > 0`).
+    run_start: u64,
     streak: u32,
     ahead_to: u64,
     reads: u64,
@@ -49,21 +57,20 @@ impl SeqState {
             };
         }
         let need = (down(off, CHUNK), up(end, CHUNK).min(size));
-        // The kernel hands its read-ahead requests to several threads, so a streak
-        // tolerates requests that arrive slightly out of order.
-        let slack = self.window(max_ahead).max(1 << 20);
         let continued = !first
             && (off == self.last_end
                 || (self.streak > 0
-                    && off <= self.last_end + slack
-                    && off + slack >= self.last_end));
+                    && off <= self.last_end + SLACK
+                    && off + SLACK >= self.last_end));
         if !continued {
             self.streak = 0;
             self.ahead_to = 0;
+            self.run_start = off;
             self.last_end = end;
             return Plan { need, ahead: None };
         }
-        self.streak = (self.streak + 1).min(16);
+        self.streak = self.streak.saturating_add(1);
+        self.run_start = self.run_start.min(off);
         self.last_end = self.last_end.max(end);
         let window = self.window(max_ahead);
         let want_to = up(end + window, CHUNK).min(size);
@@ -84,7 +91,10 @@ impl SeqState {
         if self.streak == 0 {
             return 0;
         }
-        (FIRST_WINDOW << (self.streak - 1).min(12)).min(max_ahead.max(CHUNK))
+        let read = self.last_end.saturating_sub(self.run_start);
+        read.saturating_mul(4)
+            .max(FIRST_WINDOW)
+            .min(max_ahead.max(CHUNK))
     }
 }
 
@@ -109,7 +119,8 @@ mod tests {
         );
         let p = s.plan(r, r, 2 * GIB, 8 * MIB, 64 * MIB);
         assert_eq!(p.need, (r, 2 * r));
-        assert_eq!(p.ahead, Some((2 * r, 2 * r + FIRST_WINDOW)));
+        // four times the 256 KiB read so far
+        assert_eq!(p.ahead, Some((2 * r, 2 * r + 8 * r)));
         let mut furthest = 0;
         for i in 2..2048 {
             let p = s.plan(i * r, r, 2 * GIB, 8 * MIB, 64 * MIB);
@@ -134,9 +145,9 @@ mod tests {
                 sizes.push(b - a);
             }
         }
-        // 128 MiB read in 1024 requests: a handful of requests ahead, the later ones
+        // 128 MiB read in 1024 requests: a dozen or so requests ahead, the later ones
         // half the 64 MiB window each.
-        assert!(sizes.len() <= 12, "{sizes:?}");
+        assert!(sizes.len() <= 16, "{sizes:?}");
         let late = &sizes[sizes.len() - 3..];
         assert!(late.iter().all(|&n| n >= 32 * MIB - 2 * r), "{sizes:?}");
     }
@@ -183,5 +194,25 @@ mod tests {
                 ahead: None
             }
         );
+    }
+
+    #[test]
+    fn a_short_stretch_fetches_a_few_times_what_it_reads() {
+        // An indexed query: a header read, a seek, then ~400 KiB read in the kernel's
+        // 128 KiB requests, then a seek far away. Nothing beyond a few times the stretch.
+        let mut s = SeqState::default();
+        let r = 128 << 10;
+        let mut fetched = 0;
+        let mut add = |p: Plan| fetched += p.need.1 - p.need.0 + p.ahead.map_or(0, |(a, b)| b - a);
+        add(s.plan(0, 4096, 2 * GIB, 8 * MIB, 64 * MIB));
+        let base = 19 * MIB;
+        for i in 0..3 {
+            add(s.plan(base + i * r, r, 2 * GIB, 8 * MIB, 64 * MIB));
+        }
+        // the jump lands far outside the window: a new run, nothing ahead
+        let p = s.plan(37 * MIB, r, 2 * GIB, 8 * MIB, 64 * MIB);
+        assert_eq!(p.ahead, None);
+        add(p);
+        assert!(fetched <= 3 * MIB, "{fetched}");
     }
 }
