@@ -158,7 +158,7 @@ pub struct MountOptions {
         help_heading = "Object storage"
     )]
     pub max_concurrency: usize,
-    /// Upload parts (or small files) in flight at once; each holds up to a part in memory
+    /// Multipart upload parts in flight at once; each holds one part in memory
     #[arg(
         long,
         value_name = "N",
