@@ -143,6 +143,30 @@ def test_fsync_is_durable_before_unmount(mount, bucket, s3):
     assert object_bytes(s3, bucket, "p/in/remote.bin") == want + b"tail"
 
 
+def test_symlink_is_written_back_and_fsyncdir_makes_it_durable(mount, bucket, s3):
+    """A symlink costs no request in the call (it is staged like a file); fsync of its
+    directory returns once it is in the bucket, with the symlink metadata."""
+    m = mount(bucket, "p")
+    os.mkdir(m / "task")
+    os.symlink("/data/in.bam", m / "task/in.bam")
+    assert os.readlink(m / "task/in.bam") == "/data/in.bam"
+    assert os.lstat(m / "task/in.bam").st_size == len("/data/in.bam")
+    fd = os.open(m / "task", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    head = s3.head_object(Bucket=bucket, Key="p/task/in.bam")
+    assert head["Metadata"].get("flowfs-symlink") == "/data/in.bam", head["Metadata"]
+    assert head["ETag"].strip('"').endswith("-1"), head["ETag"]
+    assert object_bytes(s3, bucket, "p/task/in.bam") == b"/data/in.bam"
+    # a second mount sees a symlink
+    m2 = mount(bucket, "p")
+    assert os.readlink(m2 / "task/in.bam") == "/data/in.bam"
+    assert stat.S_ISLNK(os.lstat(m2 / "task/in.bam").st_mode)
+    assert sorted(os.listdir(m2 / "task")) == ["in.bam"]
+
+
 @pytest.mark.parametrize("how", ["append", "patch"])
 def test_fsync_close_then_reopen_keeps_content(mount, bucket, s3, how):
     """A file fsync'ed then closed, reopened for writing at once (a logger that fsyncs):

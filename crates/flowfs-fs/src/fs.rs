@@ -15,7 +15,7 @@ use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
 use crate::read::SeqState;
-use crate::write::{download_into, upload_file, Staged, Staging, UploadSlots};
+use crate::write::{download_into, upload_file, upload_single_part, Staged, Staging, UploadSlots};
 
 /// Metadata key that marks an object as a symbolic link; its value is the target,
 /// percent-encoded, and the object's content is the plain target too.
@@ -163,6 +163,14 @@ fn file_entry(info: &ObjectInfo) -> Entry {
     }
 }
 
+/// ETags compared without the quotes some servers and SDKs keep around them.
+fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.trim_matches('"') == b.trim_matches('"'),
+        _ => false,
+    }
+}
+
 fn meta_entry(meta: &ObjectMeta) -> Entry {
     let mut e = file_entry(&meta.info);
     if let Some(t) = meta.metadata.get(SYMLINK_META) {
@@ -254,7 +262,7 @@ impl Fs {
     }
 
     /// Every entry of a directory, all listing pages, with symlinks resolved.
-    async fn list_remote(&self, path: &str) -> Result<BTreeMap<String, Entry>> {
+    async fn list_remote(&self, ino: u64, path: &str) -> Result<BTreeMap<String, Entry>> {
         let prefix = self.dir_prefix(path);
         let mut entries = BTreeMap::new();
         let mut candidates = Vec::new();
@@ -294,6 +302,29 @@ impl Fs {
         // An object listed before the prefix of the same name was replaced above only
         // if the prefix came later; drop candidates that turned out to be directories.
         candidates.retain(|(n, _)| entries.get(n).is_some_and(|e| e.kind != Kind::Dir));
+        // A symlink this mount already knows under the same ETag needs no HEAD: a
+        // pipeline's task directories hold many (Nextflow stages inputs as symlinks).
+        {
+            let t = self.inodes.lock();
+            candidates.retain(|(name, _)| {
+                let known = t
+                    .child(ino, name)
+                    .and_then(|c| t.get(c))
+                    .filter(|n| n.entry.kind == Kind::Symlink && n.entry.target.is_some())
+                    .map(|n| n.entry.clone());
+                let Some(listed) = entries.get_mut(name) else {
+                    return false;
+                };
+                match known {
+                    Some(k) if same_etag(k.etag.as_deref(), listed.etag.as_deref()) => {
+                        listed.kind = Kind::Symlink;
+                        listed.target = k.target;
+                        false
+                    }
+                    _ => true,
+                }
+            });
+        }
         for batch in candidates.chunks(32) {
             let mut set = tokio::task::JoinSet::new();
             for (name, key) in batch {
@@ -483,7 +514,7 @@ impl Fs {
             t.path(ino).ok_or(FsError::NotFound)?
         };
         let at = Instant::now();
-        let mut entries = self.list_remote(&path).await?;
+        let mut entries = self.list_remote(ino, &path).await?;
         let mut t = self.inodes.lock();
         // The LIST is a snapshot from `at`. What this mount did here since then is newer:
         // files staged and not yet in the bucket, uploads that landed while the LIST ran
@@ -809,13 +840,20 @@ impl Fs {
 
     /// Writes the journal record that makes `staged` survive a crash of this process.
     fn journal(&self, ino: u64, staged: &Staged) {
-        let key = self.inodes.lock().path(ino).map(|p| self.key(&p));
+        let (key, symlink) = {
+            let t = self.inodes.lock();
+            let symlink = t.get(ino).is_some_and(|n| n.entry.kind == Kind::Symlink);
+            (t.path(ino).map(|p| self.key(&p)), symlink)
+        };
         let Some(key) = key else { return };
         let mut st = staged.st.lock();
         if st.journaled.as_deref() == Some(key.as_str()) || st.deleted {
             return;
         }
-        match self.staging.journal(staged, &self.cfg.bucket, &key) {
+        match self
+            .staging
+            .journal(staged, &self.cfg.bucket, &key, symlink)
+        {
             Ok(()) => st.journaled = Some(key),
             Err(e) => tracing::warn!(%key, "cannot write the journal record: {e}"),
         }
@@ -1043,6 +1081,24 @@ impl Fs {
         Ok(())
     }
 
+    /// `fsync` of a directory: the names in it that this mount wrote back (symlinks,
+    /// closed files) are in the bucket when it returns, or it fails with their error.
+    pub async fn fsyncdir(self: &Arc<Self>, ino: u64) -> Result<()> {
+        let staged: Vec<(u64, Arc<Staged>)> = {
+            let t = self.inodes.lock();
+            t.nodes
+                .iter()
+                .filter(|(i, n)| n.parent == ino && t.child(ino, &n.name) == Some(**i))
+                .filter_map(|(i, n)| n.staged.clone().map(|s| (*i, s)))
+                .filter(|(_, s)| s.st.lock().writers == 0)
+                .collect()
+        };
+        for (i, s) in staged {
+            self.wait_durable(i, &s).await?;
+        }
+        Ok(())
+    }
+
     async fn upload(self: Arc<Self>, ino: u64, staged: Arc<Staged>) {
         // A completion marker goes last: whoever sees it may read the task's outputs.
         let marker = {
@@ -1088,16 +1144,27 @@ impl Fs {
                 }
                 (self.key(&path), st.gen, st.size, metadata)
             };
-            let r = upload_file(
-                &self.client,
-                &key,
-                &staged.file,
-                size,
-                self.cfg.part_size,
-                &self.slots,
-                &metadata,
-            )
-            .await;
+            let r = if metadata.contains_key(SYMLINK_META) {
+                match staged.read_at(0, size as usize) {
+                    Ok(body) => {
+                        upload_single_part(&self.client, &key, body.into(), &metadata).await
+                    }
+                    Err(e) => Err(ClientError::Other(format!(
+                        "reading staged data of {key}: {e}"
+                    ))),
+                }
+            } else {
+                upload_file(
+                    &self.client,
+                    &key,
+                    &staged.file,
+                    size,
+                    self.cfg.part_size,
+                    &self.slots,
+                    &metadata,
+                )
+                .await
+            };
             // The time the bucket gives the object, which is what every later mount will
             // show: a file keeps one mtime for tools that compare them (-resume, make).
             let mtime = match &r {
@@ -1206,6 +1273,12 @@ impl Fs {
         let mut failed = Vec::new();
         for o in self.staging.orphans(&self.cfg.cache_dir, &self.cfg.bucket) {
             let r = async {
+                if o.symlink {
+                    let target = std::fs::read_to_string(&o.data)
+                        .map_err(|e| ClientError::Other(e.to_string()))?;
+                    let meta = HashMap::from([(SYMLINK_META.to_string(), percent_encode(&target))]);
+                    return upload_single_part(&self.client, &o.key, target.into(), &meta).await;
+                }
                 let f =
                     std::fs::File::open(&o.data).map_err(|e| ClientError::Other(e.to_string()))?;
                 let size = f
@@ -1347,63 +1420,48 @@ impl Fs {
         self.counted(&mut t, ino)
     }
 
-    pub async fn symlink(&self, parent: u64, name: &str, target: &str) -> Result<Attr> {
+    pub async fn symlink(self: &Arc<Self>, parent: u64, name: &str, target: &str) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
         if target.len() as u64 > MAX_SYMLINK {
             return Err(FsError::NameTooLong);
         }
-        let path = {
-            let t = self.inodes.lock();
-            join(&t.path(parent).ok_or(FsError::NotFound)?, name)
-        };
-        if self.stat_remote(&path).await?.is_some() {
-            return Err(FsError::Exists);
+        // The kernel looked the name up just before (and found nothing), as for create:
+        // no second round trip to the server here. Like a file, the symlink is staged and
+        // uploaded in the background (Nextflow makes one per input of every task).
+        let staged = self.staging.create()?;
+        staged
+            .write_at(0, target.as_bytes())
+            .map_err(|e| FsError::Io(format!("staging a symlink: {e}")))?;
+        {
+            let mut st = staged.st.lock();
+            st.size = target.len() as u64;
+            st.gen = 1;
         }
-        let key = self.key(&path);
-        let etag = self.put_symlink(&key, target).await?;
-        let mut t = self.inodes.lock();
-        let e = Entry {
-            kind: Kind::Symlink,
-            size: target.len() as u64,
-            mtime: SystemTime::now(),
-            etag: Some(etag),
-            target: Some(target.to_string()),
-        };
-        let ino = t.upsert(parent, name, &e, Some(Instant::now()));
-        Self::listing_put(&mut t, parent, name, Some(e));
-        self.counted(&mut t, ino)
-    }
-
-    /// A symlink is a single-part multipart upload (its ETag ends in `-1`, which is how
-    /// a listing tells candidates apart) holding the target, with the target also in
-    /// its metadata.
-    async fn put_symlink(&self, key: &str, target: &str) -> Result<String> {
-        let mut meta = HashMap::new();
-        meta.insert(SYMLINK_META.to_string(), percent_encode(target));
-        let id = self.client.create_multipart(key, &meta).await?;
-        let body = bytes::Bytes::copy_from_slice(target.as_bytes());
-        let r = async {
-            let etag = self.client.upload_part(key, &id, 1, body).await?;
-            self.client
-                .complete_multipart(
-                    key,
-                    &id,
-                    vec![flowfs_client::CompletedPart {
-                        part_number: 1,
-                        etag,
-                    }],
-                )
-                .await
-        }
-        .await;
-        match r {
-            Ok(p) => Ok(p.etag),
-            Err(e) => {
-                let _ = self.client.abort_multipart(key, &id).await;
-                Err(e.into())
+        let ino = {
+            let mut t = self.inodes.lock();
+            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
+                self.staging.discard(&staged);
+                return Err(FsError::NotDir);
             }
-        }
+            let e = Entry {
+                kind: Kind::Symlink,
+                size: target.len() as u64,
+                mtime: SystemTime::now(),
+                etag: None,
+                target: Some(target.to_string()),
+            };
+            let ino = t.new_node(parent, name, e.clone());
+            if let Some(n) = t.get_mut(ino) {
+                n.staged = Some(staged.clone());
+                n.lookups += 1;
+            }
+            Self::listing_put(&mut t, parent, name, Some(e));
+            ino
+        };
+        self.journal(ino, &staged);
+        self.enqueue(ino, &staged);
+        self.attr_of(&self.inodes.lock(), ino)
     }
 
     pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {

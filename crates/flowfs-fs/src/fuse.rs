@@ -498,12 +498,18 @@ impl fuser::Filesystem for FuseAdapter {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        let fs = self.fs.clone();
+        self.rt.spawn(async move {
+            match fs.fsyncdir(ino.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
     }
 
     fn create(

@@ -109,9 +109,11 @@ fn try_lock(f: &File) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
-fn write_record(path: &Path, bucket: &str, key: &str) -> io::Result<()> {
+/// `bucket`, `key` and, for a symlink (whose data is its target), a third line `symlink`.
+fn write_record(path: &Path, bucket: &str, key: &str, symlink: bool) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
-    fs::write(&tmp, format!("{bucket}\n{key}\n"))?;
+    let kind = if symlink { "symlink\n" } else { "" };
+    fs::write(&tmp, format!("{bucket}\n{key}\n{kind}"))?;
     fs::rename(tmp, path)
 }
 
@@ -120,6 +122,8 @@ fn write_record(path: &Path, bucket: &str, key: &str) -> io::Result<()> {
 pub struct Orphan {
     pub key: String,
     pub data: PathBuf,
+    /// The data is a symlink's target.
+    pub symlink: bool,
     rec: PathBuf,
 }
 
@@ -177,8 +181,8 @@ impl Staging {
     }
 
     /// Records that `s` must reach `key`; a later mount uploads it if this one dies.
-    pub fn journal(&self, s: &Staged, bucket: &str, key: &str) -> io::Result<()> {
-        write_record(&s.rec, bucket, key)
+    pub fn journal(&self, s: &Staged, bucket: &str, key: &str, symlink: bool) -> io::Result<()> {
+        write_record(&s.rec, bucket, key, symlink)
     }
 
     pub fn unjournal(&self, s: &Staged) {
@@ -226,6 +230,7 @@ impl Staging {
                             out.push(Orphan {
                                 key: k.to_string(),
                                 data: p.with_extension("data"),
+                                symlink: lines.next() == Some("symlink"),
                                 rec: p,
                             });
                         }
@@ -273,6 +278,38 @@ impl UploadSlots {
         UploadSlots {
             parts: Arc::new(Semaphore::new(parts.max(1))),
             small: Arc::new(Semaphore::new(SMALL_BUDGET_KIB as usize)),
+        }
+    }
+}
+
+/// Uploads `body` as a multipart upload of one part, so that the object's ETag ends in
+/// `-1` (how a listing tells symlink candidates apart); aborted if it fails.
+pub async fn upload_single_part(
+    client: &Arc<dyn ObjectClient>,
+    key: &str,
+    body: Bytes,
+    metadata: &HashMap<String, String>,
+) -> Result<String, ClientError> {
+    let id = client.create_multipart(key, metadata).await?;
+    let r = async {
+        let etag = client.upload_part(key, &id, 1, body).await?;
+        client
+            .complete_multipart(
+                key,
+                &id,
+                vec![CompletedPart {
+                    part_number: 1,
+                    etag,
+                }],
+            )
+            .await
+    }
+    .await;
+    match r {
+        Ok(p) => Ok(p.etag),
+        Err(e) => {
+            let _ = client.abort_multipart(key, &id).await;
+            Err(e)
         }
     }
 }

@@ -283,6 +283,8 @@ async fn namespace_changes_move_objects() {
     assert!(matches!(fs.lookup(d, "g").await, Err(FsError::NotFound)));
     let l = fs.symlink(ROOT, "link", "e/x").await.unwrap();
     assert_eq!(fs.readlink(l.ino).await.unwrap(), "e/x");
+    // uploaded in the background, like a file
+    assert!(fs.flush_all().await.is_empty());
     assert_eq!(mock.object("link").unwrap(), b"e/x".to_vec());
     // Another mount tells the symlink from a file by its listing and metadata.
     let other = tempfile::tempdir().unwrap();
@@ -328,4 +330,79 @@ async fn a_crashed_mounts_staged_files_are_uploaded_by_the_next() {
         b"computed for hours".to_vec()
     );
     assert!(fs.recover().await.0.is_empty(), "recovered once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlinks_cost_their_upload_only_and_known_ones_no_head_in_listings() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    // A TTL of zero: every readdir lists the bucket again.
+    let mut cfg = FsConfig::new("b", "", dir.path().join("own"));
+    cfg.metadata_ttl = Duration::ZERO;
+    let fs = Arc::new(Fs::new(cfg, mock.clone()).expect("fs"));
+    let d = fs.mkdir(ROOT, "task", 0o755).await.unwrap().ino;
+    mock.reset_counts();
+    for i in 0..5 {
+        fs.symlink(d, &format!("in{i}.bam"), &format!("/data/in{i}.bam"))
+            .await
+            .unwrap();
+    }
+    assert!(fs.flush_all().await.is_empty());
+    // The multipart form, and the HEAD after each upload that reads the bucket's time:
+    // no HEAD or LIST to check the name (the kernel did).
+    assert_eq!(mock.count(Op::Head), 5);
+    assert_eq!(mock.count(Op::List), 0);
+    assert_eq!(mock.count(Op::CreateMultipart), 5);
+    assert_eq!(mock.count(Op::CompleteMultipart), 5);
+    mock.insert("task/other.bam", b"plain".to_vec());
+    // This mount's new listing recognises its own symlinks without a HEAD each...
+    mock.reset_counts();
+    assert_eq!(names(&fs, d).await.len(), 6);
+    assert!(mock.count(Op::List) >= 1);
+    assert_eq!(mock.count(Op::Head), 0);
+    // ...while another mount, which never saw them, HEADs each candidate once.
+    let fs2 = fs_on(&mock, &dir.path().join("second"), "");
+    let d2 = path_ino(&fs2, "task").await.unwrap();
+    mock.reset_counts();
+    assert_eq!(names(&fs2, d2).await.len(), 6);
+    assert_eq!(mock.count(Op::Head), 5);
+    let a = fs2.lookup(d2, "in3.bam").await.unwrap();
+    assert_eq!(a.kind, Kind::Symlink);
+    assert_eq!(fs2.readlink(a.ino).await.unwrap(), "/data/in3.bam");
+    // and the first mount still shows them as symlinks
+    let a = fs.lookup(d, "in0.bam").await.unwrap();
+    assert_eq!(a.kind, Kind::Symlink);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_mounts_symlink_is_recovered_as_a_symlink() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    {
+        let fs = fs_on(&mock, dir.path(), "");
+        mock.fail(
+            Op::CreateMultipart,
+            0,
+            ClientError::Transient("server down".into()),
+            1000,
+        );
+        fs.symlink(ROOT, "ref.fa", "../genome/ref.fa")
+            .await
+            .unwrap();
+        assert_eq!(fs.flush_all().await.len(), 1);
+        assert!(mock.object("ref.fa").is_none());
+        // Dropped without a clean shutdown: as after kill -9.
+    }
+    let mock2 = Arc::new(MockClient::new());
+    let fs = fs_on(&mock2, dir.path(), "");
+    let (ok, failed) = fs.recover().await;
+    assert_eq!(ok, vec!["ref.fa".to_string()]);
+    assert!(failed.is_empty());
+    assert_eq!(
+        mock2.object("ref.fa").unwrap(),
+        b"../genome/ref.fa".to_vec()
+    );
+    let a = fs.lookup(ROOT, "ref.fa").await.unwrap();
+    assert_eq!(a.kind, Kind::Symlink);
+    assert_eq!(fs.readlink(a.ino).await.unwrap(), "../genome/ref.fa");
 }
