@@ -377,6 +377,64 @@ impl DiskCache {
         Ok(entry)
     }
 
+    /// Takes over the file at `src` (same file system), which holds all `size` bytes of
+    /// the object version, as a complete entry: a file this mount has just uploaded is
+    /// read by the next task without downloading it again. Returns false (and leaves
+    /// `src` alone) when it does not fit or the version is already cached.
+    pub fn adopt(&self, bucket: &str, key: &str, etag: &str, size: u64, src: &Path) -> bool {
+        // A file larger than half the cache would only push out everything else.
+        if size == 0 || size > self.capacity / 2 {
+            return false;
+        }
+        let ident = format!("{bucket}\0{key}\0{etag}\0{size}");
+        let hash = hash_of(&ident);
+        let mut inner = self.inner.lock();
+        if inner.by_hash.contains_key(&hash) || inner.cold_index.contains_key(&hash) {
+            return false;
+        }
+        let data_path = self.root.join(format!("{hash}.data"));
+        let meta_path = self.root.join(format!("{hash}.meta"));
+        if fs::rename(src, &data_path).is_err() {
+            return false;
+        }
+        let chunks = size.div_ceil(CHUNK);
+        let mut present = vec![0u64; chunks.div_ceil(64) as usize];
+        for c in 0..chunks {
+            present[(c / 64) as usize] |= 1 << (c % 64);
+        }
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let entry = Arc::new(CacheEntry {
+            id,
+            hash: hash.clone(),
+            ident,
+            size,
+            data_path,
+            meta_path,
+            file: Mutex::new(None),
+            users: Mutex::new(0),
+            state: RwLock::new(EntryState {
+                present,
+                count: chunks,
+                dirty: true,
+            }),
+            inflight: Mutex::new(HashMap::new()),
+        });
+        if let Err(err) = self.persist(&entry) {
+            tracing::warn!("cannot save cache metadata: {err}");
+            let _ = fs::remove_file(&entry.data_path);
+            return true;
+        }
+        inner.used += chunks * CHUNK;
+        for b in 0..chunks.div_ceil(BLOCK_CHUNKS) {
+            Self::touch_block(&mut inner, id, b);
+        }
+        inner.hot.insert(id, entry);
+        inner.by_hash.insert(hash, id);
+        self.evict(&mut inner);
+        true
+    }
+
     /// Stores fetched bytes at chunk-aligned `off` and marks them present.
     pub fn insert(&self, e: &CacheEntry, off: u64, data: &[u8]) -> Result<()> {
         debug_assert_eq!(off % CHUNK, 0);

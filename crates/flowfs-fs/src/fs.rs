@@ -163,6 +163,13 @@ fn file_entry(info: &ObjectInfo) -> Entry {
     }
 }
 
+/// The ETag a node has now (empty if none).
+fn etag_of(t: &Inodes, ino: u64) -> String {
+    t.get(ino)
+        .and_then(|n| n.entry.etag.clone())
+        .unwrap_or_default()
+}
+
 /// ETags compared without the quotes some servers and SDKs keep around them.
 fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
     match (a, b) {
@@ -1193,6 +1200,7 @@ impl Fs {
                                 self.staging.unjournal(&staged);
                                 st.journaled = None;
                                 let writers = st.writers;
+                                let mut adopt = false;
                                 if let Some(n) = t.get_mut(ino) {
                                     // The node now describes the object in the bucket.
                                     n.entry.size = size;
@@ -1205,12 +1213,26 @@ impl Fs {
                                     if writers == 0 {
                                         n.validated = Some(Instant::now());
                                         n.staged = None;
+                                        // No handle reads the staged file any more, so the
+                                        // cache may own (and later punch) it.
+                                        adopt = n.open == 0 && n.entry.kind == Kind::File;
                                     }
                                     let (parent, name, e) =
                                         (n.parent, n.name.clone(), n.entry.clone());
                                     Self::listing_put(&mut t, parent, &name, Some(e));
                                 }
                                 if writers == 0 {
+                                    if adopt {
+                                        // Downstream tasks read what upstream ones wrote:
+                                        // keep it as a cached copy of the new object.
+                                        self.cache.adopt(
+                                            &self.cfg.bucket,
+                                            &key,
+                                            &etag_of(&t, ino),
+                                            size,
+                                            self.staging.data_path(&staged),
+                                        );
+                                    }
                                     self.staging.discard(&staged);
                                     t.remove_if_unreferenced(ino);
                                 }

@@ -189,6 +189,11 @@ impl Staging {
         let _ = fs::remove_file(&s.rec);
     }
 
+    /// Where the staged bytes are, for the disk cache to take them over after upload.
+    pub fn data_path<'a>(&self, s: &'a Staged) -> &'a Path {
+        &s.data
+    }
+
     /// Drops the staging file once its content is durable or deleted.
     pub fn discard(&self, s: &Staged) {
         let _ = fs::remove_file(&s.rec);

@@ -406,3 +406,26 @@ async fn a_crashed_mounts_symlink_is_recovered_as_a_symlink() {
     assert_eq!(a.kind, Kind::Symlink);
     assert_eq!(fs.readlink(a.ino).await.unwrap(), "../genome/ref.fa");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_just_uploaded_is_read_back_from_the_disk_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let body = data(3 << 20, 7);
+    let (a, fh) = fs.create(ROOT, "aligned.bam", 0o644).await.unwrap();
+    fs.write(fh, 0, &body).unwrap();
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("aligned.bam").unwrap(), body);
+    // the next task reads it: no GET, the uploaded staging file became a cache entry
+    mock.reset_counts();
+    assert_eq!(read_all(&fs, a.ino).await, body);
+    assert_eq!(mock.count(Op::Get), 0);
+    assert_eq!(mock.get_bytes(), 0);
+    // a new version written by another client is fetched, never the cached one
+    mock.insert("aligned.bam", data(1000, 9));
+    let fs2 = fs_on(&mock, dir.path(), "");
+    drop(fs);
+    let ino = path_ino(&fs2, "aligned.bam").await.unwrap();
+    assert_eq!(read_all(&fs2, ino).await, data(1000, 9));
+}
