@@ -340,22 +340,7 @@ impl DiskCache {
         let id = inner.next_id;
         inner.next_id += 1;
         let count = popcount(&present);
-        let entry = Arc::new(CacheEntry {
-            id,
-            hash: hash.clone(),
-            ident,
-            size,
-            data_path,
-            meta_path,
-            file: Mutex::new(None),
-            users: Mutex::new(1),
-            state: RwLock::new(EntryState {
-                present,
-                count,
-                dirty: false,
-            }),
-            inflight: Mutex::new(HashMap::new()),
-        });
+        let entry = self.new_entry(id, &hash, ident, size, present, 1);
         inner.used += count * CHUNK;
         let blocks: Vec<u64> = {
             let st = entry.state.read();
@@ -377,6 +362,34 @@ impl DiskCache {
         Ok(entry)
     }
 
+    fn new_entry(
+        &self,
+        id: u64,
+        hash: &str,
+        ident: String,
+        size: u64,
+        present: Vec<u64>,
+        users: u32,
+    ) -> Arc<CacheEntry> {
+        let count = popcount(&present);
+        Arc::new(CacheEntry {
+            id,
+            hash: hash.to_string(),
+            ident,
+            size,
+            data_path: self.root.join(format!("{hash}.data")),
+            meta_path: self.root.join(format!("{hash}.meta")),
+            file: Mutex::new(None),
+            users: Mutex::new(users),
+            state: RwLock::new(EntryState {
+                present,
+                count,
+                dirty: false,
+            }),
+            inflight: Mutex::new(HashMap::new()),
+        })
+    }
+
     /// Takes over the file at `src` (same file system), which holds all `size` bytes of
     /// the object version, as a complete entry: a file this mount has just uploaded is
     /// read by the next task without downloading it again. Returns false (and leaves
@@ -392,9 +405,7 @@ impl DiskCache {
         if inner.by_hash.contains_key(&hash) || inner.cold_index.contains_key(&hash) {
             return false;
         }
-        let data_path = self.root.join(format!("{hash}.data"));
-        let meta_path = self.root.join(format!("{hash}.meta"));
-        if fs::rename(src, &data_path).is_err() {
+        if fs::rename(src, self.root.join(format!("{hash}.data"))).is_err() {
             return false;
         }
         let chunks = size.div_ceil(CHUNK);
@@ -404,22 +415,8 @@ impl DiskCache {
         }
         let id = inner.next_id;
         inner.next_id += 1;
-        let entry = Arc::new(CacheEntry {
-            id,
-            hash: hash.clone(),
-            ident,
-            size,
-            data_path,
-            meta_path,
-            file: Mutex::new(None),
-            users: Mutex::new(0),
-            state: RwLock::new(EntryState {
-                present,
-                count: chunks,
-                dirty: true,
-            }),
-            inflight: Mutex::new(HashMap::new()),
-        });
+        let entry = self.new_entry(id, &hash, ident, size, present, 0);
+        entry.state.write().dirty = true;
         if let Err(err) = self.persist(&entry) {
             tracing::warn!("cannot save cache metadata: {err}");
             let _ = fs::remove_file(&entry.data_path);

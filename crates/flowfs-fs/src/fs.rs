@@ -1072,34 +1072,33 @@ impl Fs {
 
     /// Waits until every file closed so far below `dir` (but `except`) is durable.
     async fn wait_tree(self: &Arc<Self>, dir: u64, except: u64) -> Result<()> {
-        let staged: Vec<(u64, Arc<Staged>)> = {
-            let t = self.inodes.lock();
-            t.nodes
-                .iter()
-                .filter(|(i, n)| **i != except && n.staged.is_some())
-                .filter(|(i, _)| t.is_within(**i, dir))
-                .filter_map(|(i, n)| n.staged.clone().map(|s| (*i, s)))
-                .filter(|(_, s)| s.st.lock().writers == 0)
-                .collect()
-        };
-        for (i, s) in staged {
-            self.wait_durable(i, &s).await?;
-        }
-        Ok(())
+        let staged = self.closed_staged(|t, i, _| i != except && t.is_within(i, dir));
+        self.wait_all_durable(staged).await
     }
 
     /// `fsync` of a directory: the names in it that this mount wrote back (symlinks,
     /// closed files) are in the bucket when it returns, or it fails with their error.
     pub async fn fsyncdir(self: &Arc<Self>, ino: u64) -> Result<()> {
-        let staged: Vec<(u64, Arc<Staged>)> = {
-            let t = self.inodes.lock();
-            t.nodes
-                .iter()
-                .filter(|(i, n)| n.parent == ino && t.child(ino, &n.name) == Some(**i))
-                .filter_map(|(i, n)| n.staged.clone().map(|s| (*i, s)))
-                .filter(|(_, s)| s.st.lock().writers == 0)
-                .collect()
-        };
+        let staged =
+            self.closed_staged(|t, i, n| n.parent == ino && t.child(ino, &n.name) == Some(i));
+        self.wait_all_durable(staged).await
+    }
+
+    /// The staged files with no writer among the nodes `pick` selects.
+    fn closed_staged(
+        &self,
+        pick: impl Fn(&Inodes, u64, &crate::inode::Node) -> bool,
+    ) -> Vec<(u64, Arc<Staged>)> {
+        let t = self.inodes.lock();
+        t.nodes
+            .iter()
+            .filter(|(i, n)| n.staged.is_some() && pick(&t, **i, n))
+            .filter_map(|(i, n)| n.staged.clone().map(|s| (*i, s)))
+            .filter(|(_, s)| s.st.lock().writers == 0)
+            .collect()
+    }
+
+    async fn wait_all_durable(self: &Arc<Self>, staged: Vec<(u64, Arc<Staged>)>) -> Result<()> {
         for (i, s) in staged {
             self.wait_durable(i, &s).await?;
         }
