@@ -15,7 +15,7 @@ use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
 use crate::read::SeqState;
-use crate::write::{download_into, upload_file, upload_single_part, Staged, Staging, UploadSlots};
+use crate::write::{download_into, upload_file, Staged, Staging, UploadSlots};
 
 /// Metadata key that marks an object as a symbolic link; its value is the target,
 /// percent-encoded, and the object's content is the plain target too.
@@ -161,13 +161,6 @@ fn file_entry(info: &ObjectInfo) -> Entry {
         etag: Some(info.etag.clone()),
         target: None,
     }
-}
-
-/// The ETag a node has now (empty if none).
-fn etag_of(t: &Inodes, ino: u64) -> String {
-    t.get(ino)
-        .and_then(|n| n.entry.etag.clone())
-        .unwrap_or_default()
 }
 
 /// ETags compared without the quotes some servers and SDKs keep around them.
@@ -1150,27 +1143,17 @@ impl Fs {
                 }
                 (self.key(&path), st.gen, st.size, metadata)
             };
-            let r = if metadata.contains_key(SYMLINK_META) {
-                match staged.read_at(0, size as usize) {
-                    Ok(body) => {
-                        upload_single_part(&self.client, &key, body.into(), &metadata).await
-                    }
-                    Err(e) => Err(ClientError::Other(format!(
-                        "reading staged data of {key}: {e}"
-                    ))),
-                }
-            } else {
-                upload_file(
-                    &self.client,
-                    &key,
-                    &staged.file,
-                    size,
-                    self.cfg.part_size,
-                    &self.slots,
-                    &metadata,
-                )
-                .await
-            };
+            let r = upload_file(
+                &self.client,
+                &key,
+                &staged.file,
+                size,
+                self.cfg.part_size,
+                &self.slots,
+                &metadata,
+                metadata.contains_key(SYMLINK_META),
+            )
+            .await;
             // The time the bucket gives the object, which is what every later mount will
             // show: a file keeps one mtime for tools that compare them (-resume, make).
             let mtime = match &r {
@@ -1199,7 +1182,7 @@ impl Fs {
                                 self.staging.unjournal(&staged);
                                 st.journaled = None;
                                 let writers = st.writers;
-                                let mut adopt = false;
+                                let mut adopt = None;
                                 if let Some(n) = t.get_mut(ino) {
                                     // The node now describes the object in the bucket.
                                     n.entry.size = size;
@@ -1214,20 +1197,22 @@ impl Fs {
                                         n.staged = None;
                                         // No handle reads the staged file any more, so the
                                         // cache may own (and later punch) it.
-                                        adopt = n.open == 0 && n.entry.kind == Kind::File;
+                                        if n.open == 0 && n.entry.kind == Kind::File {
+                                            adopt = n.entry.etag.clone();
+                                        }
                                     }
                                     let (parent, name, e) =
                                         (n.parent, n.name.clone(), n.entry.clone());
                                     Self::listing_put(&mut t, parent, &name, Some(e));
                                 }
                                 if writers == 0 {
-                                    if adopt {
+                                    if let Some(etag) = adopt {
                                         // Downstream tasks read what upstream ones wrote:
                                         // keep it as a cached copy of the new object.
                                         self.cache.adopt(
                                             &self.cfg.bucket,
                                             &key,
-                                            &etag_of(&t, ino),
+                                            &etag,
                                             size,
                                             self.staging.data_path(&staged),
                                         );
@@ -1294,11 +1279,11 @@ impl Fs {
         let mut failed = Vec::new();
         for o in self.staging.orphans(&self.cfg.cache_dir, &self.cfg.bucket) {
             let r = async {
+                let mut metadata = HashMap::new();
                 if o.symlink {
                     let target = std::fs::read_to_string(&o.data)
                         .map_err(|e| ClientError::Other(e.to_string()))?;
-                    let meta = HashMap::from([(SYMLINK_META.to_string(), percent_encode(&target))]);
-                    return upload_single_part(&self.client, &o.key, target.into(), &meta).await;
+                    metadata.insert(SYMLINK_META.to_string(), percent_encode(&target));
                 }
                 let f =
                     std::fs::File::open(&o.data).map_err(|e| ClientError::Other(e.to_string()))?;
@@ -1313,7 +1298,8 @@ impl Fs {
                     size,
                     self.cfg.part_size,
                     &self.slots,
-                    &HashMap::new(),
+                    &metadata,
+                    o.symlink,
                 )
                 .await
             }

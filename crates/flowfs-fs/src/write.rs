@@ -322,6 +322,8 @@ pub async fn upload_single_part(
 /// Uploads `size` bytes of `file` to `key`. Parts of a large file go in parallel, each
 /// holding a permit of `parts` while its bytes are in memory; a small file holds its
 /// weight of the small-file budget until its PUT is answered: memory stays bounded.
+/// `one_part` (symlinks, which are tiny) makes it a single-part multipart upload.
+#[allow(clippy::too_many_arguments)]
 pub async fn upload_file(
     client: &Arc<dyn ObjectClient>,
     key: &str,
@@ -330,6 +332,7 @@ pub async fn upload_file(
     part_size: u64,
     slots: &UploadSlots,
     metadata: &HashMap<String, String>,
+    one_part: bool,
 ) -> Result<String, ClientError> {
     let parts = &slots.parts;
     let read = |off: u64, len: u64| -> Result<Bytes, ClientError> {
@@ -338,6 +341,9 @@ pub async fn upload_file(
             .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
         Ok(Bytes::from(buf))
     };
+    if one_part {
+        return upload_single_part(client, key, read(0, size)?, metadata).await;
+    }
     if size <= part_size {
         let kib = u32::try_from(size.div_ceil(1024))
             .unwrap_or(u32::MAX)
