@@ -902,27 +902,32 @@ impl Fs {
                         idle && !st.dirty() && st.error.is_none(),
                     )
                 };
-                if upload {
-                    // The time of the last change, as a local file system would show.
-                    if let Some(n) = self.inodes.lock().get_mut(ino) {
-                        n.entry.mtime = SystemTime::now();
-                    }
-                    self.enqueue(ino, &staged);
-                } else if unchanged {
-                    // Opened for writing but never changed: the bucket's copy is current
-                    // again, and the node follows the bucket as before.
+                {
+                    // This handle stops counting as open before the upload is queued: an
+                    // upload that finishes at once must see it gone to adopt the file.
                     let mut t = self.inodes.lock();
                     if let Some(n) = t.get_mut(ino) {
-                        if n.open <= 1 && n.staged.as_ref().is_some_and(|s| Arc::ptr_eq(s, &staged))
+                        n.open = n.open.saturating_sub(1);
+                        if upload {
+                            // The time of the last change, as a local file system shows.
+                            n.entry.mtime = SystemTime::now();
+                        } else if unchanged
+                            && n.open == 0
+                            && n.staged.as_ref().is_some_and(|s| Arc::ptr_eq(s, &staged))
                         {
+                            // Opened for writing but never changed: the bucket's copy is
+                            // current again, and the node follows the bucket as before.
                             n.entry.size = staged.st.lock().size;
                             n.staged = None;
                             n.validated = Some(Instant::now());
                             self.staging.discard(&staged);
                         }
                     }
+                    t.remove_if_unreferenced(ino);
                 }
-                self.close_node(ino);
+                if upload {
+                    self.enqueue(ino, &staged);
+                }
             }
         }
         Ok(())
