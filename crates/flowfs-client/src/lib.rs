@@ -3,6 +3,7 @@
 //!
 //! Keys are plain strings: nothing here rewrites `dir/`, `a//b` or unicode.
 
+pub mod buf;
 pub mod error;
 pub mod mock;
 pub mod s3;
@@ -13,6 +14,7 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub use buf::AlignedBuf;
 pub use error::{ClientError, Result};
 
 /// What a listing or a HEAD tells about one object.

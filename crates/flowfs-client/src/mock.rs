@@ -10,7 +10,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::{
-    ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
+    AlignedBuf, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
+    PutResult, Result,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -220,7 +221,8 @@ impl ObjectClient for MockClient {
         let len = o.data.len() as u64;
         let (s, e) = (start.min(len) as usize, end.min(len) as usize);
         self.get_bytes.fetch_add((e - s) as u64, Ordering::Relaxed);
-        Ok(o.data.slice(s..e))
+        // Aligned like the S3 backend's, so that tests take the same cache write path.
+        Ok(AlignedBuf::from_slice(&o.data[s..e]).into_bytes())
     }
 
     async fn list_page(

@@ -16,7 +16,8 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart as SdkPart};
 use bytes::Bytes;
 
 use crate::{
-    ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
+    AlignedBuf, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
+    PutResult, Result,
 };
 
 #[derive(Debug, Clone)]
@@ -199,17 +200,23 @@ impl ObjectClient for S3Client {
             .send()
             .await
             .map_err(|e| map_err(key, e))?;
-        let data = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| ClientError::Transient(format!("{key}: body: {e}")))?
-            .into_bytes();
-        if (data.len() as u64) > end - start {
-            // A server that ignored the Range header; keep only what was asked for.
-            return Ok(data.slice(0..(end - start) as usize));
+        // Collected into one aligned buffer: the disk cache writes it with O_DIRECT.
+        let want = (end - start) as usize;
+        let mut buf = AlignedBuf::with_capacity(want);
+        let mut body = out.body;
+        while buf.len() < want {
+            let Some(frame) = body
+                .try_next()
+                .await
+                .map_err(|e| ClientError::Transient(format!("{key}: body: {e}")))?
+            else {
+                break;
+            };
+            // A server that ignored the Range header: keep only what was asked for.
+            let room = want - buf.len();
+            buf.extend_from_slice(&frame[..frame.len().min(room)]);
         }
-        Ok(data)
+        Ok(buf.into_bytes())
     }
 
     async fn list_page(

@@ -3,16 +3,24 @@
 //! blocks (holes are punched), so one huge object cannot pin the whole cache. The bitmap
 //! is saved beside the data when the last handle closes, so the cache survives restarts;
 //! an entry is never trusted beyond what its saved bitmap says.
+//!
+//! Fetched ranges are written with `O_DIRECT` (no page-cache pages for the cache file) and
+//! also kept in memory, within a small budget, until the reader has taken them: a cold
+//! read then costs one copy out of the download buffer instead of a write into new
+//! page-cache pages and a read back from them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::SystemTime;
 
+use bytes::Bytes;
+use flowfs_client::buf::ALIGN;
 use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
@@ -22,6 +30,8 @@ use crate::error::{FsError, Result};
 pub const CHUNK: u64 = 64 * 1024;
 const BLOCK_CHUNKS: u64 = 16;
 const MAGIC: &[u8; 8] = b"FLOWFSC1";
+/// Most fetched ranges remembered for the memory budget's FIFO (stale ones included).
+const MEM_QUEUE: usize = 4096;
 
 /// One ranged GET in flight; every reader that needs its chunks waits on it.
 #[derive(Default)]
@@ -71,6 +81,12 @@ impl EntryState {
     }
 }
 
+/// A fetched range kept in memory until its bytes have been read once.
+struct MemBuf {
+    data: Bytes,
+    served: usize,
+}
+
 pub struct CacheEntry {
     id: u64,
     hash: String,
@@ -79,6 +95,8 @@ pub struct CacheEntry {
     data_path: PathBuf,
     meta_path: PathBuf,
     file: Mutex<Option<Arc<File>>>,
+    direct: Mutex<Option<Arc<File>>>,
+    mem: Mutex<BTreeMap<u64, MemBuf>>,
     users: Mutex<u32>,
     state: RwLock<EntryState>,
     inflight: Mutex<HashMap<u64, Arc<Fetch>>>,
@@ -107,6 +125,23 @@ impl CacheEntry {
                 .write(true)
                 .create(true)
                 .truncate(false)
+                .open(&self.data_path)?,
+        );
+        *f = Some(file.clone());
+        Ok(file)
+    }
+
+    fn open_direct(&self) -> io::Result<Arc<File>> {
+        let mut f = self.direct.lock();
+        if let Some(f) = &*f {
+            return Ok(f.clone());
+        }
+        let file = Arc::new(
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .custom_flags(libc::O_DIRECT)
                 .open(&self.data_path)?,
         );
         *f = Some(file.clone());
@@ -188,6 +223,11 @@ impl CacheEntry {
     }
 }
 
+/// The memory budget of fetched ranges not read yet, over all entries.
+struct MemQueue {
+    fifo: VecDeque<(Weak<CacheEntry>, u64)>,
+}
+
 struct Inner {
     hot: HashMap<u64, Arc<CacheEntry>>,
     by_hash: HashMap<String, u64>,
@@ -205,6 +245,11 @@ pub struct DiskCache {
     root: PathBuf,
     capacity: u64,
     inner: Mutex<Inner>,
+    mem_cap: u64,
+    mem_used: AtomicU64,
+    mem: Mutex<MemQueue>,
+    /// Cleared once the cache's file system refuses `O_DIRECT` (tmpfs).
+    direct_ok: AtomicBool,
 }
 
 fn hash_of(ident: &str) -> String {
@@ -238,7 +283,8 @@ fn popcount(bits: &[u64]) -> u64 {
 
 impl DiskCache {
     /// Opens (or creates) the cache under `root` and indexes what an earlier run left.
-    pub fn open(root: &Path, capacity: u64) -> io::Result<DiskCache> {
+    /// `mem_cap` bounds the fetched bytes kept in memory until a reader takes them.
+    pub fn open(root: &Path, capacity: u64, mem_cap: u64) -> io::Result<DiskCache> {
         let root = root.join("objects");
         fs::create_dir_all(&root)?;
         // Bitmaps are saved without fsync: a crashed process loses nothing (the page
@@ -299,6 +345,12 @@ impl DiskCache {
             root,
             capacity,
             inner: Mutex::new(inner),
+            mem_cap,
+            mem_used: AtomicU64::new(0),
+            mem: Mutex::new(MemQueue {
+                fifo: VecDeque::new(),
+            }),
+            direct_ok: AtomicBool::new(true),
         };
         cache.evict(&mut cache.inner.lock());
         Ok(cache)
@@ -380,6 +432,8 @@ impl DiskCache {
             data_path: self.root.join(format!("{hash}.data")),
             meta_path: self.root.join(format!("{hash}.meta")),
             file: Mutex::new(None),
+            direct: Mutex::new(None),
+            mem: Mutex::new(BTreeMap::new()),
             users: Mutex::new(users),
             state: RwLock::new(EntryState {
                 present,
@@ -433,7 +487,7 @@ impl DiskCache {
     }
 
     /// Stores fetched bytes at chunk-aligned `off` and marks them present.
-    pub fn insert(&self, e: &CacheEntry, off: u64, data: &[u8]) -> Result<()> {
+    pub fn insert(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes) -> Result<()> {
         debug_assert_eq!(off % CHUNK, 0);
         let c0 = off / CHUNK;
         let end = off + data.len() as u64;
@@ -443,7 +497,7 @@ impl DiskCache {
         } else {
             end / CHUNK
         };
-        if let Err(err) = e.open_file().and_then(|f| f.write_all_at(data, off)) {
+        if let Err(err) = self.write_data(e, off, &data) {
             e.drop_inflight(c0, end.div_ceil(CHUNK));
             return Err(FsError::Io(format!("cache write: {err}")));
         }
@@ -467,7 +521,106 @@ impl DiskCache {
             }
         }
         self.evict(&mut inner);
+        drop(inner);
+        self.remember(e, off, data);
         Ok(())
+    }
+
+    /// Writes the page-aligned body of `data` with `O_DIRECT` when it can, the rest (a
+    /// tail shorter than a page, at the end of the object) through the page cache.
+    fn write_data(&self, e: &CacheEntry, off: u64, data: &[u8]) -> io::Result<()> {
+        let mut done = 0;
+        let aligned =
+            (data.as_ptr() as usize).is_multiple_of(ALIGN) && off.is_multiple_of(ALIGN as u64);
+        let body = data.len() / ALIGN * ALIGN;
+        if aligned && body > 0 && self.direct_ok.load(Ordering::Relaxed) {
+            match e
+                .open_direct()
+                .and_then(|f| f.write_all_at(&data[..body], off))
+            {
+                Ok(()) => done = body,
+                Err(err) if err.raw_os_error() == Some(libc::EINVAL) => {
+                    tracing::info!("the cache directory does not take O_DIRECT: {err}");
+                    self.direct_ok.store(false, Ordering::Relaxed);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        if done < data.len() {
+            e.open_file()?
+                .write_all_at(&data[done..], off + done as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps a fetched range in memory for the reader that asked for it, within the
+    /// budget: the oldest ranges go first.
+    fn remember(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes) {
+        let len = data.len() as u64;
+        if len == 0 || len > self.mem_cap {
+            return;
+        }
+        if let Some(old) = e.mem.lock().insert(off, MemBuf { data, served: 0 }) {
+            self.mem_used
+                .fetch_sub(old.data.len() as u64, Ordering::Relaxed);
+        }
+        self.mem_used.fetch_add(len, Ordering::Relaxed);
+        let mut q = self.mem.lock();
+        q.fifo.push_back((Arc::downgrade(e), off));
+        while self.mem_used.load(Ordering::Relaxed) > self.mem_cap || q.fifo.len() > MEM_QUEUE {
+            let Some((w, o)) = q.fifo.pop_front() else {
+                break;
+            };
+            if let Some(old) = w.upgrade().and_then(|e| e.mem.lock().remove(&o)) {
+                self.mem_used
+                    .fetch_sub(old.data.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Bytes `[off, off + len)` of the entry from memory or the cache file, if it has all
+    /// of them.
+    pub fn read(&self, e: &CacheEntry, off: u64, len: usize) -> io::Result<Option<Vec<u8>>> {
+        if let Some(data) = self.read_mem(e, off, len) {
+            return Ok(Some(data));
+        }
+        e.try_read(off, len)
+    }
+
+    fn read_mem(&self, e: &CacheEntry, off: u64, len: usize) -> Option<Vec<u8>> {
+        let end = (off + len as u64).min(e.size);
+        if off >= end {
+            return None;
+        }
+        let mut mem = e.mem.lock();
+        let mut starts = Vec::new();
+        let mut cur = off;
+        while cur < end {
+            let (&s, b) = mem.range(..=cur).next_back()?;
+            let b_end = s + b.data.len() as u64;
+            if b_end <= cur {
+                return None;
+            }
+            starts.push(s);
+            cur = b_end;
+        }
+        let mut out = Vec::with_capacity((end - off) as usize);
+        let mut freed = 0;
+        for s in starts {
+            let b = mem.get_mut(&s)?;
+            let a = (off.max(s) - s) as usize;
+            let z = ((end - s) as usize).min(b.data.len());
+            out.extend_from_slice(&b.data[a..z]);
+            b.served += z - a;
+            // Read once: the kernel's page cache holds it from now on.
+            if b.served >= b.data.len() {
+                freed += b.data.len() as u64;
+                mem.remove(&s);
+            }
+        }
+        drop(mem);
+        self.mem_used.fetch_sub(freed, Ordering::Relaxed);
+        Some(out)
     }
 
     /// Gives up a claimed range after a failed fetch so that the next reader retries.
@@ -577,6 +730,12 @@ impl DiskCache {
                 tracing::warn!("cannot save cache metadata: {err}");
             }
             *e.file.lock() = None;
+            *e.direct.lock() = None;
+            let freed: u64 = std::mem::take(&mut *e.mem.lock())
+                .values()
+                .map(|b| b.data.len() as u64)
+                .sum();
+            self.mem_used.fetch_sub(freed, Ordering::Relaxed);
         }
     }
 
@@ -644,20 +803,27 @@ fn punch_hole(f: &File, off: u64, len: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowfs_client::AlignedBuf;
+
+    fn aligned(data: &[u8]) -> Bytes {
+        AlignedBuf::from_slice(data).into_bytes()
+    }
 
     #[test]
     fn insert_read_and_evict() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = DiskCache::open(dir.path(), 4 << 20).unwrap();
+        let cache = DiskCache::open(dir.path(), 4 << 20, 0).unwrap();
         let size = 6 << 20;
         let e = cache.entry("b", "k", "\"e\"", size).unwrap();
         assert!(e.try_read(0, 10).unwrap().is_none());
         let claim = e.claim(0, e.chunks(), 32);
         assert_eq!(claim.start.len(), 3);
         let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-        cache.insert(&e, 0, &data[..2 << 20]).unwrap();
+        cache.insert(&e, 0, aligned(&data[..2 << 20])).unwrap();
         assert_eq!(e.try_read(100, 1000).unwrap().unwrap(), data[100..1100]);
-        cache.insert(&e, 2 << 20, &data[2 << 20..]).unwrap();
+        cache
+            .insert(&e, 2 << 20, aligned(&data[2 << 20..]))
+            .unwrap();
         // 6 MiB do not fit in 4 MiB: the oldest blocks went, the newest stayed.
         assert!(cache.used() <= 4 << 20);
         assert!(e.try_read(0, 10).unwrap().is_none());
@@ -672,12 +838,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let data = vec![7u8; 100_000];
         {
-            let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+            let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
             let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-            cache.insert(&e, 0, &data).unwrap();
+            cache.insert(&e, 0, Bytes::copy_from_slice(&data)).unwrap();
             cache.release(&e);
         }
-        let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
         assert_eq!(cache.used(), 2 * CHUNK);
         let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
         assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
@@ -688,12 +854,51 @@ mod tests {
     #[test]
     fn claims_are_shared_between_readers() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = DiskCache::open(dir.path(), 1 << 30).unwrap();
+        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
         let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK).unwrap();
         let first = e.claim(0, 4, 128);
         assert_eq!(first.start.len(), 1);
         let second = e.claim(2, 6, 128);
         assert_eq!(second.wait.len(), 1);
         assert_eq!((second.start[0].0, second.start[0].1), (4, 6));
+    }
+
+    #[test]
+    fn fetched_ranges_are_read_from_memory_once_then_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // 3 MiB of memory: the oldest range goes when a fourth comes.
+        let cache = DiskCache::open(dir.path(), 1 << 30, 3 << 20).unwrap();
+        // An odd size: the last range ends in a partial page, written through the page cache.
+        let size = (4 << 20) + 1234;
+        let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
+        let e = cache.entry("b", "k", "\"e\"", size as u64).unwrap();
+        for off in (0..size).step_by(1 << 20) {
+            let end = (off + (1 << 20)).min(size);
+            cache
+                .insert(&e, off as u64, aligned(&data[off..end]))
+                .unwrap();
+        }
+        assert!(cache.mem_used.load(Ordering::Relaxed) <= 3 << 20);
+        // Ranges 1.. are in memory; reading one whole frees it.
+        let before = cache.mem_used.load(Ordering::Relaxed);
+        let got = cache
+            .read(&e, (2 << 20) - 100, (1 << 20) + 200)
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, data[(2 << 20) - 100..(3 << 20) + 100]);
+        assert_eq!(
+            cache.read_mem(&e, 2 << 20, 1 << 20).unwrap(),
+            data[2 << 20..3 << 20]
+        );
+        assert_eq!(cache.mem_used.load(Ordering::Relaxed), before - (1 << 20));
+        assert!(cache.read_mem(&e, 2 << 20, 10).is_none());
+        // Everything, evicted from memory or read, is in the file too.
+        assert_eq!(e.try_read(0, size).unwrap().unwrap(), data);
+        assert!(cache.read_mem(&e, 0, 10).is_none());
+        assert_eq!(cache.read(&e, 0, size).unwrap().unwrap(), data);
+        cache.release(&e);
+        assert_eq!(cache.mem_used.load(Ordering::Relaxed), 0);
+        let len = fs::metadata(&e.data_path).unwrap().len();
+        assert_eq!(len, size as u64);
     }
 }

@@ -97,6 +97,9 @@ pub struct Fs {
     recovered: Mutex<Vec<String>>,
     /// Serializes the download of remote files that are opened for modification.
     fill: tokio::sync::Mutex<()>,
+    /// Held shared by each upload, exclusively by a directory rename: an upload below a
+    /// directory that moves must neither land nor start while its objects are copied.
+    dir_moves: tokio::sync::RwLock<()>,
 }
 
 fn valid_name(name: &str) -> Result<()> {
@@ -182,7 +185,9 @@ fn meta_entry(meta: &ObjectMeta) -> Entry {
 
 impl Fs {
     pub fn new(cfg: FsConfig, client: Arc<dyn ObjectClient>) -> Result<Fs> {
-        let cache = DiskCache::open(&cfg.cache_dir, cfg.cache_size)
+        // Room for one sequential reader's whole read-ahead window, plus a part either side.
+        let read_memory = cfg.max_readahead + 2 * cfg.part_size;
+        let cache = DiskCache::open(&cfg.cache_dir, cfg.cache_size, read_memory)
             .map_err(|e| FsError::Io(format!("cache dir {}: {e}", cfg.cache_dir.display())))?;
         let staging = Staging::open(&cfg.cache_dir).map_err(|e| {
             FsError::Io(format!(
@@ -197,6 +202,7 @@ impl Fs {
             failed: Mutex::new(BTreeMap::new()),
             recovered: Mutex::new(Vec::new()),
             fill: tokio::sync::Mutex::new(()),
+            dir_moves: tokio::sync::RwLock::new(()),
             started: SystemTime::now(),
             cfg,
             client,
@@ -951,7 +957,7 @@ impl Fs {
             self.fetch(&h, a, b, max_run);
         }
         for _ in 0..4 {
-            if let Some(data) = h.entry.try_read(off, len as usize)? {
+            if let Some(data) = self.cache.read(&h.entry, off, len as usize)? {
                 self.cache.touch(&h.entry, off, len);
                 return Ok(data);
             }
@@ -1124,6 +1130,7 @@ impl Fs {
             }
         }
         loop {
+            let _moves = self.dir_moves.read().await;
             // An upload in progress finishes first; it re-checks the generation after.
             let (key, gen, size, metadata) = {
                 let t = self.inodes.lock();
@@ -1609,6 +1616,12 @@ impl Fs {
         if let Some(s) = &staged {
             self.wait_idle(s).await;
         }
+        // Held until the nodes below have their new names: an upload that landed under
+        // the old prefix after the LIST of the copy would be left behind there.
+        let _moving = match kind {
+            Kind::Dir => Some(self.dir_moves.write().await),
+            _ => None,
+        };
         match kind {
             Kind::Dir => self.rename_dir_remote(&old_path, &new_path).await?,
             _ => {
@@ -1907,7 +1920,7 @@ impl Fs {
                         end - start
                     )));
                 }
-                fs.cache.insert(&h.entry, start, &data)
+                fs.cache.insert(&h.entry, start, data)
             }
             .await;
             if let Err(e) = &r {

@@ -429,3 +429,45 @@ async fn a_file_just_uploaded_is_read_back_from_the_disk_cache() {
     let ino = path_ino(&fs2, "aligned.bam").await.unwrap();
     assert_eq!(read_all(&fs2, ino).await, data(1000, 9));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_renamed_while_a_file_below_uploads_keeps_it() {
+    // The upload may land before, during or after the rename's LIST and copies: in every
+    // case the file must end up under the new name only.
+    for delay_ms in [0u64, 3, 8, 15, 25, 40] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mock, fs) = setup(dir.path(), "");
+        let a = fs.mkdir(ROOT, "a", 0o755).await.unwrap().ino;
+        let b = fs.mkdir(a, "b", 0o755).await.unwrap().ino;
+        for i in 0..3 {
+            let (_, fh) = fs.create(b, &format!("old{i}"), 0o644).await.unwrap();
+            fs.write(fh, 0, b"older").unwrap();
+            fs.release(fh).unwrap();
+        }
+        assert!(fs.flush_all().await.is_empty());
+        mock.set_latency(Duration::from_millis(10));
+        // Multipart (three parts): it lands well after the upload starts.
+        let body = data(5 << 19, delay_ms as u8);
+        let (_, fh) = fs.create(b, "just_written", 0o644).await.unwrap();
+        fs.write(fh, 0, &body).unwrap();
+        fs.release(fh).unwrap();
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        fs.rename(ROOT, "a", ROOT, "z", false).await.unwrap();
+        assert!(fs.flush_all().await.is_empty());
+        mock.set_latency(Duration::ZERO);
+        let keys = mock.keys();
+        assert!(
+            keys.iter().all(|k| !k.starts_with("a/")),
+            "delay {delay_ms} ms: left under the old name: {keys:?}"
+        );
+        assert_eq!(
+            mock.object("z/b/just_written").as_deref(),
+            Some(&body[..]),
+            "delay {delay_ms} ms: {keys:?}"
+        );
+        let cache2 = tempfile::tempdir().unwrap();
+        let fresh = fs_on(&mock, cache2.path(), "");
+        let ino = path_ino(&fresh, "z/b/just_written").await.unwrap();
+        assert_eq!(read_all(&fresh, ino).await, body);
+    }
+}
