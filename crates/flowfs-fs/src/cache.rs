@@ -37,18 +37,38 @@ const MEM_QUEUE: usize = 4096;
 #[derive(Default)]
 pub struct Fetch {
     notify: Notify,
+    /// The bytes are in memory (readers can take them) but maybe not yet in the file.
+    ready: AtomicBool,
     result: OnceLock<Result<()>>,
 }
 
 impl Fetch {
+    /// Until the bytes are in the cache file (or the fetch failed).
     pub async fn wait(&self) -> Result<()> {
+        self.wait_for(false).await
+    }
+
+    /// Until the bytes can be read, from memory if not yet from the file.
+    pub async fn wait_ready(&self) -> Result<()> {
+        self.wait_for(true).await
+    }
+
+    async fn wait_for(&self, ready: bool) -> Result<()> {
         loop {
             let notified = self.notify.notified();
             if let Some(r) = self.result.get() {
                 return r.clone();
             }
+            if ready && self.ready.load(Ordering::Acquire) {
+                return Ok(());
+            }
             notified.await;
         }
+    }
+
+    fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+        self.notify.notify_waiters();
     }
 
     fn finish(&self, r: Result<()>) {
@@ -486,9 +506,13 @@ impl DiskCache {
         true
     }
 
-    /// Stores fetched bytes at chunk-aligned `off` and marks them present.
-    pub fn insert(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes) -> Result<()> {
+    /// Stores fetched bytes at chunk-aligned `off` and marks them present. Readers waiting
+    /// on `fetch` get them from memory before the (slower, `O_DIRECT`) file write.
+    pub fn insert(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes, fetch: &Fetch) -> Result<()> {
         debug_assert_eq!(off % CHUNK, 0);
+        if self.remember(e, off, data.clone()) {
+            fetch.set_ready();
+        }
         let c0 = off / CHUNK;
         let end = off + data.len() as u64;
         // A trailing partial chunk counts only when it reaches the end of the object.
@@ -521,8 +545,6 @@ impl DiskCache {
             }
         }
         self.evict(&mut inner);
-        drop(inner);
-        self.remember(e, off, data);
         Ok(())
     }
 
@@ -555,10 +577,10 @@ impl DiskCache {
 
     /// Keeps a fetched range in memory for the reader that asked for it, within the
     /// budget: the oldest ranges go first.
-    fn remember(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes) {
+    fn remember(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes) -> bool {
         let len = data.len() as u64;
         if len == 0 || len > self.mem_cap {
-            return;
+            return false;
         }
         if let Some(old) = e.mem.lock().insert(off, MemBuf { data, served: 0 }) {
             self.mem_used
@@ -576,6 +598,7 @@ impl DiskCache {
                     .fetch_sub(old.data.len() as u64, Ordering::Relaxed);
             }
         }
+        true
     }
 
     /// Bytes `[off, off + len)` of the entry from memory or the cache file, if it has all
@@ -819,10 +842,12 @@ mod tests {
         let claim = e.claim(0, e.chunks(), 32);
         assert_eq!(claim.start.len(), 3);
         let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-        cache.insert(&e, 0, aligned(&data[..2 << 20])).unwrap();
+        cache
+            .insert(&e, 0, aligned(&data[..2 << 20]), &Fetch::default())
+            .unwrap();
         assert_eq!(e.try_read(100, 1000).unwrap().unwrap(), data[100..1100]);
         cache
-            .insert(&e, 2 << 20, aligned(&data[2 << 20..]))
+            .insert(&e, 2 << 20, aligned(&data[2 << 20..]), &Fetch::default())
             .unwrap();
         // 6 MiB do not fit in 4 MiB: the oldest blocks went, the newest stayed.
         assert!(cache.used() <= 4 << 20);
@@ -840,7 +865,9 @@ mod tests {
         {
             let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
             let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-            cache.insert(&e, 0, Bytes::copy_from_slice(&data)).unwrap();
+            cache
+                .insert(&e, 0, Bytes::copy_from_slice(&data), &Fetch::default())
+                .unwrap();
             cache.release(&e);
         }
         let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
@@ -875,7 +902,7 @@ mod tests {
         for off in (0..size).step_by(1 << 20) {
             let end = (off + (1 << 20)).min(size);
             cache
-                .insert(&e, off as u64, aligned(&data[off..end]))
+                .insert(&e, off as u64, aligned(&data[off..end]), &Fetch::default())
                 .unwrap();
         }
         assert!(cache.mem_used.load(Ordering::Relaxed) <= 3 << 20);

@@ -12,6 +12,7 @@ use tokio::sync::Semaphore;
 
 use crate::cache::{CacheEntry, DiskCache, Fetch, CHUNK};
 use crate::config::FsConfig;
+use crate::early::Early;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
 use crate::read::SeqState;
@@ -956,7 +957,7 @@ impl Fs {
         if let Some((a, b)) = plan.ahead {
             self.fetch(&h, a, b, max_run);
         }
-        for _ in 0..4 {
+        for attempt in 0..4 {
             if let Some(data) = self.cache.read(&h.entry, off, len as usize)? {
                 self.cache.touch(&h.entry, off, len);
                 return Ok(data);
@@ -972,7 +973,13 @@ impl Fs {
                 self.spawn_fetch(&h, c0, c1, f);
             }
             for w in waits {
-                w.wait().await?;
+                // First from memory as soon as it arrives; if another reader took it
+                // from there meanwhile, from the file once written.
+                if attempt == 0 {
+                    w.wait_ready().await?;
+                } else {
+                    w.wait().await?;
+                }
             }
         }
         Err(FsError::Io(
@@ -993,7 +1000,47 @@ impl Fs {
         if staged.st.lock().journaled.is_none() {
             self.journal(ino, &staged);
         }
+        self.send_early(ino, &staged);
         Ok(data.len() as u32)
+    }
+
+    /// Starts the upload of the parts a front-to-back writer has left a whole part behind
+    /// (the slack spares writers that patch what they have just written).
+    fn send_early(&self, ino: u64, staged: &Arc<Staged>) {
+        let ps = self.cfg.part_size;
+        let need_key = {
+            let st = staged.st.lock();
+            if !st.early_ok || st.size < st.sent + 2 * ps {
+                return;
+            }
+            st.early.is_none()
+        };
+        let key = if need_key {
+            match self.inodes.lock().path(ino) {
+                Some(p) => Some(self.key(&p)),
+                None => return,
+            }
+        } else {
+            None
+        };
+        let mut st = staged.st.lock();
+        if !st.early_ok {
+            return;
+        }
+        let early = match (&st.early, key) {
+            (Some(e), _) => e.clone(),
+            (None, Some(key)) => {
+                let e = Early::new(self.client.clone(), key);
+                st.early = Some(e.clone());
+                e
+            }
+            (None, None) => return,
+        };
+        while st.size >= st.sent + 2 * ps {
+            let index = st.sent / ps;
+            st.sent += ps;
+            early.send(staged.clone(), index, ps, self.slots.parts.clone());
+        }
     }
 
     /// Returns once the file's content as of now is durable in the bucket.
@@ -1132,7 +1179,7 @@ impl Fs {
         loop {
             let _moves = self.dir_moves.read().await;
             // An upload in progress finishes first; it re-checks the generation after.
-            let (key, gen, size, metadata) = {
+            let (key, gen, size, metadata, early) = {
                 let t = self.inodes.lock();
                 let mut st = staged.st.lock();
                 if st.uploading {
@@ -1143,6 +1190,8 @@ impl Fs {
                 st.queued = false;
                 st.rerun = false;
                 if st.deleted || !st.dirty() {
+                    // Unlinked while written: an early upload is aborted as it drops.
+                    st.early = None;
                     drop(st);
                     staged.done.notify_waiters();
                     return;
@@ -1153,7 +1202,12 @@ impl Fs {
                 if let Some(target) = t.get(ino).and_then(|n| n.entry.target.clone()) {
                     metadata.insert(SYMLINK_META.to_string(), percent_encode(&target));
                 }
-                (self.key(&path), st.gen, st.size, metadata)
+                let key = self.key(&path);
+                // Parts sent while the file was written; only under the name they went to
+                // (a file renamed meanwhile goes up whole, the early upload is aborted).
+                st.early_ok = false;
+                let early = st.early.take().filter(|e| e.key == key);
+                (key, st.gen, st.size, metadata, early)
             };
             let r = upload_file(
                 &self.client,
@@ -1164,6 +1218,7 @@ impl Fs {
                 &self.slots,
                 &metadata,
                 metadata.contains_key(SYMLINK_META),
+                early,
             )
             .await;
             // The time the bucket gives the object, which is what every later mount will
@@ -1312,6 +1367,7 @@ impl Fs {
                     &self.slots,
                     &metadata,
                     o.symlink,
+                    None,
                 )
                 .await
             }
@@ -1363,6 +1419,7 @@ impl Fs {
             let mut st = staged.st.lock();
             st.gen = 1;
             st.writers = 1;
+            st.early_ok = true;
         }
         let ino = {
             let mut t = self.inodes.lock();
@@ -1920,7 +1977,7 @@ impl Fs {
                         end - start
                     )));
                 }
-                fs.cache.insert(&h.entry, start, data)
+                fs.cache.insert(&h.entry, start, data, &f)
             }
             .await;
             if let Err(e) = &r {

@@ -471,7 +471,9 @@ impl fuser::Filesystem for FuseAdapter {
         _lo: Option<LockOwner>,
         reply: fuser::ReplyWrite,
     ) {
-        // Local disk only: answered on this thread.
+        // Local disk only: answered on this thread. It may start the early upload of
+        // parts the writer has left behind, which runs on the runtime.
+        let _rt = self.rt.enter();
         match self.fs.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),

@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod early;
 pub mod error;
 pub mod fs;
 pub mod fuse;

@@ -17,6 +17,8 @@ use flowfs_client::{ClientError, CompletedPart, ObjectClient};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, Semaphore};
 
+use crate::early::Early;
+
 #[derive(Debug, Default)]
 pub struct StagedState {
     pub size: u64,
@@ -34,6 +36,12 @@ pub struct StagedState {
     pub deleted: bool,
     /// Key written in the journal record, if there is one.
     pub journaled: Option<String>,
+    /// Whole parts may go up while the file is still being written (a new file written
+    /// front to back); cleared for good by a change below `sent`.
+    pub early_ok: bool,
+    /// Bytes `[0, sent)` are claimed by the early upload.
+    pub sent: u64,
+    pub early: Option<Arc<Early>>,
 }
 
 impl StagedState {
@@ -80,6 +88,11 @@ impl Staged {
     pub fn write_at(&self, off: u64, data: &[u8]) -> io::Result<()> {
         self.file.write_all_at(data, off)?;
         let mut st = self.st.lock();
+        if off < st.sent {
+            // Bytes already sent changed: the early upload is dropped (and aborted).
+            st.early_ok = false;
+            st.early = None;
+        }
         st.size = st.size.max(off + data.len() as u64);
         st.gen += 1;
         Ok(())
@@ -89,6 +102,10 @@ impl Staged {
         // Under the lock: an upload whose read fails because of this truncation must
         // find the generation already bumped (it then retries instead of failing).
         let mut st = self.st.lock();
+        if size < st.sent {
+            st.early_ok = false;
+            st.early = None;
+        }
         self.file.set_len(size)?;
         st.size = size;
         st.gen += 1;
@@ -333,14 +350,10 @@ pub async fn upload_file(
     slots: &UploadSlots,
     metadata: &HashMap<String, String>,
     one_part: bool,
+    early: Option<Arc<Early>>,
 ) -> Result<String, ClientError> {
     let parts = &slots.parts;
-    let read = |off: u64, len: u64| -> Result<Bytes, ClientError> {
-        let mut buf = vec![0u8; len as usize];
-        file.read_exact_at(&mut buf, off)
-            .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
-        Ok(Bytes::from(buf))
-    };
+    let read = |off: u64, len: u64| read_part(file, key, off, len);
     if one_part {
         return upload_single_part(client, key, read(0, size)?, metadata).await;
     }
@@ -356,12 +369,50 @@ pub async fn upload_file(
         let body = read(0, size)?;
         return Ok(client.put(key, body, metadata).await?.etag);
     }
+    if let Some(e) = early {
+        if let Some(r) = e.finish(file, size, part_size, parts).await {
+            return r;
+        }
+    }
     let upload_id = client.create_multipart(key, metadata).await?;
-    let n = size.div_ceil(part_size);
+    upload_parts(
+        client,
+        key,
+        &upload_id,
+        file,
+        size,
+        part_size,
+        parts,
+        Vec::new(),
+    )
+    .await
+}
+
+/// Reads `len` staged bytes at `off` into one buffer, for a PUT or a part.
+pub fn read_part(file: &File, key: &str, off: u64, len: u64) -> Result<Bytes, ClientError> {
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, off)
+        .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
+    Ok(Bytes::from(buf))
+}
+
+/// Uploads the parts of `[0, size)` not in `done` (which holds parts 1..=k, in order)
+/// and completes the upload; aborts it on failure, so nothing partial is ever visible.
+#[allow(clippy::too_many_arguments)]
+pub async fn upload_parts(
+    client: &Arc<dyn ObjectClient>,
+    key: &str,
+    upload_id: &str,
+    file: &File,
+    size: u64,
+    part_size: u64,
+    parts: &Arc<Semaphore>,
+    mut done: Vec<CompletedPart>,
+) -> Result<String, ClientError> {
+    let n = size.div_ceil(part_size).max(1);
     let mut set = tokio::task::JoinSet::new();
-    let mut done = Vec::with_capacity(n as usize);
     let mut failure = None;
-    for i in 0..n {
+    for i in done.len() as u64..n {
         let permit = match parts.clone().acquire_owned().await {
             Ok(p) => p,
             Err(e) => {
@@ -370,14 +421,14 @@ pub async fn upload_file(
             }
         };
         let off = i * part_size;
-        let body = match read(off, part_size.min(size - off)) {
+        let body = match read_part(file, key, off, part_size.min(size - off)) {
             Ok(b) => b,
             Err(e) => {
                 failure = Some(e);
                 break;
             }
         };
-        let (client, key, id) = (client.clone(), key.to_string(), upload_id.clone());
+        let (client, key, id) = (client.clone(), key.to_string(), upload_id.to_string());
         set.spawn(async move {
             let r = client.upload_part(&key, &id, i as i32 + 1, body).await;
             drop(permit);
@@ -406,16 +457,16 @@ pub async fn upload_file(
         }
     }
     if let Some(e) = failure {
-        if let Err(abort) = client.abort_multipart(key, &upload_id).await {
+        if let Err(abort) = client.abort_multipart(key, upload_id).await {
             tracing::warn!(%key, "abort of a failed multipart upload failed: {abort}");
         }
         return Err(e);
     }
     done.sort_by_key(|p| p.part_number);
-    match client.complete_multipart(key, &upload_id, done).await {
+    match client.complete_multipart(key, upload_id, done).await {
         Ok(r) => Ok(r.etag),
         Err(e) => {
-            let _ = client.abort_multipart(key, &upload_id).await;
+            let _ = client.abort_multipart(key, upload_id).await;
             Err(e)
         }
     }

@@ -471,3 +471,79 @@ async fn a_directory_renamed_while_a_file_below_uploads_keeps_it() {
         assert_eq!(read_all(&fresh, ino).await, body);
     }
 }
+
+async fn settle(mock: &MockClient) {
+    // Aborts of dropped early uploads run in the background.
+    for _ in 0..200 {
+        if mock.open_uploads() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_front_to_back_uploads_its_parts_while_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let body = data((5 << 20) + 777, 3);
+    let (_, fh) = fs.create(ROOT, "big.bam", 0o644).await.unwrap();
+    for (i, c) in body.chunks(128 << 10).enumerate() {
+        fs.write(fh, (i * (128 << 10)) as u64, c).unwrap();
+    }
+    // Parts a whole part behind the writer go up now; nothing is visible yet.
+    for _ in 0..200 {
+        if mock.count(Op::UploadPart) >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(mock.count(Op::UploadPart), 4);
+    assert_eq!(mock.open_uploads(), 1);
+    assert!(mock.object("big.bam").is_none());
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("big.bam").unwrap(), body);
+    // The tail went at close: six parts in all, one upload.
+    assert_eq!(mock.count(Op::UploadPart), 6);
+    assert_eq!(mock.count(Op::CreateMultipart), 1);
+    assert_eq!(mock.open_uploads(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_to_sent_bytes_drops_the_early_upload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    // Rewritten at the start after parts went (a header patched at the end).
+    let mut body = data(4 << 20, 5);
+    let (_, fh) = fs.create(ROOT, "patched", 0o644).await.unwrap();
+    fs.write(fh, 0, &body).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(mock.count(Op::UploadPart) >= 1);
+    body[10..20].copy_from_slice(b"HEADER!!!!");
+    fs.write(fh, 10, b"HEADER!!!!").unwrap();
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("patched").unwrap(), body);
+    settle(&mock).await;
+    assert_eq!(mock.open_uploads(), 0);
+    assert!(mock.count(Op::AbortMultipart) >= 1);
+    // Truncated below what was sent, and unlinked while written: nothing left behind.
+    let (a, fh) = fs.create(ROOT, "shrunk", 0o644).await.unwrap();
+    fs.write(fh, 0, &data(4 << 20, 6)).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    fs.setattr(a.ino, None, Some(1000), None, Some(fh))
+        .await
+        .unwrap();
+    fs.release(fh).unwrap();
+    let (_, fh) = fs.create(ROOT, "gone", 0o644).await.unwrap();
+    fs.write(fh, 0, &data(4 << 20, 7)).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    fs.unlink(ROOT, "gone").await.unwrap();
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("shrunk").unwrap(), data(1000, 6));
+    assert!(mock.object("gone").is_none());
+    settle(&mock).await;
+    assert_eq!(mock.open_uploads(), 0);
+}

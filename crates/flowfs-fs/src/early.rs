@@ -1,0 +1,161 @@
+//! Early upload of a file still being written: once a new file written front to back is a
+//! whole part past a part, that part goes up in the background, so that at `close()` only
+//! the tail is left to send. A large output is then durable about when its writer is done
+//! instead of one whole upload later.
+//!
+//! Nothing becomes visible early: the multipart upload completes only at the file's
+//! upload (close or fsync), with the file's final content. A change to bytes already sent
+//! drops the early upload (it is aborted) and the file goes up whole as before.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use flowfs_client::{ClientError, CompletedPart, ObjectClient};
+use parking_lot::Mutex;
+use tokio::sync::{OnceCell, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::write::{read_part, upload_parts, Staged};
+
+pub struct Early {
+    client: Arc<dyn ObjectClient>,
+    pub key: String,
+    upload_id: OnceCell<String>,
+    parts: Mutex<Vec<CompletedPart>>,
+    failed: Mutex<Option<ClientError>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Completed or aborted by `finish`: nothing left for `Drop` to abort.
+    settled: AtomicBool,
+}
+
+impl std::fmt::Debug for Early {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Early({})", self.key)
+    }
+}
+
+impl Early {
+    pub fn new(client: Arc<dyn ObjectClient>, key: String) -> Arc<Early> {
+        Arc::new(Early {
+            client,
+            key,
+            upload_id: OnceCell::new(),
+            parts: Mutex::new(Vec::new()),
+            failed: Mutex::new(None),
+            tasks: Mutex::new(Vec::new()),
+            settled: AtomicBool::new(false),
+        })
+    }
+
+    /// Uploads part `index` (from 0) of `staged` in the background, once a part slot is
+    /// free (the slot bounds the memory it holds).
+    pub fn send(
+        self: &Arc<Self>,
+        staged: Arc<Staged>,
+        index: u64,
+        part_size: u64,
+        slots: Arc<Semaphore>,
+    ) {
+        let e = self.clone();
+        let task = tokio::spawn(async move {
+            let r = async {
+                let _permit = slots
+                    .acquire_owned()
+                    .await
+                    .map_err(|err| ClientError::Other(err.to_string()))?;
+                if e.failed.lock().is_some() {
+                    return Ok(());
+                }
+                let no_metadata = HashMap::new();
+                let id = e
+                    .upload_id
+                    .get_or_try_init(|| e.client.create_multipart(&e.key, &no_metadata))
+                    .await?
+                    .clone();
+                let body = read_part(&staged.file, &e.key, index * part_size, part_size)?;
+                let etag = e
+                    .client
+                    .upload_part(&e.key, &id, index as i32 + 1, body)
+                    .await?;
+                e.parts.lock().push(CompletedPart {
+                    part_number: index as i32 + 1,
+                    etag,
+                });
+                Ok::<(), ClientError>(())
+            }
+            .await;
+            if let Err(err) = r {
+                tracing::debug!(key = %e.key, "early part upload failed: {err}");
+                e.failed.lock().get_or_insert(err);
+            }
+        });
+        self.tasks.lock().push(task);
+    }
+
+    /// Sends what is left of `[0, size)` and completes the upload. `None` when the early
+    /// parts failed: the caller uploads the file whole (this upload is aborted on drop).
+    pub async fn finish(
+        &self,
+        file: &File,
+        size: u64,
+        part_size: u64,
+        slots: &Arc<Semaphore>,
+    ) -> Option<Result<String, ClientError>> {
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        for t in tasks {
+            let _ = t.await;
+        }
+        if self.failed.lock().is_some() {
+            return None;
+        }
+        let id = self.upload_id.get()?.clone();
+        let mut done = std::mem::take(&mut *self.parts.lock());
+        done.sort_by_key(|p| p.part_number);
+        let contiguous = done
+            .iter()
+            .enumerate()
+            .all(|(i, p)| p.part_number == i as i32 + 1);
+        if !contiguous || done.len() as u64 * part_size > size {
+            return None;
+        }
+        // Whatever happens now, upload_parts completes or aborts it.
+        self.settled.store(true, Ordering::Relaxed);
+        Some(
+            upload_parts(
+                &self.client,
+                &self.key,
+                &id,
+                file,
+                size,
+                part_size,
+                slots,
+                done,
+            )
+            .await,
+        )
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(id) = self.upload_id.get().cloned() else {
+            return;
+        };
+        let (client, key) = (self.client.clone(), self.key.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if let Err(err) = client.abort_multipart(&key, &id).await {
+                        tracing::warn!(%key, "abort of an early multipart upload failed: {err}");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(%key, "an early multipart upload was left open"),
+        }
+    }
+}
