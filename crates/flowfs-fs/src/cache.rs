@@ -509,10 +509,21 @@ impl DiskCache {
     /// Stores fetched bytes at chunk-aligned `off` and marks them present. Readers waiting
     /// on `fetch` get them from memory before the (slower, `O_DIRECT`) file write.
     pub fn insert(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes, fetch: &Fetch) -> Result<()> {
-        debug_assert_eq!(off % CHUNK, 0);
-        if self.remember(e, off, data.clone()) {
+        self.offer(e, off, data.clone(), fetch);
+        self.store(e, off, &data)
+    }
+
+    /// Hands fetched bytes to the readers waiting on `fetch` (from memory).
+    pub fn offer(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes, fetch: &Fetch) {
+        if self.remember(e, off, data) {
             fetch.set_ready();
         }
+    }
+
+    /// Writes fetched bytes into the cache file and marks them present. Blocks on the
+    /// disk: call it off the async workers.
+    pub fn store(&self, e: &Arc<CacheEntry>, off: u64, data: &[u8]) -> Result<()> {
+        debug_assert_eq!(off % CHUNK, 0);
         let c0 = off / CHUNK;
         let end = off + data.len() as u64;
         // A trailing partial chunk counts only when it reaches the end of the object.
@@ -521,7 +532,7 @@ impl DiskCache {
         } else {
             end / CHUNK
         };
-        if let Err(err) = self.write_data(e, off, &data) {
+        if let Err(err) = self.write_data(e, off, data) {
             e.drop_inflight(c0, end.div_ceil(CHUNK));
             return Err(FsError::Io(format!("cache write: {err}")));
         }
@@ -603,14 +614,14 @@ impl DiskCache {
 
     /// Bytes `[off, off + len)` of the entry from memory or the cache file, if it has all
     /// of them.
-    pub fn read(&self, e: &CacheEntry, off: u64, len: usize) -> io::Result<Option<Vec<u8>>> {
+    pub fn read(&self, e: &CacheEntry, off: u64, len: usize) -> io::Result<Option<Bytes>> {
         if let Some(data) = self.read_mem(e, off, len) {
             return Ok(Some(data));
         }
-        e.try_read(off, len)
+        Ok(e.try_read(off, len)?.map(Bytes::from))
     }
 
-    fn read_mem(&self, e: &CacheEntry, off: u64, len: usize) -> Option<Vec<u8>> {
+    fn read_mem(&self, e: &CacheEntry, off: u64, len: usize) -> Option<Bytes> {
         let end = (off + len as u64).min(e.size);
         if off >= end {
             return None;
@@ -627,13 +638,20 @@ impl DiskCache {
             starts.push(s);
             cur = b_end;
         }
-        let mut out = Vec::with_capacity((end - off) as usize);
+        let mut out = Vec::new();
+        let mut single = None;
         let mut freed = 0;
+        let many = starts.len() > 1;
         for s in starts {
             let b = mem.get_mut(&s)?;
             let a = (off.max(s) - s) as usize;
             let z = ((end - s) as usize).min(b.data.len());
-            out.extend_from_slice(&b.data[a..z]);
+            if many {
+                out.extend_from_slice(&b.data[a..z]);
+            } else {
+                // Within one range (the usual case): no copy.
+                single = Some(b.data.slice(a..z));
+            }
             b.served += z - a;
             // Read once: the kernel's page cache holds it from now on.
             if b.served >= b.data.len() {
@@ -643,7 +661,7 @@ impl DiskCache {
         }
         drop(mem);
         self.mem_used.fetch_sub(freed, Ordering::Relaxed);
-        Some(out)
+        Some(single.unwrap_or_else(|| Bytes::from(out)))
     }
 
     /// Gives up a claimed range after a failed fetch so that the next reader retries.
@@ -726,6 +744,7 @@ impl DiskCache {
             if *e.users.lock() == 0 {
                 if empty {
                     inner.hot.remove(&id);
+                    self.forget_mem(&e);
                     inner.by_hash.remove(&e.hash);
                     let _ = fs::remove_file(&e.meta_path);
                     let _ = fs::remove_file(&e.data_path);
@@ -754,12 +773,18 @@ impl DiskCache {
             }
             *e.file.lock() = None;
             *e.direct.lock() = None;
-            let freed: u64 = std::mem::take(&mut *e.mem.lock())
-                .values()
-                .map(|b| b.data.len() as u64)
-                .sum();
-            self.mem_used.fetch_sub(freed, Ordering::Relaxed);
+            // Ranges in memory stay (within the budget): a file prefetched by a sibling's
+            // open is read by the next open, from memory.
         }
+    }
+
+    /// Drops an entry's ranges in memory, when the entry itself goes.
+    fn forget_mem(&self, e: &CacheEntry) {
+        let freed: u64 = std::mem::take(&mut *e.mem.lock())
+            .values()
+            .map(|b| b.data.len() as u64)
+            .sum();
+        self.mem_used.fetch_sub(freed, Ordering::Relaxed);
     }
 
     /// Saves the bitmap that vouches for the data (see `open` for crash safety).
@@ -924,6 +949,7 @@ mod tests {
         assert!(cache.read_mem(&e, 0, 10).is_none());
         assert_eq!(cache.read(&e, 0, size).unwrap().unwrap(), data);
         cache.release(&e);
+        cache.forget_mem(&e);
         assert_eq!(cache.mem_used.load(Ordering::Relaxed), 0);
         let len = fs::metadata(&e.data_path).unwrap().len();
         assert_eq!(len, size as u64);

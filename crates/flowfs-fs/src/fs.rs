@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use bytes::Bytes;
 use flowfs_client::{ClientError, ObjectClient, ObjectInfo, ObjectMeta};
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
@@ -940,13 +941,15 @@ impl Fs {
         Ok(())
     }
 
-    pub async fn read(self: &Arc<Self>, fh: u64, off: u64, len: u32) -> Result<Vec<u8>> {
+    pub async fn read(self: &Arc<Self>, fh: u64, off: u64, len: u32) -> Result<Bytes> {
         let h = match self.handle(fh)? {
             Handle::Remote(h) => h,
-            Handle::Local { staged, .. } => return Ok(staged.read_at(off, len as usize)?),
+            Handle::Local { staged, .. } => {
+                return Ok(Bytes::from(staged.read_at(off, len as usize)?))
+            }
         };
         if off >= h.size {
-            return Ok(Vec::new());
+            return Ok(Bytes::new());
         }
         let len = (len as u64).min(h.size - off);
         let plan = h
@@ -1977,7 +1980,13 @@ impl Fs {
                         end - start
                     )));
                 }
-                fs.cache.insert(&h.entry, start, data, &f)
+                fs.cache.offer(&h.entry, start, data.clone(), &f);
+                // The O_DIRECT write waits for the disk: not on an async worker, where it
+                // would hold up every FUSE request behind it.
+                let (cache, entry) = (fs.cache.clone(), h.entry.clone());
+                tokio::task::spawn_blocking(move || cache.store(&entry, start, &data))
+                    .await
+                    .map_err(|e| FsError::Io(e.to_string()))?
             }
             .await;
             if let Err(e) = &r {

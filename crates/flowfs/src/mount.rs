@@ -220,22 +220,34 @@ fn describe(e: &ClientError, bucket: &str, endpoint: &str) -> String {
 /// session loop.
 #[derive(Default)]
 struct Shutdown {
-    finished: Mutex<bool>,
+    /// (the session has ended, `flowfs unmount` requests not answered yet)
+    state: Mutex<(bool, u32)>,
     cv: Condvar,
 }
 
 impl Shutdown {
     fn finish(&self) {
-        *self.finished.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
         self.cv.notify_all();
     }
     fn wait(&self, timeout: Duration) -> bool {
-        let g = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (g, _) = self
             .cv
-            .wait_timeout_while(g, timeout, |f| !*f)
+            .wait_timeout_while(g, timeout, |s| !s.0)
             .unwrap_or_else(|e| e.into_inner());
-        *g
+        g.0
+    }
+    fn answering(&self, delta: i32) {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        g.1 = g.1.saturating_add_signed(delta);
+        self.cv.notify_all();
+    }
+    /// The process must not exit before `flowfs unmount` has its answer: it would take
+    /// the lost answer for a mount that died.
+    fn wait_answered(&self, timeout: Duration) {
+        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.cv.wait_timeout_while(g, timeout, |s| s.1 > 0);
     }
 }
 
@@ -403,6 +415,7 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
                         std::io::BufRead::read_line(&mut std::io::BufReader::new(&conn), &mut line);
                     let answer = match line.trim() {
                         "unmount" => {
+                            shutdown.answering(1);
                             let notes: String = fs
                                 .recovered()
                                 .iter()
@@ -423,6 +436,9 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
                         other => format!("ERR unknown command {other:?}"),
                     };
                     let _ = conn.write_all(format!("{answer}\n").as_bytes());
+                    if line.trim() == "unmount" {
+                        shutdown.answering(-1);
+                    }
                 }
             })?;
     }
@@ -470,8 +486,7 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
         let _ = std::fs::remove_file(p);
     }
     shutdown.finish();
-    // Give the control thread a moment to answer the `flowfs unmount` that asked.
-    std::thread::sleep(Duration::from_millis(50));
+    shutdown.wait_answered(Duration::from_secs(10));
     rt.shutdown_timeout(Duration::from_secs(2));
     result.map_err(|e| anyhow!("FUSE session: {e}"))
 }
