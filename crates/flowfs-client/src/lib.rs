@@ -70,6 +70,14 @@ pub trait ObjectClient: Send + Sync + 'static {
         token: Option<String>,
         max_keys: Option<i32>,
     ) -> Result<ListPage>;
+    /// One page of the entries directly below `prefix` (delimiter `/`) whose keys sort
+    /// after `start_after`: the LastModified of many keys close together in one request.
+    async fn list_after(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        token: Option<String>,
+    ) -> Result<ListPage>;
     async fn put(
         &self,
         key: &str,

@@ -271,6 +271,20 @@ impl ObjectClient for MockClient {
         Ok(page)
     }
 
+    async fn list_after(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        token: Option<String>,
+    ) -> Result<ListPage> {
+        // Both mean "entries after this one" here.
+        let from = match token {
+            Some(t) if t.as_str() > start_after => t,
+            _ => start_after.to_string(),
+        };
+        self.list_page(prefix, Some("/"), Some(from), None).await
+    }
+
     async fn put(
         &self,
         key: &str,

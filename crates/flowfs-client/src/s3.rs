@@ -146,6 +146,57 @@ fn encode_copy_source(bucket: &str, key: &str) -> String {
     out
 }
 
+impl S3Client {
+    async fn list(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<String>,
+        max_keys: Option<i32>,
+        start_after: Option<&str>,
+    ) -> Result<ListPage> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .set_delimiter(delimiter.map(str::to_string))
+            .set_continuation_token(token)
+            .set_max_keys(max_keys)
+            .set_start_after(start_after.map(str::to_string))
+            .send()
+            .await
+            .map_err(|e| map_err(&format!("list {prefix}"), e))?;
+        let objects = out
+            .contents()
+            .iter()
+            .filter_map(|o| {
+                Some(ObjectInfo {
+                    key: o.key()?.to_string(),
+                    size: o.size().unwrap_or(0).max(0) as u64,
+                    etag: o.e_tag().unwrap_or("").to_string(),
+                    last_modified: to_system_time(o.last_modified()),
+                })
+            })
+            .collect();
+        let prefixes = out
+            .common_prefixes()
+            .iter()
+            .filter_map(|p| p.prefix().map(str::to_string))
+            .collect();
+        let next_token = if out.is_truncated().unwrap_or(false) {
+            out.next_continuation_token().map(str::to_string)
+        } else {
+            None
+        };
+        Ok(ListPage {
+            objects,
+            prefixes,
+            next_token,
+        })
+    }
+}
+
 #[async_trait]
 impl ObjectClient for S3Client {
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
@@ -226,44 +277,17 @@ impl ObjectClient for S3Client {
         token: Option<String>,
         max_keys: Option<i32>,
     ) -> Result<ListPage> {
-        let out = self
-            .client
-            .list_objects_v2()
-            .bucket(&self.bucket)
-            .prefix(prefix)
-            .set_delimiter(delimiter.map(str::to_string))
-            .set_continuation_token(token)
-            .set_max_keys(max_keys)
-            .send()
+        self.list(prefix, delimiter, token, max_keys, None).await
+    }
+
+    async fn list_after(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        token: Option<String>,
+    ) -> Result<ListPage> {
+        self.list(prefix, Some("/"), token, None, Some(start_after))
             .await
-            .map_err(|e| map_err(&format!("list {prefix}"), e))?;
-        let objects = out
-            .contents()
-            .iter()
-            .filter_map(|o| {
-                Some(ObjectInfo {
-                    key: o.key()?.to_string(),
-                    size: o.size().unwrap_or(0).max(0) as u64,
-                    etag: o.e_tag().unwrap_or("").to_string(),
-                    last_modified: to_system_time(o.last_modified()),
-                })
-            })
-            .collect();
-        let prefixes = out
-            .common_prefixes()
-            .iter()
-            .filter_map(|p| p.prefix().map(str::to_string))
-            .collect();
-        let next_token = if out.is_truncated().unwrap_or(false) {
-            out.next_continuation_token().map(str::to_string)
-        } else {
-            None
-        };
-        Ok(ListPage {
-            objects,
-            prefixes,
-            next_token,
-        })
     }
 
     async fn put(

@@ -17,6 +17,7 @@ use crate::early::Early;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
 use crate::read::SeqState;
+use crate::stamp::Stamps;
 use crate::write::{download_into, upload_file, Staged, Staging, UploadSlots};
 
 /// Metadata key that marks an object as a symbolic link; its value is the target,
@@ -102,6 +103,7 @@ pub struct Fs {
     /// Held shared by each upload, exclusively by a directory rename: an upload below a
     /// directory that moves must neither land nor start while its objects are copied.
     dir_moves: tokio::sync::RwLock<()>,
+    stamps: Arc<Stamps>,
 }
 
 fn valid_name(name: &str) -> Result<()> {
@@ -205,6 +207,7 @@ impl Fs {
             recovered: Mutex::new(Vec::new()),
             fill: tokio::sync::Mutex::new(()),
             dir_moves: tokio::sync::RwLock::new(()),
+            stamps: Arc::new(Stamps::default()),
             started: SystemTime::now(),
             cfg,
             client,
@@ -1227,10 +1230,7 @@ impl Fs {
             // The time the bucket gives the object, which is what every later mount will
             // show: a file keeps one mtime for tools that compare them (-resume, make).
             let mtime = match &r {
-                Ok(etag) => match self.client.head(&key).await {
-                    Ok(m) if m.info.etag == *etag => Some(m.info.last_modified),
-                    _ => None,
-                },
+                Ok(etag) => self.stamps.last_modified(&self.client, &key, etag).await,
                 Err(_) => None,
             };
             let (again, stray) = {

@@ -9,6 +9,7 @@ pub mod fs;
 pub mod fuse;
 pub mod inode;
 pub mod read;
+pub mod stamp;
 pub mod write;
 
 pub use config::FsConfig;

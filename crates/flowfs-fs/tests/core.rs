@@ -547,3 +547,49 @@ async fn a_change_to_sent_bytes_drops_the_early_upload() {
     settle(&mock).await;
     assert_eq!(mock.open_uploads(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_uploads_in_one_directory_read_their_mtimes_with_few_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let logs = fs.mkdir(ROOT, "logs", 0o755).await.unwrap().ino;
+    // Some older objects in the directory, among the new names.
+    for i in (0..60).step_by(7) {
+        mock.insert(&format!("logs/a{i:03}.old"), vec![1u8; 10]);
+    }
+    assert!(fs.flush_all().await.is_empty());
+    mock.set_latency(Duration::from_millis(5));
+    mock.reset_counts();
+    let mut inos = Vec::new();
+    for i in 0..60 {
+        let (a, fh) = fs
+            .create(logs, &format!("a{i:03}.log"), 0o644)
+            .await
+            .unwrap();
+        fs.write(fh, 0, format!("line {i}\n").as_bytes()).unwrap();
+        fs.release(fh).unwrap();
+        inos.push(a.ino);
+    }
+    assert!(fs.flush_all().await.is_empty());
+    mock.set_latency(Duration::ZERO);
+    assert_eq!(mock.count(Op::Put), 60);
+    let (heads, lists) = (mock.count(Op::Head), mock.count(Op::List));
+    assert!(
+        heads + lists < 30,
+        "{heads} HEADs and {lists} LISTs for 60 uploads"
+    );
+    // Every file shows the bucket's time, the one a new mount sees.
+    let cache2 = tempfile::tempdir().unwrap();
+    let fresh = fs_on(&mock, cache2.path(), "");
+    for (i, ino) in inos.iter().enumerate() {
+        let here = fs.getattr(*ino).await.unwrap().mtime;
+        let other = path_ino(&fresh, &format!("logs/a{i:03}.log"))
+            .await
+            .unwrap();
+        assert_eq!(
+            here,
+            fresh.getattr(other).await.unwrap().mtime,
+            "a{i:03}.log"
+        );
+    }
+}
