@@ -135,33 +135,31 @@ impl CacheEntry {
     }
 
     fn open_file(&self) -> io::Result<Arc<File>> {
-        let mut f = self.file.lock();
-        if let Some(f) = &*f {
-            return Ok(f.clone());
-        }
-        let file = Arc::new(
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&self.data_path)?,
-        );
-        *f = Some(file.clone());
-        Ok(file)
+        let mut opts = OpenOptions::new();
+        opts.read(true);
+        self.open_in(&self.file, opts)
     }
 
     fn open_direct(&self) -> io::Result<Arc<File>> {
-        let mut f = self.direct.lock();
+        let mut opts = OpenOptions::new();
+        opts.custom_flags(libc::O_DIRECT);
+        self.open_in(&self.direct, opts)
+    }
+
+    /// The data file opened (for writing, plus `opts`) once and kept in `slot`.
+    fn open_in(
+        &self,
+        slot: &Mutex<Option<Arc<File>>>,
+        mut opts: OpenOptions,
+    ) -> io::Result<Arc<File>> {
+        let mut f = slot.lock();
         if let Some(f) = &*f {
             return Ok(f.clone());
         }
         let file = Arc::new(
-            OpenOptions::new()
-                .write(true)
+            opts.write(true)
                 .create(true)
                 .truncate(false)
-                .custom_flags(libc::O_DIRECT)
                 .open(&self.data_path)?,
         );
         *f = Some(file.clone());
