@@ -241,11 +241,6 @@ impl CacheEntry {
     }
 }
 
-/// The memory budget of fetched ranges not read yet, over all entries.
-struct MemQueue {
-    fifo: VecDeque<(Weak<CacheEntry>, u64)>,
-}
-
 struct Inner {
     hot: HashMap<u64, Arc<CacheEntry>>,
     by_hash: HashMap<String, u64>,
@@ -265,7 +260,8 @@ pub struct DiskCache {
     inner: Mutex<Inner>,
     mem_cap: u64,
     mem_used: AtomicU64,
-    mem: Mutex<MemQueue>,
+    /// The memory budget of fetched ranges not read yet, oldest first (stale ones too).
+    mem: Mutex<VecDeque<(Weak<CacheEntry>, u64)>>,
     /// Cleared once the cache's file system refuses `O_DIRECT` (tmpfs).
     direct_ok: AtomicBool,
 }
@@ -365,9 +361,7 @@ impl DiskCache {
             inner: Mutex::new(inner),
             mem_cap,
             mem_used: AtomicU64::new(0),
-            mem: Mutex::new(MemQueue {
-                fifo: VecDeque::new(),
-            }),
+            mem: Mutex::new(VecDeque::new()),
             direct_ok: AtomicBool::new(true),
         };
         cache.evict(&mut cache.inner.lock());
@@ -504,13 +498,6 @@ impl DiskCache {
         true
     }
 
-    /// Stores fetched bytes at chunk-aligned `off` and marks them present. Readers waiting
-    /// on `fetch` get them from memory before the (slower, `O_DIRECT`) file write.
-    pub fn insert(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes, fetch: &Fetch) -> Result<()> {
-        self.offer(e, off, data.clone(), fetch);
-        self.store(e, off, &data)
-    }
-
     /// Hands fetched bytes to the readers waiting on `fetch` (from memory).
     pub fn offer(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes, fetch: &Fetch) {
         if self.remember(e, off, data) {
@@ -597,9 +584,9 @@ impl DiskCache {
         }
         self.mem_used.fetch_add(len, Ordering::Relaxed);
         let mut q = self.mem.lock();
-        q.fifo.push_back((Arc::downgrade(e), off));
-        while self.mem_used.load(Ordering::Relaxed) > self.mem_cap || q.fifo.len() > MEM_QUEUE {
-            let Some((w, o)) = q.fifo.pop_front() else {
+        q.push_back((Arc::downgrade(e), off));
+        while self.mem_used.load(Ordering::Relaxed) > self.mem_cap || q.len() > MEM_QUEUE {
+            let Some((w, o)) = q.pop_front() else {
                 break;
             };
             if let Some(old) = w.upgrade().and_then(|e| e.mem.lock().remove(&o)) {
@@ -851,6 +838,12 @@ mod tests {
     use super::*;
     use flowfs_client::AlignedBuf;
 
+    /// What a fetch does with the bytes it got: to the readers, then into the file.
+    fn insert(cache: &DiskCache, e: &Arc<CacheEntry>, off: u64, data: Bytes) {
+        cache.offer(e, off, data.clone(), &Fetch::default());
+        cache.store(e, off, &data).unwrap();
+    }
+
     fn aligned(data: &[u8]) -> Bytes {
         AlignedBuf::from_slice(data).into_bytes()
     }
@@ -865,13 +858,9 @@ mod tests {
         let claim = e.claim(0, e.chunks(), 32);
         assert_eq!(claim.start.len(), 3);
         let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-        cache
-            .insert(&e, 0, aligned(&data[..2 << 20]), &Fetch::default())
-            .unwrap();
+        insert(&cache, &e, 0, aligned(&data[..2 << 20]));
         assert_eq!(e.try_read(100, 1000).unwrap().unwrap(), data[100..1100]);
-        cache
-            .insert(&e, 2 << 20, aligned(&data[2 << 20..]), &Fetch::default())
-            .unwrap();
+        insert(&cache, &e, 2 << 20, aligned(&data[2 << 20..]));
         // 6 MiB do not fit in 4 MiB: the oldest blocks went, the newest stayed.
         assert!(cache.used() <= 4 << 20);
         assert!(e.try_read(0, 10).unwrap().is_none());
@@ -888,9 +877,7 @@ mod tests {
         {
             let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
             let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-            cache
-                .insert(&e, 0, Bytes::copy_from_slice(&data), &Fetch::default())
-                .unwrap();
+            insert(&cache, &e, 0, Bytes::copy_from_slice(&data));
             cache.release(&e);
         }
         let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
@@ -924,9 +911,7 @@ mod tests {
         let e = cache.entry("b", "k", "\"e\"", size as u64).unwrap();
         for off in (0..size).step_by(1 << 20) {
             let end = (off + (1 << 20)).min(size);
-            cache
-                .insert(&e, off as u64, aligned(&data[off..end]), &Fetch::default())
-                .unwrap();
+            insert(&cache, &e, off as u64, aligned(&data[off..end]));
         }
         assert!(cache.mem_used.load(Ordering::Relaxed) <= 3 << 20);
         // Ranges 1.. are in memory; reading one whole frees it.

@@ -13,7 +13,7 @@ use flowfs_client::ObjectClient;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-/// Up to this many keys waiting in one directory are asked for one by one.
+/// Fewer keys than this waiting in one directory are asked for one by one.
 const HEAD_BELOW: usize = 3;
 /// Keys a listing page holds; a batch may read a page more than its keys need.
 const PAGE: usize = 1000;

@@ -413,9 +413,12 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
                     let mut line = String::new();
                     let _ =
                         std::io::BufRead::read_line(&mut std::io::BufReader::new(&conn), &mut line);
+                    let unmount = line.trim() == "unmount";
+                    if unmount {
+                        shutdown.answering(1);
+                    }
                     let answer = match line.trim() {
                         "unmount" => {
-                            shutdown.answering(1);
                             let notes: String = fs
                                 .recovered()
                                 .iter()
@@ -436,7 +439,7 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
                         other => format!("ERR unknown command {other:?}"),
                     };
                     let _ = conn.write_all(format!("{answer}\n").as_bytes());
-                    if line.trim() == "unmount" {
+                    if unmount {
                         shutdown.answering(-1);
                     }
                 }
