@@ -68,7 +68,8 @@ impl AlignedBuf {
         }
         let layout = Self::layout(cap);
         // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { alloc::alloc(layout) };
+        // Zeroed, so that `fill` can hand out the free space as an initialised slice.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else {
             alloc::handle_alloc_error(layout);
         };
@@ -110,6 +111,23 @@ impl AlignedBuf {
         }
         self.len += n;
         n
+    }
+
+    /// Appends up to `n` bytes written by `fill` into the free space (which it gets
+    /// as a slice of that length); `fill` returns how many it wrote.
+    pub fn fill<E>(
+        &mut self,
+        n: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let n = n.min(self.remaining());
+        // SAFETY: `n` bytes after `len` are inside our allocation (zeroed when made), which
+        // nothing else references; old bytes of a reused buffer there are overwritten or
+        // stay invisible: only what `fill` reports written counts.
+        let free = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(self.len), n) };
+        let wrote = fill(free)?.min(n);
+        self.len += wrote;
+        Ok(wrote)
     }
 
     pub fn into_bytes(self) -> Bytes {
@@ -181,5 +199,12 @@ mod pool_tests {
         assert!(b.is_empty(), "a reused buffer starts empty");
         assert_eq!(b.extend_from_slice(&[1u8; 10]), 10);
         assert_eq!(b.as_ref(), &[1u8; 10]);
+        let r: Result<usize, ()> = b.fill(1 << 30, |free| {
+            assert_eq!(free.len(), (4 << 20) - 10, "no more than the free space");
+            free[..3].copy_from_slice(b"xyz");
+            Ok(3)
+        });
+        assert_eq!(r, Ok(3));
+        assert_eq!(&b.as_ref()[8..], &[1, 1, b'x', b'y', b'z']);
     }
 }

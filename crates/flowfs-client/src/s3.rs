@@ -303,6 +303,9 @@ impl ObjectClient for S3Client {
             .key(key)
             .body(ByteStream::from(body))
             .set_metadata((!metadata.is_empty()).then(|| metadata.clone()))
+            // See `upload_part`.
+            .customize()
+            .disable_payload_signing()
             .send()
             .await
             .map_err(|e| map_err(key, e))?;
@@ -345,6 +348,11 @@ impl ObjectClient for S3Client {
             .upload_id(upload_id)
             .part_number(part_number)
             .body(ByteStream::from(body))
+            // A signed payload costs a SHA-256 of every byte on both ends (a fifth of
+            // flowfs's CPU for a 2 GiB upload, and the server's): the bodies go as
+            // UNSIGNED-PAYLOAD, as SDKs do over HTTPS; the headers stay signed.
+            .customize()
+            .disable_payload_signing()
             .send()
             .await
             .map_err(|e| map_err(key, e))?;

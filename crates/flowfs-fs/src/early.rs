@@ -61,7 +61,7 @@ impl Early {
         let e = self.clone();
         let task = tokio::spawn(async move {
             let r = async {
-                let _permit = slots
+                let permit = slots
                     .acquire_owned()
                     .await
                     .map_err(|err| ClientError::Other(err.to_string()))?;
@@ -83,6 +83,12 @@ impl Early {
                     part_number: index as i32 + 1,
                     etag,
                 });
+                drop(permit);
+                let st = staged.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    release_pages(&st.file, index * part_size, part_size)
+                })
+                .await;
                 Ok::<(), ClientError>(())
             }
             .await;
@@ -157,5 +163,27 @@ impl Drop for Early {
             }
             Err(_) => tracing::warn!(%key, "an early multipart upload was left open"),
         }
+    }
+}
+
+/// Writes a sent part's staged bytes to disk and drops them from the page cache, so that
+/// the pages are reused for the next parts of the writer. On a VM that hands freed memory
+/// back to its host, filling fresh page-cache pages was most of the CPU of a large write
+/// (about 700 MB/s); recycled pages are filled several times faster. Nothing is lost:
+/// the bytes stay in the staging file, and pages written meanwhile (dirty) are kept.
+fn release_pages(file: &File, off: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: plain syscalls on an fd we own.
+    unsafe {
+        libc::sync_file_range(
+            fd,
+            off as i64,
+            len as i64,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        );
+        libc::posix_fadvise(fd, off as i64, len as i64, libc::POSIX_FADV_DONTNEED);
     }
 }
