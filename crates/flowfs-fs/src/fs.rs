@@ -1469,14 +1469,27 @@ impl Fs {
     pub async fn mkdir(&self, parent: u64, name: &str, _mode: u32) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
-        let path = {
+        let (path, known_absent) = {
             let t = self.inodes.lock();
-            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
+            let p = t.get(parent).ok_or(FsError::NotFound)?;
+            if p.entry.kind != Kind::Dir {
                 return Err(FsError::NotDir);
             }
-            join(&t.path(parent).ok_or(FsError::NotFound)?, name)
+            let ttl = self.cfg.metadata_ttl;
+            // The kernel's lookup just before found nothing: from a listing or a negative
+            // entry younger than the TTL, that answer stands without a second round trip
+            // (Nextflow makes two directories per task).
+            let absent = t.child(parent, name).is_none()
+                && (p.negative.get(name).is_some_and(|at| at.elapsed() < ttl)
+                    || p.listing
+                        .as_ref()
+                        .is_some_and(|l| l.at.elapsed() < ttl && !l.entries.contains_key(name)));
+            (
+                join(&t.path(parent).ok_or(FsError::NotFound)?, name),
+                absent,
+            )
         };
-        if self.stat_remote(&path).await?.is_some() {
+        if !known_absent && self.stat_remote(&path).await?.is_some() {
             return Err(FsError::Exists);
         }
         // The marker object makes an empty directory survive a remount.
