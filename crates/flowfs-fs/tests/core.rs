@@ -593,3 +593,34 @@ async fn many_uploads_in_one_directory_read_their_mtimes_with_few_requests() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mkdir_after_a_lookup_found_nothing_sends_only_its_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    mock.insert("taken/x", b"x".to_vec());
+    // As the kernel does before mkdir: a lookup that finds nothing.
+    assert!(matches!(
+        fs.lookup(ROOT, "task").await,
+        Err(FsError::NotFound)
+    ));
+    mock.reset_counts();
+    let t = fs.mkdir(ROOT, "task", 0o755).await.unwrap();
+    assert_eq!(mock.count(Op::Put), 1, "the marker");
+    assert_eq!(mock.count(Op::Head) + mock.count(Op::List), 0);
+    assert!(mock.object("task/").is_some());
+    // Inside the new (empty) directory, the same holds without any lookup request.
+    assert!(matches!(
+        fs.lookup(t.ino, "a").await,
+        Err(FsError::NotFound)
+    ));
+    fs.mkdir(t.ino, "a", 0o755).await.unwrap();
+    assert_eq!(mock.count(Op::Head) + mock.count(Op::List), 0);
+    // A name this mount knows nothing about is still checked: a directory made by
+    // another client is EEXIST.
+    assert!(matches!(
+        fs.mkdir(ROOT, "taken", 0o755).await,
+        Err(FsError::Exists)
+    ));
+    assert!(mock.count(Op::Head) + mock.count(Op::List) >= 1);
+}
