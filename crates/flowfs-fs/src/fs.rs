@@ -26,7 +26,7 @@ pub const SYMLINK_META: &str = "flowfs-symlink";
 /// Largest directory that is listed again instead of asking for single names.
 const RELIST_MAX: usize = 10_000;
 /// Files fetched ahead of a reader that opens a directory's files in listing order.
-const SIBLING_PREFETCH: usize = 16;
+const SIBLING_PREFETCH: usize = 64;
 /// Longest target a symlink may have (PATH_MAX).
 const MAX_SYMLINK: u64 = 4096;
 
@@ -1908,11 +1908,18 @@ impl Fs {
             if !in_order {
                 return;
             }
+            // At most SIBLING_PREFETCH files and --max-readahead bytes ahead: what is
+            // fetched waits in memory for its reader.
+            let mut bytes = 0u64;
             let window_end = l
                 .entries
                 .range(name.clone()..)
-                .nth(SIBLING_PREFETCH)
-                .map(|(k, _)| k.clone());
+                .enumerate()
+                .find(|(i, (_, e))| {
+                    bytes += e.size;
+                    *i >= SIBLING_PREFETCH || bytes > self.cfg.max_readahead
+                })
+                .map(|(_, (k, _))| k.clone());
             let from = p
                 .prefetched_to
                 .clone()
