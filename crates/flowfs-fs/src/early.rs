@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -17,11 +18,14 @@ use parking_lot::Mutex;
 use tokio::sync::{OnceCell, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::write::{read_part, upload_parts, Staged};
+use crate::write::{note_upload, read_part, upload_parts, Staged};
 
 pub struct Early {
     client: Arc<dyn ObjectClient>,
+    bucket: String,
     pub key: String,
+    /// Holds the upload id while the upload is open (`Staged::upload_note_path`).
+    note: PathBuf,
     upload_id: OnceCell<String>,
     parts: Mutex<Vec<CompletedPart>>,
     failed: Mutex<Option<ClientError>>,
@@ -37,10 +41,17 @@ impl std::fmt::Debug for Early {
 }
 
 impl Early {
-    pub fn new(client: Arc<dyn ObjectClient>, key: String) -> Arc<Early> {
+    pub fn new(
+        client: Arc<dyn ObjectClient>,
+        bucket: &str,
+        key: String,
+        note: PathBuf,
+    ) -> Arc<Early> {
         Arc::new(Early {
             client,
+            bucket: bucket.to_string(),
             key,
+            note,
             upload_id: OnceCell::new(),
             parts: Mutex::new(Vec::new()),
             failed: Mutex::new(None),
@@ -71,7 +82,14 @@ impl Early {
                 let no_metadata = HashMap::new();
                 let id = e
                     .upload_id
-                    .get_or_try_init(|| e.client.create_multipart(&e.key, &no_metadata))
+                    .get_or_try_init(|| async {
+                        let id = e.client.create_multipart(&e.key, &no_metadata).await?;
+                        // If this process dies now, the next mount aborts the upload.
+                        if let Err(err) = note_upload(&e.note, &e.bucket, &e.key, &id) {
+                            tracing::warn!(key = %e.key, "cannot note an open upload: {err}");
+                        }
+                        Ok::<String, ClientError>(id)
+                    })
                     .await?
                     .clone();
                 let body = read_part(&staged.file, &e.key, index * part_size, part_size)?;
@@ -128,19 +146,19 @@ impl Early {
         }
         // Whatever happens now, upload_parts completes or aborts it.
         self.settled.store(true, Ordering::Relaxed);
-        Some(
-            upload_parts(
-                &self.client,
-                &self.key,
-                &id,
-                file,
-                size,
-                part_size,
-                slots,
-                done,
-            )
-            .await,
+        let r = upload_parts(
+            &self.client,
+            &self.key,
+            &id,
+            file,
+            size,
+            part_size,
+            slots,
+            done,
         )
+        .await;
+        let _ = std::fs::remove_file(&self.note);
+        Some(r)
     }
 }
 
@@ -152,12 +170,17 @@ impl Drop for Early {
         let Some(id) = self.upload_id.get().cloned() else {
             return;
         };
-        let (client, key) = (self.client.clone(), self.key.clone());
+        let (client, key, note) = (self.client.clone(), self.key.clone(), self.note.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
-                    if let Err(err) = client.abort_multipart(&key, &id).await {
-                        tracing::warn!(%key, "abort of an early multipart upload failed: {err}");
+                    match client.abort_multipart(&key, &id).await {
+                        Ok(()) => {
+                            let _ = std::fs::remove_file(&note);
+                        }
+                        Err(err) => {
+                            tracing::warn!(%key, "abort of an early multipart upload failed: {err}")
+                        }
                     }
                 });
             }

@@ -1039,7 +1039,12 @@ impl Fs {
         let early = match (&st.early, key) {
             (Some(e), _) => e.clone(),
             (None, Some(key)) => {
-                let e = Early::new(self.client.clone(), key);
+                let e = Early::new(
+                    self.client.clone(),
+                    &self.cfg.bucket,
+                    key,
+                    staged.upload_note_path(),
+                );
                 st.early = Some(e.clone());
                 e
             }
@@ -1350,6 +1355,20 @@ impl Fs {
     pub async fn recover(&self) -> (Vec<String>, Vec<String>) {
         let mut ok = Vec::new();
         let mut failed = Vec::new();
+        // Early uploads of files a dead mount was writing: their files (if journaled)
+        // go up whole below; the parts they had sent are dropped.
+        for u in self
+            .staging
+            .open_uploads(&self.cfg.cache_dir, &self.cfg.bucket)
+        {
+            match self.client.abort_multipart(&u.key, &u.upload_id).await {
+                Ok(()) | Err(ClientError::NotFound(_)) => u.forget(),
+                Err(e) => tracing::warn!(
+                    key = %u.key,
+                    "cannot abort a multipart upload left open by an earlier mount: {e}"
+                ),
+            }
+        }
         for o in self.staging.orphans(&self.cfg.cache_dir, &self.cfg.bucket) {
             let r = async {
                 let mut metadata = HashMap::new();

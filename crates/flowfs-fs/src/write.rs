@@ -67,6 +67,13 @@ impl std::fmt::Debug for Staged {
 }
 
 impl Staged {
+    /// Where the id of this file's early multipart upload is noted while it is open, so
+    /// that the next mount aborts it if this one dies (an open upload keeps its parts,
+    /// billed, until aborted).
+    pub fn upload_note_path(&self) -> PathBuf {
+        self.rec.with_extension("mpu")
+    }
+
     pub fn read_at(&self, off: u64, len: usize) -> io::Result<Vec<u8>> {
         let size = self.st.lock().size;
         if off >= size {
@@ -134,6 +141,40 @@ fn write_record(path: &Path, bucket: &str, key: &str, symlink: bool) -> io::Resu
     fs::rename(tmp, path)
 }
 
+/// Notes `upload_id` of `key` in `path` (see `Staged::upload_note_path`).
+pub fn note_upload(path: &Path, bucket: &str, key: &str, upload_id: &str) -> io::Result<()> {
+    let tmp = path.with_extension("mpu.tmp");
+    fs::write(&tmp, format!("{bucket}\n{key}\n{upload_id}\n"))?;
+    fs::rename(tmp, path)
+}
+
+/// Removes a staging directory of a dead mount once nothing but its lock is left in it.
+fn remove_if_done(dir: &Path) {
+    let busy = fs::read_dir(dir).map_or(true, |r| r.flatten().any(|f| f.file_name() != "lock"));
+    if !busy {
+        let _ = fs::remove_file(dir.join("lock"));
+        let _ = fs::remove_dir(dir);
+    }
+}
+
+/// A multipart upload that a dead mount left open (an early upload of a file it was
+/// writing): the next mount aborts it.
+#[derive(Debug)]
+pub struct OpenUpload {
+    pub key: String,
+    pub upload_id: String,
+    note: PathBuf,
+}
+
+impl OpenUpload {
+    pub fn forget(&self) {
+        let _ = fs::remove_file(&self.note);
+        if let Some(d) = self.note.parent() {
+            remove_if_done(d);
+        }
+    }
+}
+
 /// A staged file left by a mount that died before uploading it.
 #[derive(Debug)]
 pub struct Orphan {
@@ -148,9 +189,10 @@ impl Orphan {
     pub fn forget(&self) {
         let _ = fs::remove_file(&self.rec);
         let _ = fs::remove_file(&self.data);
+        // Not while other records are left: without its lock file, the directory would
+        // be skipped by every later scan.
         if let Some(d) = self.rec.parent() {
-            let _ = fs::remove_file(d.join("lock"));
-            let _ = fs::remove_dir(d);
+            remove_if_done(d);
         }
     }
 }
@@ -217,6 +259,48 @@ impl Staging {
         let _ = fs::remove_file(&s.data);
     }
 
+    /// Multipart uploads a dead mount left open for `bucket` (noted by `note_upload`).
+    pub fn open_uploads(&self, cache_dir: &Path, bucket: &str) -> Vec<OpenUpload> {
+        let mut out = Vec::new();
+        for dir in self.dead_dirs(cache_dir) {
+            let Ok(files) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let p = f.path();
+                if p.extension().is_none_or(|e| e != "mpu") {
+                    continue;
+                }
+                let Ok(text) = fs::read_to_string(&p) else {
+                    continue;
+                };
+                let mut lines = text.lines();
+                if let (Some(b), Some(k), Some(id)) = (lines.next(), lines.next(), lines.next()) {
+                    if b == bucket {
+                        out.push(OpenUpload {
+                            key: k.to_string(),
+                            upload_id: id.to_string(),
+                            note: p,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Staging directories of other mounts that are not running (their lock is free).
+    fn dead_dirs(&self, cache_dir: &Path) -> Vec<PathBuf> {
+        let Ok(dirs) = fs::read_dir(cache_dir.join("staging")) else {
+            return Vec::new();
+        };
+        dirs.flatten()
+            .map(|d| d.path())
+            .filter(|dir| *dir != self.dir)
+            .filter(|dir| File::open(dir.join("lock")).is_ok_and(|l| try_lock(&l)))
+            .collect()
+    }
+
     /// Staged files of dead mounts for `bucket`, found under `cache_dir`.
     pub fn orphans(&self, cache_dir: &Path, bucket: &str) -> Vec<Orphan> {
         let mut out = Vec::new();
@@ -241,7 +325,9 @@ impl Staging {
             let mut recs = 0;
             for f in files.flatten() {
                 let p = f.path();
-                if p.extension().is_some_and(|e| e == "rec") {
+                if p.extension().is_some_and(|e| e == "mpu") {
+                    recs += 1; // an open upload to abort: see `open_uploads`
+                } else if p.extension().is_some_and(|e| e == "rec") {
                     recs += 1;
                     let Ok(text) = fs::read_to_string(&p) else {
                         continue;
@@ -270,8 +356,11 @@ impl Staging {
     pub fn close(&self) {
         let has_records = fs::read_dir(&self.dir)
             .map(|r| {
-                r.flatten()
-                    .any(|f| f.path().extension().is_some_and(|e| e == "rec"))
+                r.flatten().any(|f| {
+                    f.path()
+                        .extension()
+                        .is_some_and(|e| e == "rec" || e == "mpu")
+                })
             })
             .unwrap_or(false);
         if !has_records {

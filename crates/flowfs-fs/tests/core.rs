@@ -624,3 +624,36 @@ async fn mkdir_after_a_lookup_found_nothing_sends_only_its_marker() {
     ));
     assert!(mock.count(Op::Head) + mock.count(Op::List) >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_upload_left_open_by_a_crashed_mount_is_aborted_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let body = data(4 << 20, 9);
+    {
+        let fs = fs_on(&mock, dir.path(), "");
+        let (_, fh) = fs.create(ROOT, "half.bam", 0o644).await.unwrap();
+        fs.write(fh, 0, &body).unwrap();
+        for _ in 0..400 {
+            if mock.count(Op::UploadPart) >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(mock.count(Op::UploadPart), 3);
+        assert_eq!(mock.open_uploads(), 1);
+        // Gone without closing the file or aborting anything, as after kill -9: dropped
+        // outside the runtime, where no abort can be started.
+        std::thread::spawn(move || drop(fs)).join().unwrap();
+    }
+    assert_eq!(mock.open_uploads(), 1, "the crash left the upload open");
+    let fs = fs_on(&mock, dir.path(), "");
+    let (ok, failed) = fs.recover().await;
+    assert_eq!(ok, vec!["half.bam".to_string()]);
+    assert!(failed.is_empty());
+    assert_eq!(mock.object("half.bam").unwrap(), body);
+    assert_eq!(mock.open_uploads(), 0, "the open upload was aborted");
+    assert!(fs.recover().await.0.is_empty(), "recovered once");
+    assert_eq!(mock.count(Op::AbortMultipart), 1);
+}
