@@ -376,25 +376,13 @@ impl Fs {
                 }
             }
             let p = t.get(parent).ok_or(FsError::NotFound)?;
-            if let Some(l) = p
-                .listing
-                .as_ref()
-                .filter(|l| l.at.elapsed() < self.cfg.metadata_ttl)
-            {
-                let at = l.at;
-                return match l.entries.get(name).cloned() {
-                    Some(e) => {
-                        let ino = t.upsert(parent, name, &e, Some(at));
-                        self.counted(&mut t, ino)
-                    }
-                    None => Err(FsError::NotFound),
-                };
-            }
-            if p.negative
-                .get(name)
-                .is_some_and(|at| at.elapsed() < self.cfg.metadata_ttl)
-            {
-                return Err(FsError::NotFound);
+            match p.cached_child(name, self.cfg.metadata_ttl) {
+                Some(Some((e, at))) => {
+                    let ino = t.upsert(parent, name, &e, Some(at));
+                    return self.counted(&mut t, ino);
+                }
+                Some(None) => return Err(FsError::NotFound),
+                None => {}
             }
             join(&t.path(parent).ok_or(FsError::NotFound)?, name)
         };
@@ -1494,15 +1482,11 @@ impl Fs {
             if p.entry.kind != Kind::Dir {
                 return Err(FsError::NotDir);
             }
-            let ttl = self.cfg.metadata_ttl;
             // The kernel's lookup just before found nothing: from a listing or a negative
             // entry younger than the TTL, that answer stands without a second round trip
             // (Nextflow makes two directories per task).
             let absent = t.child(parent, name).is_none()
-                && (p.negative.get(name).is_some_and(|at| at.elapsed() < ttl)
-                    || p.listing
-                        .as_ref()
-                        .is_some_and(|l| l.at.elapsed() < ttl && !l.entries.contains_key(name)));
+                && matches!(p.cached_child(name, self.cfg.metadata_ttl), Some(None));
             (
                 join(&t.path(parent).ok_or(FsError::NotFound)?, name),
                 absent,

@@ -93,6 +93,18 @@ impl Node {
     pub fn fresh(&self, ttl: Duration) -> bool {
         self.validated.is_none_or(|t| t.elapsed() < ttl)
     }
+
+    /// What this directory's listing or negative entries younger than `ttl` say of
+    /// `name`: `Some(Some((entry, listed at)))` there, `Some(None)` absent, `None` unknown.
+    pub fn cached_child(&self, name: &str, ttl: Duration) -> Option<Option<(Entry, Instant)>> {
+        if let Some(l) = self.listing.as_ref().filter(|l| l.at.elapsed() < ttl) {
+            return Some(l.entries.get(name).map(|e| (e.clone(), l.at)));
+        }
+        self.negative
+            .get(name)
+            .is_some_and(|at| at.elapsed() < ttl)
+            .then_some(None)
+    }
 }
 
 pub struct Inodes {

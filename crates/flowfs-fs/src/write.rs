@@ -290,6 +290,7 @@ impl Staging {
     }
 
     /// Staging directories of other mounts that are not running (their lock is free).
+    /// One left without its lock file is removed if empty.
     fn dead_dirs(&self, cache_dir: &Path) -> Vec<PathBuf> {
         let Ok(dirs) = fs::read_dir(cache_dir.join("staging")) else {
             return Vec::new();
@@ -297,28 +298,20 @@ impl Staging {
         dirs.flatten()
             .map(|d| d.path())
             .filter(|dir| *dir != self.dir)
-            .filter(|dir| File::open(dir.join("lock")).is_ok_and(|l| try_lock(&l)))
+            .filter(|dir| match File::open(dir.join("lock")) {
+                Ok(lock) => try_lock(&lock), // else a live mount owns it
+                Err(_) => {
+                    let _ = fs::remove_dir(dir);
+                    false
+                }
+            })
             .collect()
     }
 
     /// Staged files of dead mounts for `bucket`, found under `cache_dir`.
     pub fn orphans(&self, cache_dir: &Path, bucket: &str) -> Vec<Orphan> {
         let mut out = Vec::new();
-        let Ok(dirs) = fs::read_dir(cache_dir.join("staging")) else {
-            return out;
-        };
-        for d in dirs.flatten() {
-            let dir = d.path();
-            if dir == self.dir {
-                continue;
-            }
-            let Ok(lock) = File::open(dir.join("lock")) else {
-                let _ = fs::remove_dir(&dir);
-                continue;
-            };
-            if !try_lock(&lock) {
-                continue; // a live mount owns it
-            }
+        for dir in self.dead_dirs(cache_dir) {
             let Ok(files) = fs::read_dir(&dir) else {
                 continue;
             };
