@@ -54,7 +54,8 @@ class CliTool(Tool):
 @dataclass
 class S5cmd(CliTool):
     def _base(self, ctx) -> list[str]:
-        return [self.exe, "--endpoint-url", ctx.server.endpoint]
+        # 64 workers: the baseline issue 2 names for B1 (s5cmd's default is 256).
+        return [self.exe, "--endpoint-url", ctx.server.endpoint, "--numworkers", "64"]
 
     def get_prefix(self, ctx, prefix: str, dest: Path) -> list[str]:
         return self._base(ctx) + ["cp", f"s3://{BUCKET}/{prefix}*", f"{dest}/"]

@@ -20,6 +20,15 @@ use crate::read::SeqState;
 use crate::stamp::Stamps;
 use crate::write::{download_into, upload_file, Staged, Staging, UploadSlots};
 
+/// What the kernel may skip for an open handle.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OpenHints {
+    /// Keep the pages cached for the inode: the object's ETag is unchanged since.
+    pub keep_cache: bool,
+    /// No `flush` at close: the handle has no upload whose error close must report.
+    pub no_flush: bool,
+}
+
 /// Metadata key that marks an object as a symbolic link; its value is the target,
 /// percent-encoded, and the object's content is the plain target too.
 pub const SYMLINK_META: &str = "flowfs-symlink";
@@ -677,14 +686,13 @@ impl Fs {
         }
     }
 
-    /// Opens a file; returns the handle and whether the kernel may keep the pages it
-    /// cached for this inode (the object's ETag is unchanged).
+    /// Opens a file; returns the handle and what the kernel may skip for it.
     pub async fn open(
         self: &Arc<Self>,
         ino: u64,
         write: bool,
         truncate: bool,
-    ) -> Result<(u64, bool)> {
+    ) -> Result<(u64, OpenHints)> {
         if write {
             self.check_writable()?;
         }
@@ -706,11 +714,11 @@ impl Fs {
                 .stage(ino, if truncate { Some(0) } else { None })
                 .await?;
             staged.st.lock().writers += 1;
-            return Ok((self.open_local(ino, staged, true), false));
+            return Ok((self.open_local(ino, staged, true), OpenHints::default()));
         }
         let staged = self.inodes.lock().get(ino).and_then(|n| n.staged.clone());
         if let Some(staged) = staged {
-            return Ok((self.open_local(ino, staged, false), false));
+            return Ok((self.open_local(ino, staged, false), OpenHints::default()));
         }
         // Close-to-open: an open after the TTL sees the object as it is now.
         if !fresh {
@@ -745,7 +753,14 @@ impl Fs {
         };
         self.files.lock().insert(fh, Handle::Remote(Arc::new(h)));
         self.prefetch_siblings(ino);
-        Ok((fh, keep))
+        // `flush` has nothing to report for a handle that only reads the bucket.
+        Ok((
+            fh,
+            OpenHints {
+                keep_cache: keep,
+                no_flush: true,
+            },
+        ))
     }
 
     fn handle(&self, fh: u64) -> Result<Handle> {

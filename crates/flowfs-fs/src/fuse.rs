@@ -155,12 +155,16 @@ impl fuser::Filesystem for FuseAdapter {
         let fs = self.fs.clone();
         self.run(async move {
             match fs.open(ino.0, write, truncate).await {
-                Ok((fh, keep)) => {
-                    let f = if keep {
-                        FopenFlags::FOPEN_KEEP_CACHE
-                    } else {
-                        FopenFlags::empty()
-                    };
+                Ok((fh, hints)) => {
+                    let mut f = FopenFlags::empty();
+                    if hints.keep_cache {
+                        f |= FopenFlags::FOPEN_KEEP_CACHE;
+                    }
+                    // One round trip less per close of a file read from the bucket
+                    // (kernels before 5.16 ignore the flag and send it anyway).
+                    if hints.no_flush {
+                        f |= FopenFlags::FOPEN_NOFLUSH;
+                    }
                     reply.opened(FileHandle(fh), f)
                 }
                 Err(e) => reply.error(errno(&e)),

@@ -14,5 +14,5 @@ pub mod write;
 
 pub use config::FsConfig;
 pub use error::{FsError, Result};
-pub use fs::{Attr, DirItem, Fs};
+pub use fs::{Attr, DirItem, Fs, OpenHints};
 pub use inode::Kind;

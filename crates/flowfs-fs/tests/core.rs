@@ -657,3 +657,25 @@ async fn an_early_upload_left_open_by_a_crashed_mount_is_aborted_by_the_next() {
     assert!(fs.recover().await.0.is_empty(), "recovered once");
     assert_eq!(mock.count(Op::AbortMultipart), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_skips_flush_only_for_handles_that_read_the_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    mock.insert("remote", b"from the bucket".to_vec());
+    let ino = path_ino(&fs, "remote").await.unwrap();
+    let (fh, hints) = fs.open(ino, false, false).await.unwrap();
+    assert!(hints.no_flush, "{hints:?}");
+    fs.release(fh).unwrap();
+    // A writer's close reports a failed upload, and so may a reader of the staged copy:
+    // both keep their flush.
+    let (w, hints) = fs.open(ino, true, false).await.unwrap();
+    assert!(!hints.no_flush, "{hints:?}");
+    let (r, hints) = fs.open(ino, false, false).await.unwrap();
+    assert!(!hints.no_flush && !hints.keep_cache, "{hints:?}");
+    fs.write(w, 0, b"FROM").unwrap();
+    fs.release(r).unwrap();
+    fs.release(w).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("remote").unwrap(), b"FROM the bucket".to_vec());
+}
