@@ -46,6 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tmp", default=os.environ.get("FLOWFS_BENCH_TMP", tempfile.gettempdir()),
                     help="where the work dir (data set, SeaweedFS data, mounts, caches) goes")
     ap.add_argument("--timeout", type=float, default=None, help="per-operation timeout, s (quick 120, full 1800)")
+    ap.add_argument("--server-storage", choices=["disk", "memory"], default="disk",
+                    help="where SeaweedFS keeps its volumes: the local disk the tools also write to "
+                         "(default), or a tmpfs, like an object store on other machines' disks")
     ap.add_argument("--flowfs-cache-size", default=None, help="passed to flowfs mount --cache-size")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # development only
     ap.add_argument("--keep", action="store_true", help="keep the work dir (for debugging)")
@@ -85,7 +88,7 @@ def main(argv=None) -> int:
     records: list[dict] = []
     meta = {"started": dt.datetime.now().isoformat(timespec="seconds"), "mode": "quick" if quick else "full",
             "runs": runs, "command": command, "machine": report.machine(), "sizes": sizes.describe(), "tools": {},
-            "flowfs_commit": git_commit()}
+            "flowfs_commit": git_commit(), "server_storage": args.server_storage}
     work = Path(tempfile.mkdtemp(prefix="flowfs-bench-", dir=args.tmp))
     t_start = time.monotonic()
     interrupted = False
@@ -122,7 +125,7 @@ def main(argv=None) -> int:
         from flowbench.server import Server
 
         util.log("starting SeaweedFS (weed mini) + counting proxy on 127.0.0.1")
-        server = Server(work).start()
+        server = Server(work, args.server_storage).start()
         ctx = Ctx(server=server, work=work, sizes=sizes, timeout=args.timeout or (120 if quick else 1800),
                   poll_timeout=60 if quick else 600, flowfs_cache_size=args.flowfs_cache_size,
                   mount_timeout=30 if quick else 90)
@@ -270,7 +273,8 @@ def render_md(meta: dict, table: str, png: Path | None, json_path: Path) -> str:
     lines = [f"# flowfs bench, {meta['started']} ({meta['mode']})", "",
              f"- command: `{meta['command']}`",
              f"- machine: {machine_line(meta['machine'])}",
-             f"- runs: {meta['runs']}; total time {meta.get('elapsed_s', 0):.0f} s",
+             f"- runs: {meta['runs']}; total time {meta.get('elapsed_s', 0):.0f} s; "
+             f"server storage: {meta.get('server_storage', 'disk')}",
              "- sizes: " + "; ".join(f"{k} {v}" for k, v in meta["sizes"].items()),
              "- tools: " + "; ".join(f"{k} {v['version'] or ''}".strip() for k, v in meta["tools"].items()),
              ""]

@@ -48,19 +48,30 @@ def _ensure_deps() -> None:
 
 
 class Server:
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, storage: str = "disk"):
         _ensure_deps()
         import seaweed  # tests/integration/seaweed.py
 
         self._seaweed = seaweed
         self.work = work
+        self.storage = storage
         self.sw = seaweed.SeaweedServer(work / "seaweed")
         self.proxy: util.Child | None = None
         self.proxy_endpoint = ""
+        self._tmpfs: Path | None = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> "Server":
         util.on_cleanup(self.stop)
+        if self.storage == "memory":
+            # The server's volumes in RAM: like an object store whose disks are not the
+            # client's. `drop_caches` then leaves the server's data readable at memory speed.
+            import subprocess
+
+            d = self.work / "seaweed"
+            d.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16g,mode=0700", "tmpfs", str(d)], check=True)
+            self._tmpfs = d
         self.sw.start()
         ready = self.work / "proxy.ready"
         log = open(self.work / "proxy.log", "wb")
@@ -93,6 +104,11 @@ class Server:
             # (weed mini's master sometimes lingers on SIGTERM)
             self._seaweed.stop_group(self.sw.proc, timeout=5)
             self.sw.proc = None
+        if self._tmpfs is not None:
+            import subprocess
+
+            subprocess.run(["umount", "-l", str(self._tmpfs)], check=False)
+            self._tmpfs = None
 
     # ------------------------------------------------------------ facts
     @property
