@@ -5,11 +5,15 @@ them before it serves."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import MountFactory, create_bucket
 from flowfs_mount import force_unmount, is_mounted
@@ -196,3 +200,95 @@ def test_kill_9_after_cache_eviction_serves_right_bytes(mount, bucket, s3, proxy
     # a.bin was (mostly) evicted: it must have been fetched again
     assert proxy.stats.get_bytes >= 2 * MiB, f"only {proxy.stats.get_bytes} bytes fetched after the crash"
     assert m2.unmount().returncode == 0
+
+
+def _read_uncached(path) -> bytes:
+    """The file's bytes as the mount serves them now, not the kernel's copy from before."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        out = bytearray()
+        while chunk := os.read(fd, 4 * MiB):
+            out += chunk
+        return bytes(out)
+    finally:
+        os.close(fd)
+
+
+def test_two_live_mounts_on_one_cache_dir_read_right_bytes(mount, bucket, s3):
+    """Two mounts running at the same time on one cache dir (the default one, for tasks on
+    a node): the second caches privately, so neither evicts or deletes what the other one's
+    bitmaps vouch for. One after the other, they share the cache."""
+    a, b = payload(3 * MiB, "two-a"), payload(3 * MiB + 17, "two-b")
+    s3.put_object(Bucket=bucket, Key="two/a.bin", Body=a)
+    s3.put_object(Bucket=bucket, Key="two/b.bin", Body=b)
+    m1 = mount(bucket, "two", extra=["--cache-size", "4M"])
+    cache = m1.cache_dir
+    assert sha256((m1 / "a.bin").read_bytes()) == sha256(a)
+    m2 = mount(bucket, "two", cache_dir=cache, extra=["--cache-size", "4M"])
+    private = list((cache / "objects.private").iterdir())
+    assert len(private) == 1, f"the second mount did not get a private cache: {private}"
+    # m2 reads a, then b into its 4 MiB: were it in objects/, it would punch most of the
+    # a.bin that m1's bitmap vouches for, and m1 would read zeros
+    assert sha256(_read_uncached(m2 / "a.bin")) == sha256(a)
+    assert sha256(_read_uncached(m2 / "b.bin")) == sha256(b)
+    assert sha256(_read_uncached(m1 / "a.bin")) == sha256(a), "m1 lost its cached a.bin to m2"
+    assert sha256(_read_uncached(m1 / "b.bin")) == sha256(b)
+    assert sha256(_read_uncached(m1 / "a.bin")) == sha256(a)
+    assert m2.unmount().returncode == 0
+    assert list((cache / "objects.private").iterdir()) == [], "the private cache outlived its mount"
+    assert m1.unmount().returncode == 0
+    m3 = mount(bucket, "two", cache_dir=cache, extra=["--cache-size", "4M"])
+    assert not list((cache / "objects.private").iterdir()), "m3 should use objects/ itself"
+    assert sha256(_read_uncached(m3 / "b.bin")) == sha256(b)
+    assert sha256(_read_uncached(m3 / "a.bin")) == sha256(a)
+    assert m3.unmount().returncode == 0
+
+
+@pytest.fixture
+def tiny_cache_dir(work_dir):
+    """A cache dir on a 24 MiB tmpfs: a local disk that fills up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    d = work_dir / "tiny-cache"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", str(d)], check=True)
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_a_full_staging_disk_is_enospc_and_loses_nothing_written(tiny_cache_dir, mount, bucket, s3):
+    """A task that fills the local disk gets ENOSPC from write() (not EIO), what it wrote
+    before is uploaded intact, and the mount keeps working once space is freed. Reads do
+    not need the full cache disk: they are served without caching."""
+    s3.put_object(Bucket=bucket, Key="full/input.bin", Body=payload(6 * MiB, "full-in"))
+    m = mount(bucket, "full", cache_dir=tiny_cache_dir)
+    kept = payload(2 * MiB, "full-kept")
+    with open(m / "kept.bin", "wb") as f:
+        f.write(kept)
+        f.flush()
+        os.fsync(f.fileno())
+    err = None
+    with open(m / "huge.bin", "wb", buffering=0) as f:  # each write() reaches the mount
+        try:
+            for i in range(16):  # 64 MiB into 24
+                f.write(payload(4 * MiB, f"huge-{i}"))
+        except OSError as e:
+            err = e
+    assert err is not None, "64 MiB fit on a 24 MiB disk"
+    assert err.errno == errno.ENOSPC, f"expected ENOSPC, got {err!r}"
+    # the disk is still full: reads work regardless, without the cache
+    assert sha256((m / "input.bin").read_bytes()) == sha256(payload(6 * MiB, "full-in"))
+    os.unlink(m / "huge.bin")
+    # its space comes back once the upload of what was written stops using the staged file
+    deadline = time.monotonic() + 60
+    while os.statvfs(tiny_cache_dir).f_bavail * os.statvfs(tiny_cache_dir).f_frsize < 4 * MiB:
+        assert time.monotonic() < deadline, "the unlinked file's space never came back"
+        time.sleep(0.2)
+    (m / "after.txt").write_bytes(b"written after the disk was freed\n")
+    assert m.unmount().returncode == 0
+    assert object_bytes(s3, bucket, "full/kept.bin") == kept
+    assert object_bytes(s3, bucket, "full/after.txt") == b"written after the disk was freed\n"
+    assert object_bytes(s3, bucket, "full/huge.bin") is None

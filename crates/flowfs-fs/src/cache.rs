@@ -256,6 +256,12 @@ struct Inner {
 
 pub struct DiskCache {
     root: PathBuf,
+    /// Held while the mount lives: `objects/` (or the private directory) is ours.
+    _lock: File,
+    /// A private cache of a mount that found `objects/` taken: nothing to hand on.
+    private: bool,
+    /// Free space to leave on the cache's file system (staged writes need it).
+    min_free: u64,
     capacity: u64,
     inner: Mutex<Inner>,
     mem_cap: u64,
@@ -298,18 +304,60 @@ fn popcount(bits: &[u64]) -> u64 {
 impl DiskCache {
     /// Opens (or creates) the cache under `root` and indexes what an earlier run left.
     /// `mem_cap` bounds the fetched bytes kept in memory until a reader takes them.
-    pub fn open(root: &Path, capacity: u64, mem_cap: u64) -> io::Result<DiskCache> {
-        let root = root.join("objects");
-        fs::create_dir_all(&root)?;
-        // Only a clean shutdown (bitmaps saved, then syncfs) is trusted. After a killed
-        // process a saved bitmap was seen to vouch for chunks that eviction had punched
-        // (wrong bytes in the kill -9 test, about one run in two): until that is found,
-        // a cache left dirty starts empty.
+    ///
+    /// `objects/` is used by one mount at a time (it holds the lock `objects/lock`): the
+    /// index, the bitmaps and eviction live in the process, and a second process punching
+    /// holes in files the first one vouches for would make it serve zeros. A mount that
+    /// finds it taken uses a private cache under `objects.private/`, removed at unmount.
+    pub fn open(cache_dir: &Path, capacity: u64, mem_cap: u64) -> io::Result<DiskCache> {
+        let shared = cache_dir.join("objects");
+        fs::create_dir_all(&shared)?;
+        let private_root = cache_dir.join("objects.private");
+        remove_dead_private(&private_root);
+        let lock = open_lock(&shared)?;
+        if try_lock(&lock) {
+            return Self::open_dir(shared, lock, false, capacity, mem_cap);
+        }
+        let dir = private_root.join(format!(
+            "{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        fs::create_dir_all(&dir)?;
+        let lock = open_lock(&dir)?;
+        if !try_lock(&lock) {
+            return Err(io::Error::other(
+                "cannot lock a new private cache directory",
+            ));
+        }
+        tracing::info!(
+            "{} is in use by another mount: this mount caches in {} (removed at unmount)",
+            shared.display(),
+            dir.display()
+        );
+        Self::open_dir(dir, lock, true, capacity, mem_cap)
+    }
+
+    fn open_dir(
+        root: PathBuf,
+        lock: File,
+        private: bool,
+        capacity: u64,
+        mem_cap: u64,
+    ) -> io::Result<DiskCache> {
+        // Bitmaps are saved without fsync, and only ever vouch for chunks already written
+        // (and stop vouching before a chunk is punched): a killed process loses nothing,
+        // the page cache survives it. A machine that went down uncleanly may have lost
+        // data a bitmap vouches for, so after a reboot only a clean shutdown is trusted.
         let boot = boot_id();
         let state = fs::read_to_string(root.join("state")).unwrap_or_default();
-        if !state.ends_with(" clean") {
+        let same_boot = !boot.is_empty() && state.starts_with(&format!("{boot} "));
+        if !same_boot && !state.ends_with(" clean") {
             for e in fs::read_dir(&root)?.flatten() {
-                let _ = fs::remove_file(e.path());
+                // Not the lock: a new file of that name would be a second, free lock.
+                if e.file_name() != "lock" {
+                    let _ = fs::remove_file(e.path());
+                }
             }
         }
         fs::write(root.join("state"), format!("{boot} dirty"))?;
@@ -357,6 +405,9 @@ impl DiskCache {
         }
         let cache = DiskCache {
             root,
+            _lock: lock,
+            private,
+            min_free: 0,
             capacity,
             inner: Mutex::new(inner),
             mem_cap,
@@ -366,6 +417,37 @@ impl DiskCache {
         };
         cache.evict(&mut cache.inner.lock());
         Ok(cache)
+    }
+
+    /// Keeps at least `bytes` free on the cache's file system: the cache shrinks below
+    /// `--cache-size` when the disk fills up with other things (staged writes above all).
+    pub fn with_min_free(mut self, bytes: u64) -> DiskCache {
+        self.min_free = bytes;
+        let mut inner = self.inner.lock();
+        self.evict(&mut inner);
+        drop(inner);
+        self
+    }
+
+    /// What the cache may hold now, with `used` bytes in it and `room` more to free.
+    fn limit(&self, used: u64, room: u64) -> u64 {
+        if self.min_free == 0 && room == 0 {
+            return self.capacity;
+        }
+        match free_space(&self.root) {
+            Some(avail) => self
+                .capacity
+                .min((used + avail).saturating_sub(self.min_free + room)),
+            None => self.capacity,
+        }
+    }
+
+    /// Evicts until `bytes` more (plus the floor) are free on the disk, or the cache is
+    /// empty: a staged write that found the disk full goes before cached data.
+    pub fn make_room(&self, bytes: u64) {
+        let mut inner = self.inner.lock();
+        let limit = self.limit(inner.used, bytes);
+        self.evict_to(&mut inner, limit);
     }
 
     pub fn used(&self) -> u64 {
@@ -461,13 +543,19 @@ impl DiskCache {
     /// read by the next task without downloading it again. Returns false (and leaves
     /// `src` alone) when it does not fit or the version is already cached.
     pub fn adopt(&self, bucket: &str, key: &str, etag: &str, size: u64, src: &Path) -> bool {
-        // A file larger than half the cache would only push out everything else.
-        if size == 0 || size > self.capacity / 2 {
-            return false;
-        }
         let ident = format!("{bucket}\0{key}\0{etag}\0{size}");
         let hash = hash_of(&ident);
         let mut inner = self.inner.lock();
+        // A file larger than half the cache would only push out everything else. Under a
+        // free-space floor the cache may be smaller than `--cache-size`; the staged file
+        // already takes its space on the disk, so it counts as free here.
+        let room = match self.min_free {
+            0 => self.capacity,
+            _ => (self.limit(inner.used, 0) + size).min(self.capacity),
+        };
+        if size == 0 || size > room / 2 {
+            return false;
+        }
         if inner.by_hash.contains_key(&hash) || inner.cold_index.contains_key(&hash) {
             return false;
         }
@@ -509,18 +597,25 @@ impl DiskCache {
     /// disk: call it off the async workers.
     pub fn store(&self, e: &Arc<CacheEntry>, off: u64, data: &[u8]) -> Result<()> {
         debug_assert_eq!(off % CHUNK, 0);
-        let c0 = off / CHUNK;
         let end = off + data.len() as u64;
+        if let Err(err) = self.write_data(e, off, data) {
+            e.drop_inflight(off / CHUNK, end.div_ceil(CHUNK));
+            return Err(FsError::Io(format!("cache write: {err}")));
+        }
+        self.mark(e, off, end);
+        Ok(())
+    }
+
+    /// Marks the chunks of `[off, end)`, just written, present. Between the write and
+    /// this, eviction may run: it must not touch these chunks (they are not present yet).
+    fn mark(&self, e: &Arc<CacheEntry>, off: u64, end: u64) {
+        let c0 = off / CHUNK;
         // A trailing partial chunk counts only when it reaches the end of the object.
         let c1 = if end >= e.size {
             e.chunks()
         } else {
             end / CHUNK
         };
-        if let Err(err) = self.write_data(e, off, data) {
-            e.drop_inflight(c0, end.div_ceil(CHUNK));
-            return Err(FsError::Io(format!("cache write: {err}")));
-        }
         let mut inner = self.inner.lock();
         let mut added = 0;
         {
@@ -534,14 +629,14 @@ impl DiskCache {
             st.dirty |= added > 0;
         }
         e.drop_inflight(c0, end.div_ceil(CHUNK));
-        inner.used += added * CHUNK;
+        // An entry that eviction dropped meanwhile is read by nobody: not counted.
         if inner.hot.contains_key(&e.id) {
+            inner.used += added * CHUNK;
             for b in c0 / BLOCK_CHUNKS..c1.div_ceil(BLOCK_CHUNKS) {
                 Self::touch_block(&mut inner, e.id, b);
             }
         }
         self.evict(&mut inner);
-        Ok(())
     }
 
     /// Writes the page-aligned body of `data` with `O_DIRECT` when it can, the rest (a
@@ -681,7 +776,12 @@ impl DiskCache {
     }
 
     fn evict(&self, inner: &mut Inner) {
-        while inner.used > self.capacity {
+        let limit = self.limit(inner.used, 0);
+        self.evict_to(inner, limit);
+    }
+
+    fn evict_to(&self, inner: &mut Inner, limit: u64) {
+        while inner.used > limit {
             if let Some(((mtime, hash), bytes)) = inner.cold.pop_first() {
                 let _ = mtime;
                 inner.cold_index.remove(&hash);
@@ -697,35 +797,27 @@ impl DiskCache {
             let Some(e) = inner.hot.get(&id).cloned() else {
                 continue;
             };
-            let mut st = e.state.write();
             let (c0, c1) = (b * BLOCK_CHUNKS, ((b + 1) * BLOCK_CHUNKS).min(e.chunks()));
-            let mut freed = 0;
+            let mut st = e.state.write();
+            // Only chunks that are present are punched, never a whole block: a fetch may
+            // have written one of the others and be about to mark it present.
+            let mut runs = Vec::new();
             let mut run: Option<u64> = None;
-            let file = e.file.lock().clone();
             for c in c0..=c1 {
                 if c < c1 && st.clear(c) {
-                    freed += 1;
                     run.get_or_insert(c);
                 } else if let Some(s) = run.take() {
-                    // Only chunks that were present are punched: a fetch may be writing
-                    // the others right now.
-                    if let Some(f) = &file {
-                        punch_hole(f, s * CHUNK, (c - s) * CHUNK);
-                    }
+                    runs.push((s, c));
                 }
             }
-            if file.is_none() && freed > 0 {
-                if let Ok(f) = File::options().write(true).open(&e.data_path) {
-                    for c in c0..c1 {
-                        punch_hole(&f, c * CHUNK, CHUNK);
-                    }
-                }
-            }
+            let freed: u64 = runs.iter().map(|(s, c)| c - s).sum();
             st.count -= freed;
             st.dirty = true;
             inner.used -= freed * CHUNK;
             let empty = st.count == 0;
             drop(st);
+            // The bitmap on disk stops vouching for the chunks before they are punched,
+            // so that a process killed in between leaves nothing wrong behind.
             if *e.users.lock() == 0 {
                 if empty {
                     inner.hot.remove(&id);
@@ -733,14 +825,29 @@ impl DiskCache {
                     inner.by_hash.remove(&e.hash);
                     let _ = fs::remove_file(&e.meta_path);
                     let _ = fs::remove_file(&e.data_path);
-                } else if let Err(err) = self.persist(&e) {
-                    // A saved bitmap must never vouch for a punched hole.
+                    continue;
+                }
+                if let Err(err) = self.persist(&e) {
                     tracing::warn!("cannot save cache metadata: {err}");
                     let _ = fs::remove_file(&e.meta_path);
                 }
             } else {
                 // In use: the bitmap is saved again at release; until then none on disk.
                 let _ = fs::remove_file(&e.meta_path);
+            }
+            let open = e.file.lock().clone().or_else(|| e.direct.lock().clone());
+            let file = match open {
+                Some(f) => Some(f),
+                None => File::options()
+                    .write(true)
+                    .open(&e.data_path)
+                    .ok()
+                    .map(Arc::new),
+            };
+            if let Some(f) = file {
+                for (s, c) in runs {
+                    punch_hole(&f, s * CHUNK, (c - s) * CHUNK);
+                }
             }
         }
     }
@@ -799,8 +906,13 @@ impl DiskCache {
         Ok(())
     }
 
-    /// Saves every entry's bitmap and makes the cache durable (at unmount).
+    /// Saves every entry's bitmap and makes the cache durable (at unmount). A private
+    /// cache is removed instead.
     pub fn persist_all(&self) {
+        if self.private {
+            let _ = fs::remove_dir_all(&self.root);
+            return;
+        }
         let entries: Vec<_> = self.inner.lock().hot.values().cloned().collect();
         for e in entries {
             if let Err(err) = self.persist(&e) {
@@ -813,6 +925,44 @@ impl DiskCache {
         }
         let _ = fs::write(self.root.join("state"), format!("{} clean", boot_id()));
     }
+}
+
+fn open_lock(dir: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+}
+
+fn try_lock(f: &File) -> bool {
+    // SAFETY: flock on an fd we own; the lock goes with the fd.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Private caches of mounts that are gone (killed: their lock is free).
+fn remove_dead_private(root: &Path) {
+    let Ok(dirs) = fs::read_dir(root) else {
+        return;
+    };
+    for d in dirs.flatten() {
+        let free = File::open(d.path().join("lock")).map_or(true, |l| try_lock(&l));
+        if free {
+            let _ = fs::remove_dir_all(d.path());
+        }
+    }
+}
+
+/// Bytes available to us on the file system of `dir`.
+fn free_space(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 fn boot_id() -> String {
@@ -889,20 +1039,154 @@ mod tests {
         assert!(other.try_read(0, 1).unwrap().is_none());
     }
 
+    /// A cache as a killed mount leaves it: bitmaps saved at release, no `persist_all`.
+    fn killed_mount(dir: &Path, data: &[u8]) {
+        let cache = DiskCache::open(dir, 1 << 30, 0).unwrap();
+        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+        insert(&cache, &e, 0, aligned(data));
+        cache.release(&e);
+    }
+
     #[test]
-    fn a_cache_left_dirty_starts_empty() {
+    fn a_killed_mounts_cache_is_kept_until_a_reboot() {
         let dir = tempfile::tempdir().unwrap();
-        {
-            let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-            let e = cache.entry("b", "k", "\"v1\"", 1000).unwrap();
-            insert(&cache, &e, 0, Bytes::from(vec![7u8; 1000]));
-            cache.release(&e);
-            // no persist_all: the process was killed
-        }
+        let data: Vec<u8> = (0..3 * CHUNK).map(|i| (i % 249) as u8).collect();
+        killed_mount(dir.path(), &data);
+        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+        assert_eq!(cache.used(), 3 * CHUNK);
+        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+        assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
+        drop(cache);
+
+        // The same, but the machine went down: unsynced data may be gone.
+        let dir = tempfile::tempdir().unwrap();
+        killed_mount(dir.path(), &data);
+        fs::write(dir.path().join("objects/state"), "another-boot dirty").unwrap();
         let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
         assert_eq!(cache.used(), 0);
-        let e = cache.entry("b", "k", "\"v1\"", 1000).unwrap();
-        assert!(e.try_read(0, 1000).unwrap().is_none());
+        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+        assert!(e.try_read(0, 1).unwrap().is_none());
+    }
+
+    /// A fetch has written its chunk but not yet marked it present when eviction takes
+    /// the rest of the block: the chunk must keep its bytes, in this process and in the
+    /// bitmap the next one reads.
+    #[test]
+    fn eviction_spares_a_chunk_written_but_not_yet_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = BLOCK_CHUNKS * CHUNK;
+        let a: Vec<u8> = (0..2 * one).map(|i| (i % 241) as u8).collect();
+        let chunk = |c: u64| aligned(&a[(c * CHUNK) as usize..((c + 1) * CHUNK) as usize]);
+        {
+            // Room for one block and one chunk.
+            let cache = DiskCache::open(dir.path(), one + CHUNK, 0).unwrap();
+            let e = cache.entry("b", "a", "\"e\"", a.len() as u64).unwrap();
+            insert(&cache, &e, 0, chunk(0));
+            insert(&cache, &e, one, chunk(BLOCK_CHUNKS));
+            // The last handle closed while a read-ahead of chunk 1 is still running.
+            cache.release(&e);
+            assert_eq!(e.claim(1, 2, 1).start.len(), 1);
+            cache.write_data(&e, CHUNK, &chunk(1)).unwrap();
+            // Another file fills the cache: block 0 of a (chunk 0) is the oldest.
+            let f = cache.entry("b", "f", "\"e\"", one).unwrap();
+            insert(&cache, &f, 0, aligned(&vec![9; one as usize]));
+            assert!(
+                e.try_read(0, 1).unwrap().is_none(),
+                "chunk 0 was not evicted"
+            );
+            cache.mark(&e, CHUNK, 2 * CHUNK);
+            let got = e.try_read(CHUNK, CHUNK as usize).unwrap();
+            assert!(
+                got.as_deref() == Some(&chunk(1)[..]),
+                "chunk 1 lost its bytes"
+            );
+            cache.release(&f);
+            // killed: no persist_all
+        }
+        let cache = DiskCache::open(dir.path(), 4 * one, 0).unwrap();
+        let e = cache.entry("b", "a", "\"e\"", a.len() as u64).unwrap();
+        let got = e.try_read(CHUNK, CHUNK as usize).unwrap();
+        assert!(
+            got.as_deref() == Some(&chunk(1)[..]),
+            "the next mount reads wrong bytes"
+        );
+        assert!(e.try_read(0, 1).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_second_live_mount_gets_a_private_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..2 * CHUNK).map(|i| (i % 239) as u8).collect();
+        let first = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+        let e = first.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+        insert(&first, &e, 0, aligned(&data));
+        first.release(&e);
+        {
+            let second = DiskCache::open(dir.path(), CHUNK, 0).unwrap();
+            assert!(second.private);
+            assert_eq!(
+                second.used(),
+                0,
+                "the second mount indexed the first one's files"
+            );
+            // Its eviction (capacity one chunk) must not touch the first mount's files.
+            let f = second.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+            insert(&second, &f, 0, aligned(&data));
+            second.release(&f);
+            second.persist_all();
+            let left: Vec<_> = fs::read_dir(dir.path().join("objects.private"))
+                .unwrap()
+                .collect();
+            assert!(
+                left.is_empty(),
+                "the private cache was not removed at unmount"
+            );
+        }
+        let e = first.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+        assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
+        first.release(&e);
+        first.persist_all();
+        drop(first);
+        // One at a time, mounts share objects/.
+        let third = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+        assert!(!third.private);
+        assert_eq!(third.used(), 2 * CHUNK);
+    }
+
+    #[test]
+    fn a_killed_mounts_private_cache_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join("objects.private/123-0badf00d");
+        fs::create_dir_all(&dead).unwrap();
+        fs::write(dead.join("lock"), "").unwrap();
+        fs::write(dead.join("x.data"), "left behind").unwrap();
+        let _cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+        assert!(!dead.exists());
+    }
+
+    #[test]
+    fn the_cache_gives_way_to_free_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..4 * CHUNK).map(|i| (i % 233) as u8).collect();
+        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+        insert(&cache, &e, 0, aligned(&data));
+        assert_eq!(cache.used(), 4 * CHUNK);
+        // A staged write found the disk full: asking for more room than the disk has
+        // empties the cache.
+        cache.make_room(u64::MAX / 4);
+        assert_eq!(cache.used(), 0);
+        assert!(e.try_read(0, 1).unwrap().is_none());
+        cache.release(&e);
+        // A floor above the disk's free space: nothing is kept, nothing adopted.
+        let cache = cache.with_min_free(u64::MAX / 4);
+        let e = cache.entry("b", "k2", "\"v1\"", data.len() as u64).unwrap();
+        insert(&cache, &e, 0, aligned(&data));
+        assert_eq!(cache.used(), 0);
+        let staged = dir.path().join("staged");
+        fs::write(&staged, &data).unwrap();
+        assert!(!cache.adopt("b", "k3", "\"v1\"", data.len() as u64, &staged));
+        assert!(staged.exists());
     }
 
     #[test]

@@ -10,6 +10,8 @@ pub struct FsConfig {
     pub prefix: String,
     pub cache_dir: PathBuf,
     pub cache_size: u64,
+    /// Free space the cache leaves on its file system for staged writes (0: no floor).
+    pub cache_min_free: u64,
     pub metadata_ttl: Duration,
     pub read_only: bool,
     /// Ranged GET size for sequential reads and multipart part size for uploads.
@@ -41,6 +43,7 @@ impl FsConfig {
             },
             cache_dir,
             cache_size: 10 << 30,
+            cache_min_free: 0,
             metadata_ttl: Duration::from_secs(1),
             read_only: false,
             part_size: 8 << 20,

@@ -29,6 +29,8 @@ pub enum FsError {
     Stale,
     #[error("access denied: {0}")]
     AccessDenied(String),
+    #[error("no space left on the local disk: {0}")]
+    NoSpace(String),
     #[error("I/O error: {0}")]
     Io(String),
 }
@@ -48,6 +50,7 @@ impl FsError {
             FsError::BadHandle => libc::EBADF,
             FsError::Stale => libc::ESTALE,
             FsError::AccessDenied(_) => libc::EACCES,
+            FsError::NoSpace(_) => libc::ENOSPC,
             FsError::Io(_) => libc::EIO,
         }
     }
@@ -66,8 +69,30 @@ impl From<ClientError> for FsError {
 
 impl From<std::io::Error> for FsError {
     fn from(e: std::io::Error) -> FsError {
-        FsError::Io(e.to_string())
+        // A full staging disk (or quota) is the one local failure a task can act on.
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => FsError::NoSpace(e.to_string()),
+            _ => FsError::Io(e.to_string()),
+        }
     }
 }
 
 pub type Result<T> = std::result::Result<T, FsError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_local_disk_is_enospc_other_disk_errors_eio() {
+        for (os, want) in [
+            (libc::ENOSPC, libc::ENOSPC),
+            (libc::EDQUOT, libc::ENOSPC),
+            (libc::EIO, libc::EIO),
+            (libc::EROFS, libc::EIO),
+        ] {
+            let e = FsError::from(std::io::Error::from_raw_os_error(os));
+            assert_eq!(e.errno(), want, "{e}");
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! with no FUSE and no HTTP types. The FUSE adapter and the unit tests both call this.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -113,6 +113,8 @@ pub struct Fs {
     /// directory that moves must neither land nor start while its objects are copied.
     dir_moves: tokio::sync::RwLock<()>,
     stamps: Arc<Stamps>,
+    /// A cache write failed (and was logged at warn level) in this mount.
+    cache_write_warned: AtomicBool,
 }
 
 fn valid_name(name: &str) -> Result<()> {
@@ -201,7 +203,8 @@ impl Fs {
         // Room for one sequential reader's whole read-ahead window, plus a part either side.
         let read_memory = cfg.max_readahead + 2 * cfg.part_size;
         let cache = DiskCache::open(&cfg.cache_dir, cfg.cache_size, read_memory)
-            .map_err(|e| FsError::Io(format!("cache dir {}: {e}", cfg.cache_dir.display())))?;
+            .map_err(|e| FsError::Io(format!("cache dir {}: {e}", cfg.cache_dir.display())))?
+            .with_min_free(cfg.cache_min_free);
         let staging = Staging::open(&cfg.cache_dir).map_err(|e| {
             FsError::Io(format!(
                 "staging dir under {}: {e}",
@@ -225,6 +228,7 @@ impl Fs {
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            cache_write_warned: AtomicBool::new(false),
         })
     }
 
@@ -1008,7 +1012,15 @@ impl Fs {
             } => (ino, staged),
             _ => return Err(FsError::BadHandle),
         };
-        staged.write_at(off, data)?;
+        if let Err(e) = staged.write_at(off, data) {
+            let e = FsError::from(e);
+            if !matches!(e, FsError::NoSpace(_)) {
+                return Err(e);
+            }
+            // The task's output goes before cached data: free the disk and try once more.
+            self.cache.make_room(data.len() as u64);
+            staged.write_at(off, data)?;
+        }
         if staged.st.lock().journaled.is_none() {
             self.journal(ino, &staged);
         }
@@ -2025,9 +2037,17 @@ impl Fs {
                 // The O_DIRECT write waits for the disk: not on an async worker, where it
                 // would hold up every FUSE request behind it.
                 let (cache, entry) = (fs.cache.clone(), h.entry.clone());
-                tokio::task::spawn_blocking(move || cache.store(&entry, start, &data))
+                let stored = tokio::task::spawn_blocking(move || cache.store(&entry, start, &data))
                     .await
-                    .map_err(|e| FsError::Io(e.to_string()))?
+                    .map_err(|e| FsError::Io(e.to_string()))
+                    .and_then(|r| r);
+                if let Err(e) = stored {
+                    // A full or broken cache disk costs the cache, not the read: the bytes
+                    // are in memory for the readers waiting on them, later ones fetch again.
+                    fs.cache_write_failed(&e);
+                    fs.cache.abandon(&h.entry, c0, c1);
+                }
+                Ok(())
             }
             .await;
             if let Err(e) = &r {
@@ -2036,6 +2056,15 @@ impl Fs {
             }
             fs.cache.finish(&f, r);
         });
+    }
+
+    fn cache_write_failed(&self, e: &FsError) {
+        // Once per mount at warn level: a full disk would otherwise log every fetch.
+        if !self.cache_write_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!("cannot write the disk cache, reading without it: {e}");
+        } else {
+            tracing::debug!("cannot write the disk cache: {e}");
+        }
     }
 
     /// Saves what must survive a restart (cache bitmaps); called at unmount.

@@ -348,10 +348,11 @@ async fn symlinks_cost_their_upload_only_and_known_ones_no_head_in_listings() {
             .unwrap();
     }
     assert!(fs.flush_all().await.is_empty());
-    // The multipart form, and the HEAD after each upload that reads the bucket's time:
-    // no HEAD or LIST to check the name (the kernel did).
-    assert_eq!(mock.count(Op::Head), 5);
-    assert_eq!(mock.count(Op::List), 0);
+    // The multipart form, and the read of the bucket's time after each upload (a HEAD
+    // each, or one LIST for uploads that finish together, as timing has it): no HEAD or
+    // LIST to check the name (the kernel did), which would make at least 5 + 1.
+    let (heads, lists) = (mock.count(Op::Head), mock.count(Op::List));
+    assert!(heads + lists <= 5, "{heads} HEADs and {lists} LISTs");
     assert_eq!(mock.count(Op::CreateMultipart), 5);
     assert_eq!(mock.count(Op::CompleteMultipart), 5);
     mock.insert("task/other.bam", b"plain".to_vec());
@@ -678,4 +679,20 @@ async fn close_skips_flush_only_for_handles_that_read_the_bucket() {
     fs.release(w).unwrap();
     assert!(fs.flush_all().await.is_empty());
     assert_eq!(mock.object("remote").unwrap(), b"FROM the bucket".to_vec());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_that_cannot_be_written_costs_the_cache_not_the_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "p");
+    let files = [(1usize << 20) + 5, 9 << 20, 100];
+    for (i, n) in files.iter().enumerate() {
+        mock.insert(&format!("p/f{i}"), data(*n, i as u8));
+    }
+    // The cache directory went away under the mount (a scratch cleaner, a full disk).
+    std::fs::remove_dir_all(dir.path().join("objects")).unwrap();
+    for (i, n) in files.iter().enumerate() {
+        let ino = path_ino(&fs, &format!("f{i}")).await.unwrap();
+        assert_eq!(read_all(&fs, ino).await, data(*n, i as u8), "f{i}");
+    }
 }

@@ -92,6 +92,16 @@ pub struct MountOptions {
         help_heading = "Caching"
     )]
     pub cache_size: String,
+    /// Free space the cache leaves on its disk for files being written: SIZE or a percentage
+    /// of the disk (the cache shrinks below --cache-size to keep it)
+    #[arg(
+        long,
+        value_name = "SIZE|N%",
+        default_value = "10%",
+        env = "FLOWFS_CACHE_MIN_FREE",
+        help_heading = "Caching"
+    )]
+    pub cache_min_free: String,
     /// Seconds that file attributes and directory listings are trusted without asking the server
     #[arg(
         long,
@@ -234,6 +244,23 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
+/// `--cache-min-free`: bytes, given a file system of `disk` bytes.
+pub fn parse_min_free(s: &str, disk: u64) -> Result<u64, String> {
+    match s.trim().strip_suffix('%') {
+        Some(pct) => {
+            let p: f64 = pct
+                .trim()
+                .parse()
+                .map_err(|_| format!("invalid percentage {s:?} (use e.g. 10%)"))?;
+            if !(0.0..=90.0).contains(&p) {
+                return Err(format!("{s:?} is not between 0% and 90%"));
+            }
+            Ok((disk as f64 * p / 100.0) as u64)
+        }
+        None => parse_size(s),
+    }
+}
+
 /// `s3://bucket/prefix` into its bucket and prefix.
 pub fn parse_source(s: &str) -> Result<(String, String), String> {
     let rest = s
@@ -249,6 +276,16 @@ pub fn parse_source(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn min_free_is_a_size_or_a_share_of_the_disk() {
+        assert_eq!(parse_min_free("10%", 1000 << 20), Ok(100 << 20));
+        assert_eq!(parse_min_free(" 0% ", 1 << 30), Ok(0));
+        assert_eq!(parse_min_free("2G", 1 << 20), Ok(2 << 30));
+        assert!(parse_min_free("95%", 1 << 30).is_err());
+        assert!(parse_min_free("x%", 1 << 30).is_err());
+        assert!(parse_min_free("-1%", 1 << 30).is_err());
+    }
 
     #[test]
     fn sizes() {

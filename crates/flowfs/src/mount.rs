@@ -15,7 +15,7 @@ use flowfs_client::{ClientError, ObjectClient};
 use flowfs_fs::fuse::FuseAdapter;
 use flowfs_fs::{Fs, FsConfig};
 
-use crate::cli::{parse_size, parse_source, MountArgs};
+use crate::cli::{parse_min_free, parse_size, parse_source, MountArgs};
 use crate::control;
 
 /// Where a daemon tells the waiting parent that the mount is ready, or why not.
@@ -39,6 +39,8 @@ pub fn mount(args: MountArgs) -> Result<()> {
     }
     let mut cfg = FsConfig::new(&bucket, &prefix, cache_dir(&args)?);
     cfg.cache_size = parse_size(&args.opts.cache_size).map_err(|e| anyhow!("--cache-size: {e}"))?;
+    cfg.cache_min_free = parse_min_free(&args.opts.cache_min_free, disk_size(&cfg.cache_dir))
+        .map_err(|e| anyhow!("--cache-min-free: {e}"))?;
     cfg.part_size = parse_size(&args.opts.part_size).map_err(|e| anyhow!("--part-size: {e}"))?;
     if cfg.part_size < (5 << 20) || cfg.part_size > (5 << 30) {
         bail!("--part-size must be between 5M and 5G (the limits of S3 multipart uploads)");
@@ -113,6 +115,20 @@ fn detach_stdio() {
             }
         }
     }
+}
+
+/// Size of the file system holding `dir` (0 if it cannot be asked: no floor then).
+fn disk_size(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return 0;
+    };
+    // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    st.f_blocks as u64 * st.f_frsize as u64
 }
 
 fn cache_dir(args: &MountArgs) -> Result<PathBuf> {
