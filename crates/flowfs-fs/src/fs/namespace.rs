@@ -1,0 +1,474 @@
+//! Changes to the name space: create, mkdir, symlink, unlink, rmdir, rename, setattr.
+
+use super::*;
+
+impl Fs {
+    pub(super) async fn resolve(&self, parent: u64, name: &str) -> Result<u64> {
+        if let Some(ino) = self.inodes.lock().child(parent, name) {
+            return Ok(ino);
+        }
+        let a = self.lookup(parent, name).await?;
+        // The lookup above is ours, not the kernel's.
+        if let Some(n) = self.inodes.lock().get_mut(a.ino) {
+            n.lookups = n.lookups.saturating_sub(1);
+        }
+        Ok(a.ino)
+    }
+
+    pub async fn create(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        mode: u32,
+    ) -> Result<(Attr, u64)> {
+        self.check_writable()?;
+        valid_name(name)?;
+        let staged = self.staging.create()?;
+        {
+            let mut st = staged.st.lock();
+            st.gen = 1;
+            st.writers = 1;
+            st.early_ok = true;
+        }
+        let ino = {
+            let mut t = self.inodes.lock();
+            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
+                return Err(FsError::NotDir);
+            }
+            let e = Entry {
+                kind: Kind::File,
+                size: 0,
+                mtime: SystemTime::now(),
+                etag: None,
+                target: None,
+            };
+            let ino = t.new_node(parent, name, e.clone());
+            if let Some(n) = t.get_mut(ino) {
+                n.staged = Some(staged.clone());
+                n.perm = Some((mode & 0o7777) as u16).filter(|p| *p != self.cfg.file_mode);
+                n.lookups += 1;
+            }
+            Self::listing_put(&mut t, parent, name, Some(e));
+            ino
+        };
+        self.journal(ino, &staged);
+        let fh = self.open_local(ino, staged, true);
+        let attr = self.attr_of(&self.inodes.lock(), ino)?;
+        Ok((attr, fh))
+    }
+
+    /// mknod of a regular file: an empty file, uploaded at once.
+    pub async fn mknod(self: &Arc<Self>, parent: u64, name: &str, mode: u32) -> Result<Attr> {
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(FsError::NotSupported(
+                "only regular files can be created with mknod",
+            ));
+        }
+        let (attr, fh) = self.create(parent, name, mode).await?;
+        self.release(fh)?;
+        Ok(attr)
+    }
+
+    pub async fn mkdir(&self, parent: u64, name: &str, _mode: u32) -> Result<Attr> {
+        self.check_writable()?;
+        valid_name(name)?;
+        let (path, known_absent) = {
+            let t = self.inodes.lock();
+            let p = t.get(parent).ok_or(FsError::NotFound)?;
+            if p.entry.kind != Kind::Dir {
+                return Err(FsError::NotDir);
+            }
+            // The kernel's lookup just before found nothing: from a listing or a negative
+            // entry younger than the TTL, that answer stands without a second round trip
+            // (Nextflow makes two directories per task).
+            let absent = t.child(parent, name).is_none()
+                && matches!(p.cached_child(name, self.cfg.metadata_ttl), Some(None));
+            (
+                join(&t.path(parent).ok_or(FsError::NotFound)?, name),
+                absent,
+            )
+        };
+        if !known_absent && self.stat_remote(&path).await?.is_some() {
+            return Err(FsError::Exists);
+        }
+        // The marker object makes an empty directory survive a remount.
+        self.client
+            .put(
+                &format!("{}/", self.key(&path)),
+                bytes::Bytes::new(),
+                &HashMap::new(),
+            )
+            .await?;
+        let mut t = self.inodes.lock();
+        let e = Entry::dir(SystemTime::now());
+        let at = Instant::now();
+        let ino = t.upsert(parent, name, &e, Some(at));
+        Self::listing_put(&mut t, parent, name, Some(e));
+        // It was just checked to be empty: names created in it need no lookup request.
+        if let Some(n) = t.get_mut(ino) {
+            n.listing = Some(Listing {
+                at,
+                entries: Arc::default(),
+            });
+        }
+        self.counted(&mut t, ino)
+    }
+
+    pub async fn symlink(self: &Arc<Self>, parent: u64, name: &str, target: &str) -> Result<Attr> {
+        self.check_writable()?;
+        valid_name(name)?;
+        if target.len() as u64 > MAX_SYMLINK {
+            return Err(FsError::NameTooLong);
+        }
+        // The kernel looked the name up just before (and found nothing), as for create:
+        // no second round trip to the server here. Like a file, the symlink is staged and
+        // uploaded in the background (Nextflow makes one per input of every task).
+        let staged = self.staging.create()?;
+        staged
+            .write_at(0, target.as_bytes())
+            .map_err(|e| FsError::Io(format!("staging a symlink: {e}")))?;
+        {
+            let mut st = staged.st.lock();
+            st.size = target.len() as u64;
+            st.gen = 1;
+        }
+        let ino = {
+            let mut t = self.inodes.lock();
+            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
+                self.staging.discard(&staged);
+                return Err(FsError::NotDir);
+            }
+            let e = Entry {
+                kind: Kind::Symlink,
+                size: target.len() as u64,
+                mtime: SystemTime::now(),
+                etag: None,
+                target: Some(target.to_string()),
+            };
+            let ino = t.new_node(parent, name, e.clone());
+            if let Some(n) = t.get_mut(ino) {
+                n.staged = Some(staged.clone());
+                n.lookups += 1;
+            }
+            Self::listing_put(&mut t, parent, name, Some(e));
+            ino
+        };
+        self.journal(ino, &staged);
+        self.enqueue(ino, &staged);
+        self.attr_of(&self.inodes.lock(), ino)
+    }
+
+    pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
+        self.check_writable()?;
+        let ino = self.resolve(parent, name).await?;
+        let (key, staged) = {
+            let t = self.inodes.lock();
+            let n = t.get(ino).ok_or(FsError::NotFound)?;
+            if n.entry.kind == Kind::Dir {
+                return Err(FsError::IsDir);
+            }
+            (
+                self.key(&t.path(ino).ok_or(FsError::NotFound)?),
+                n.staged.clone(),
+            )
+        };
+        let remote = match &staged {
+            Some(s) => self.retire(s).await,
+            None => true,
+        };
+        if remote {
+            self.client.delete(&key).await?;
+        }
+        self.failed.lock().remove(&key);
+        let mut t = self.inodes.lock();
+        if let Some(n) = t.get_mut(ino) {
+            n.staged = None;
+            n.validated = Some(Instant::now());
+        }
+        t.detach(parent, name);
+        Self::listing_put(&mut t, parent, name, None);
+        t.add_negative(parent, name);
+        Ok(())
+    }
+
+    /// Whether a directory holds anything, in the bucket or staged here.
+    pub(super) async fn dir_has_children(&self, ino: u64, path: &str) -> Result<bool> {
+        let staged_child = {
+            let t = self.inodes.lock();
+            t.nodes
+                .values()
+                .any(|n| n.parent == ino && n.staged.is_some() && t.child(ino, &n.name).is_some())
+        };
+        if staged_child {
+            return Ok(true);
+        }
+        let prefix = self.dir_prefix(path);
+        let page = self
+            .client
+            .list_page(&prefix, Some("/"), None, Some(2))
+            .await?;
+        Ok(!page.prefixes.is_empty() || page.objects.iter().any(|o| o.key != prefix))
+    }
+
+    pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+        self.check_writable()?;
+        let ino = self.resolve(parent, name).await?;
+        let path = {
+            let t = self.inodes.lock();
+            let n = t.get(ino).ok_or(FsError::NotFound)?;
+            if n.entry.kind != Kind::Dir {
+                return Err(FsError::NotDir);
+            }
+            t.path(ino).ok_or(FsError::NotFound)?
+        };
+        if self.dir_has_children(ino, &path).await? {
+            return Err(FsError::NotEmpty);
+        }
+        self.client.delete(&self.dir_prefix(&path)).await?;
+        let mut t = self.inodes.lock();
+        t.detach(parent, name);
+        Self::listing_put(&mut t, parent, name, None);
+        t.add_negative(parent, name);
+        Ok(())
+    }
+
+    pub async fn rename(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        newparent: u64,
+        newname: &str,
+        noreplace: bool,
+    ) -> Result<()> {
+        self.check_writable()?;
+        valid_name(newname)?;
+        let ino = self.resolve(parent, name).await?;
+        let target = match self.resolve(newparent, newname).await {
+            Ok(t) => Some(t),
+            Err(FsError::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        if target == Some(ino) {
+            return Ok(());
+        }
+        if noreplace && target.is_some() {
+            return Err(FsError::Exists);
+        }
+        let (kind, old_path, new_path, staged) = {
+            let t = self.inodes.lock();
+            let n = t.get(ino).ok_or(FsError::NotFound)?;
+            if n.entry.kind == Kind::Dir && t.is_within(newparent, ino) {
+                return Err(FsError::Invalid("cannot move a directory into itself"));
+            }
+            let np = t.path(newparent).ok_or(FsError::NotFound)?;
+            (
+                n.entry.kind,
+                t.path(ino).ok_or(FsError::NotFound)?,
+                join(&np, newname),
+                n.staged.clone(),
+            )
+        };
+        if let Some(tino) = target {
+            let tkind = self.inodes.lock().get(tino).map(|n| n.entry.kind);
+            match (kind == Kind::Dir, tkind == Some(Kind::Dir)) {
+                (false, true) => return Err(FsError::IsDir),
+                (true, false) => return Err(FsError::NotDir),
+                (true, true) => {
+                    if self.dir_has_children(tino, &new_path).await? {
+                        return Err(FsError::NotEmpty);
+                    }
+                    self.client.delete(&self.dir_prefix(&new_path)).await?;
+                }
+                (false, false) => {
+                    // A staged target loses its pending upload: the source replaces it.
+                    let staged = self.inodes.lock().get(tino).and_then(|n| n.staged.clone());
+                    if let Some(s) = staged {
+                        self.retire(&s).await;
+                    }
+                }
+            }
+        }
+        if let Some(s) = &staged {
+            self.wait_idle(s).await;
+        }
+        // Held until the nodes below have their new names: an upload that landed under
+        // the old prefix after the LIST of the copy would be left behind there.
+        let _moving = match kind {
+            Kind::Dir => Some(self.dir_moves.write().await),
+            _ => None,
+        };
+        match kind {
+            Kind::Dir => self.rename_dir_remote(&old_path, &new_path).await?,
+            _ => {
+                let durable = staged.as_ref().map(|s| {
+                    let st = s.st.lock();
+                    (st.durable_gen > 0, st.dirty() || st.uploading)
+                });
+                match durable {
+                    // Only staged here: its upload goes to the new name.
+                    Some((false, _)) => {}
+                    // Staged and changed since its last upload: drop the old object.
+                    Some((true, true)) => self.client.delete(&self.key(&old_path)).await?,
+                    // Clean: the bucket's copy moves.
+                    Some((true, false)) | None => {
+                        self.client
+                            .copy(&self.key(&old_path), &self.key(&new_path))
+                            .await?;
+                        self.client.delete(&self.key(&old_path)).await?;
+                    }
+                }
+            }
+        }
+        let rejournal: Vec<(u64, Arc<Staged>)> = {
+            let mut t = self.inodes.lock();
+            let entry = t.get(ino).map(|n| n.entry.clone());
+            t.rename(ino, newparent, newname);
+            if let Some(n) = t.get_mut(ino) {
+                if n.validated.is_some() {
+                    n.validated = Some(Instant::now());
+                }
+            }
+            Self::listing_put(&mut t, parent, name, None);
+            Self::listing_put(&mut t, newparent, newname, entry);
+            t.add_negative(parent, name);
+            if let Some(n) = t.get_mut(ino) {
+                n.listing = None;
+            }
+            // Staged files below a moved directory now go to new keys.
+            t.nodes
+                .iter()
+                .filter_map(|(i, n)| n.staged.clone().map(|s| (*i, s)))
+                .filter(|(i, _)| t.is_within(*i, ino))
+                .collect()
+        };
+        for (i, s) in rejournal {
+            if s.st.lock().journaled.take().is_some() {
+                self.journal(i, &s);
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves every object under a directory prefix (S3 has no rename).
+    pub(super) async fn rename_dir_remote(&self, old: &str, new: &str) -> Result<()> {
+        let (from, to) = (self.dir_prefix(old), self.dir_prefix(new));
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self.client.list_page(&from, None, token, None).await?;
+            keys.extend(page.objects.into_iter().map(|o| o.key));
+            token = page.next_token;
+            if token.is_none() {
+                break;
+            }
+        }
+        // Every folder below `from`, whether it has a marker object or not.
+        let mut folders = std::collections::BTreeSet::new();
+        folders.insert(from.clone());
+        for k in &keys {
+            let rel = &k[from.len()..];
+            for (i, _) in rel.match_indices('/') {
+                folders.insert(format!("{from}{}", &rel[..=i]));
+            }
+        }
+        let objects: Vec<&String> = keys.iter().filter(|k| !k.ends_with('/')).collect();
+        for batch in objects.chunks(32) {
+            let mut set = tokio::task::JoinSet::new();
+            for k in batch {
+                let (client, k, nk) = (
+                    self.client.clone(),
+                    (*k).clone(),
+                    format!("{to}{}", &k[from.len()..]),
+                );
+                set.spawn(async move {
+                    client.copy(&k, &nk).await?;
+                    client.delete(&k).await
+                });
+            }
+            while let Some(r) = set.join_next().await {
+                r.map_err(|e| FsError::Io(e.to_string()))??;
+            }
+        }
+        // Markers are empty (some servers cannot copy them) and keep empty directories.
+        let markers: Vec<String> = keys
+            .iter()
+            .filter(|k| k.ends_with('/'))
+            .map(|k| format!("{to}{}", &k[from.len()..]))
+            .collect();
+        for batch in markers.chunks(32) {
+            let mut set = tokio::task::JoinSet::new();
+            for nk in batch {
+                let (client, nk) = (self.client.clone(), nk.clone());
+                set.spawn(
+                    async move { client.put(&nk, bytes::Bytes::new(), &HashMap::new()).await },
+                );
+            }
+            while let Some(r) = set.join_next().await {
+                r.map_err(|e| FsError::Io(e.to_string()))??;
+            }
+        }
+        // Servers with real folders (SeaweedFS) keep an emptied folder listed until it is
+        // deleted, and cannot delete one that still holds a folder: deepest first, one
+        // depth at a time. Elsewhere these are deletes of absent keys.
+        let mut by_depth: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for f in folders {
+            by_depth.entry(f.matches('/').count()).or_default().push(f);
+        }
+        for (_, level) in by_depth.into_iter().rev() {
+            for batch in level.chunks(32) {
+                let mut set = tokio::task::JoinSet::new();
+                for f in batch {
+                    let (client, f) = (self.client.clone(), f.clone());
+                    set.spawn(async move { client.delete(&f).await });
+                }
+                while let Some(r) = set.join_next().await {
+                    match r.map_err(|e| FsError::Io(e.to_string()))? {
+                        Ok(()) | Err(ClientError::NotFound(_)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn setattr(
+        self: &Arc<Self>,
+        ino: u64,
+        mode: Option<u32>,
+        size: Option<u64>,
+        mtime: Option<SystemTime>,
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        if let Some(size) = size {
+            self.check_writable()?;
+            let kind = self.inodes.lock().get(ino).map(|n| n.entry.kind);
+            match kind {
+                Some(Kind::File) => {}
+                Some(Kind::Dir) => return Err(FsError::IsDir),
+                _ => return Err(FsError::Invalid("size of a non-file")),
+            }
+            let staged = self.stage(ino, (size == 0).then_some(0)).await?;
+            staged.set_len(size)?;
+            self.journal(ino, &staged);
+            let open_writer = fh.is_some_and(|fh| {
+                matches!(
+                    self.files.lock().get(&fh),
+                    Some(Handle::Local { write: true, .. })
+                )
+            });
+            if !open_writer && staged.st.lock().writers == 0 {
+                self.enqueue(ino, &staged);
+            }
+        }
+        let mut t = self.inodes.lock();
+        let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
+        if let Some(m) = mode {
+            n.perm = Some((m & 0o7777) as u16);
+        }
+        if let Some(m) = mtime {
+            n.entry.mtime = m;
+        }
+        Ok(self.node_attr(ino, n))
+    }
+}

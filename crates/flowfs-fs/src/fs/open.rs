@@ -1,0 +1,373 @@
+//! Open files: handles, reads through the disk cache, fetches from the store (ranged
+//! GETs, read-ahead, the prefetch of a directory's next files), and close.
+
+use super::*;
+
+impl Fs {
+    /// Opens a file; returns the handle and what the kernel may skip for it.
+    pub async fn open(
+        self: &Arc<Self>,
+        ino: u64,
+        write: bool,
+        truncate: bool,
+    ) -> Result<(u64, OpenHints)> {
+        if write {
+            self.check_writable()?;
+        }
+        let (path, fresh) = {
+            let t = self.inodes.lock();
+            let n = t.get(ino).ok_or(FsError::NotFound)?;
+            match n.entry.kind {
+                Kind::Dir => return Err(FsError::IsDir),
+                Kind::Symlink => return Err(FsError::Invalid("symlink")),
+                Kind::File => {}
+            }
+            (
+                t.path(ino).ok_or(FsError::NotFound)?,
+                n.fresh(self.cfg.metadata_ttl),
+            )
+        };
+        if write {
+            let staged = self
+                .stage(ino, if truncate { Some(0) } else { None })
+                .await?;
+            staged.st.lock().writers += 1;
+            return Ok((self.open_local(ino, staged, true), OpenHints::default()));
+        }
+        let staged = self.inodes.lock().get(ino).and_then(|n| n.staged.clone());
+        if let Some(staged) = staged {
+            return Ok((self.open_local(ino, staged, false), OpenHints::default()));
+        }
+        // Close-to-open: an open after the TTL sees the object as it is now.
+        if !fresh {
+            self.revalidate(ino, &path).await?;
+        }
+        let key = self.key(&path);
+        let (etag, size, keep) = {
+            let mut t = self.inodes.lock();
+            let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
+            let etag = n.entry.etag.clone().filter(|e| !e.is_empty());
+            let keep = etag.is_some() && n.page_cache_etag == etag;
+            n.page_cache_etag = etag.clone();
+            n.open += 1;
+            (etag, n.entry.size, keep)
+        };
+        let version = etag.clone().unwrap_or_default();
+        let entry = match self.cache.entry(&self.cfg.bucket, &key, &version, size) {
+            Ok(e) => e,
+            Err(e) => {
+                self.close_node(ino);
+                return Err(e);
+            }
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let h = ReadHandle {
+            ino,
+            key,
+            etag,
+            size,
+            entry,
+            seq: Mutex::new(SeqState::default()),
+        };
+        self.files.lock().insert(fh, Handle::Remote(Arc::new(h)));
+        self.prefetch_siblings(ino);
+        // `flush` has nothing to report for a handle that only reads the bucket.
+        Ok((
+            fh,
+            OpenHints {
+                keep_cache: keep,
+                no_flush: true,
+            },
+        ))
+    }
+
+    pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
+        self.files
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::BadHandle)
+    }
+
+    pub(super) fn open_local(&self, ino: u64, staged: Arc<Staged>, write: bool) -> u64 {
+        if let Some(n) = self.inodes.lock().get_mut(ino) {
+            n.open += 1;
+        }
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.files
+            .lock()
+            .insert(fh, Handle::Local { ino, staged, write });
+        fh
+    }
+
+    /// The error of a failed upload of this file, reported at close and fsync.
+    pub fn flush(&self, fh: u64) -> Result<()> {
+        let h = self
+            .files
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::BadHandle)?;
+        if let Handle::Local { staged, .. } = h {
+            if let Some(e) = &staged.st.lock().error {
+                return Err(FsError::Io(e.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn release(self: &Arc<Self>, fh: u64) -> Result<()> {
+        let h = self.files.lock().remove(&fh).ok_or(FsError::BadHandle)?;
+        match h {
+            Handle::Remote(h) => {
+                self.cache.release(&h.entry);
+                self.close_node(h.ino);
+            }
+            Handle::Local { ino, staged, write } => {
+                let (upload, unchanged) = {
+                    let mut st = staged.st.lock();
+                    if write {
+                        st.writers = st.writers.saturating_sub(1);
+                    }
+                    let idle = st.writers == 0 && !st.uploading && !st.queued;
+                    (
+                        st.writers == 0 && st.dirty(),
+                        idle && !st.dirty() && st.error.is_none(),
+                    )
+                };
+                {
+                    // This handle stops counting as open before the upload is queued: an
+                    // upload that finishes at once must see it gone to adopt the file.
+                    let mut t = self.inodes.lock();
+                    if let Some(n) = t.get_mut(ino) {
+                        n.open = n.open.saturating_sub(1);
+                        if upload {
+                            // The time of the last change, as a local file system shows.
+                            n.entry.mtime = SystemTime::now();
+                        } else if unchanged
+                            && n.open == 0
+                            && n.staged.as_ref().is_some_and(|s| Arc::ptr_eq(s, &staged))
+                        {
+                            // Opened for writing but never changed: the bucket's copy is
+                            // current again, and the node follows the bucket as before.
+                            n.entry.size = staged.st.lock().size;
+                            n.staged = None;
+                            n.validated = Some(Instant::now());
+                            self.staging.discard(&staged);
+                        }
+                    }
+                    t.remove_if_unreferenced(ino);
+                }
+                if upload {
+                    self.enqueue(ino, &staged);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn read(self: &Arc<Self>, fh: u64, off: u64, len: u32) -> Result<Bytes> {
+        let h = match self.handle(fh)? {
+            Handle::Remote(h) => h,
+            Handle::Local { staged, .. } => {
+                return Ok(Bytes::from(staged.read_at(off, len as usize)?))
+            }
+        };
+        if off >= h.size {
+            return Ok(Bytes::new());
+        }
+        let len = (len as u64).min(h.size - off);
+        let plan = h
+            .seq
+            .lock()
+            .plan(off, len, h.size, self.cfg.part_size, self.cfg.max_readahead);
+        let max_run = (self.cfg.part_size / CHUNK).max(1);
+        if let Some((a, b)) = plan.ahead {
+            // Far ahead of a long run, GETs of half the window: a fifth of the requests
+            // of part-sized ones, and the server spends its CPU per request.
+            let ahead_run = (self.cfg.max_readahead / 2 / CHUNK).max(max_run);
+            self.fetch(&h, a, b, ahead_run);
+        }
+        for attempt in 0..4 {
+            if let Some(data) = self.cache.read(&h.entry, off, len as usize)? {
+                self.cache.touch(&h.entry, off, len);
+                return Ok(data);
+            }
+            // Start what the plan wants, then wait only for the chunks asked for.
+            self.fetch(&h, plan.need.0, plan.need.1, max_run);
+            let claim = h
+                .entry
+                .claim(off / CHUNK, (off + len).div_ceil(CHUNK), max_run);
+            let mut waits = claim.wait;
+            for (c0, c1, f) in claim.start {
+                waits.push(f.clone());
+                self.spawn_fetch(&h, c0, c1, f);
+            }
+            for w in waits {
+                // First from memory as soon as it arrives; if another reader took it
+                // from there meanwhile, from the file once written.
+                if attempt == 0 {
+                    w.wait_ready().await?;
+                } else {
+                    w.wait().await?;
+                }
+            }
+        }
+        Err(FsError::Io(
+            "cached data was evicted while being read; raise --cache-size".into(),
+        ))
+    }
+
+    /// A reader that opens a directory's files one after another in listing order (cp -r,
+    /// cat *, tar) gets the next small files fetched in parallel ahead of it: many small
+    /// files then come as fast as one big one.
+    pub(super) fn prefetch_siblings(self: &Arc<Self>, ino: u64) {
+        let todo: Vec<(String, Entry)> = {
+            let mut t = self.inodes.lock();
+            let Some(n) = t.get(ino) else { return };
+            let (parent, name) = (n.parent, n.name.clone());
+            let Some(dir) = t.path(parent) else { return };
+            let Some(p) = t.get_mut(parent) else { return };
+            let Some(l) = p.listing.clone() else { return };
+            let last = p.last_open.replace(name.clone());
+            let in_order = last.is_some_and(|lo| {
+                lo < name && l.entries.range(lo..name.clone()).take(6).count() <= 5
+            });
+            if !in_order {
+                return;
+            }
+            // At most SIBLING_PREFETCH files and --max-readahead bytes ahead: what is
+            // fetched waits in memory for its reader.
+            let mut bytes = 0u64;
+            let window_end = l
+                .entries
+                .range(name.clone()..)
+                .enumerate()
+                .find(|(i, (_, e))| {
+                    bytes += e.size;
+                    *i >= SIBLING_PREFETCH || bytes > self.cfg.max_readahead
+                })
+                .map(|(_, (k, _))| k.clone());
+            let from = p
+                .prefetched_to
+                .clone()
+                .filter(|f| *f > name)
+                .unwrap_or(name.clone());
+            let mut out = Vec::new();
+            for (k, e) in l.entries.range(from.clone()..) {
+                if *k == from || window_end.as_ref().is_some_and(|w| k > w) {
+                    continue;
+                }
+                p.prefetched_to = Some(k.clone());
+                if e.kind == Kind::File && e.size > 0 && e.size <= self.cfg.part_size {
+                    out.push((join(&dir, k), e.clone()));
+                }
+            }
+            out
+        };
+        let max_run = (self.cfg.part_size / CHUNK).max(1);
+        for (path, e) in todo {
+            let key = self.key(&path);
+            let etag = e.etag.clone().filter(|x| !x.is_empty());
+            let Ok(entry) = self.cache.entry(
+                &self.cfg.bucket,
+                &key,
+                etag.as_deref().unwrap_or(""),
+                e.size,
+            ) else {
+                continue;
+            };
+            let h = Arc::new(ReadHandle {
+                ino: 0,
+                key,
+                etag,
+                size: e.size,
+                entry,
+                seq: Mutex::new(SeqState::default()),
+            });
+            let claim = h.entry.claim(0, h.entry.chunks(), max_run);
+            let fs = self.clone();
+            let mut waits = claim.wait;
+            for (c0, c1, f) in claim.start {
+                waits.push(f.clone());
+                self.spawn_fetch(&h, c0, c1, f);
+            }
+            tokio::spawn(async move {
+                for w in waits {
+                    let _ = w.wait().await;
+                }
+                fs.cache.release(&h.entry);
+            });
+        }
+    }
+
+    pub(super) fn fetch(self: &Arc<Self>, h: &Arc<ReadHandle>, start: u64, end: u64, max_run: u64) {
+        let claim = h.entry.claim(start / CHUNK, end.div_ceil(CHUNK), max_run);
+        for (c0, c1, f) in claim.start {
+            self.spawn_fetch(h, c0, c1, f);
+        }
+    }
+
+    pub(super) fn spawn_fetch(
+        self: &Arc<Self>,
+        h: &Arc<ReadHandle>,
+        c0: u64,
+        c1: u64,
+        f: Arc<Fetch>,
+    ) {
+        let fs = self.clone();
+        let h = h.clone();
+        tokio::spawn(async move {
+            let r = async {
+                let _permit = fs
+                    .gets
+                    .acquire()
+                    .await
+                    .map_err(|e| FsError::Io(e.to_string()))?;
+                let (start, end) = (c0 * CHUNK, (c1 * CHUNK).min(h.size));
+                let data = fs
+                    .client
+                    .get_range(&h.key, start, end, h.etag.as_deref())
+                    .await?;
+                if data.len() as u64 != end - start {
+                    return Err(FsError::Io(format!(
+                        "{}: short read from the server ({} of {} bytes)",
+                        h.key,
+                        data.len(),
+                        end - start
+                    )));
+                }
+                fs.cache.offer(&h.entry, start, data.clone(), &f);
+                // The O_DIRECT write waits for the disk: not on an async worker, where it
+                // would hold up every FUSE request behind it.
+                let (cache, entry) = (fs.cache.clone(), h.entry.clone());
+                let stored = tokio::task::spawn_blocking(move || cache.store(&entry, start, &data))
+                    .await
+                    .map_err(|e| FsError::Io(e.to_string()))
+                    .and_then(|r| r);
+                if let Err(e) = stored {
+                    // A full or broken cache disk costs the cache, not the read: the bytes
+                    // are in memory for the readers waiting on them, later ones fetch again.
+                    fs.cache_write_failed(&e);
+                    fs.cache.abandon(&h.entry, c0, c1);
+                }
+                Ok(())
+            }
+            .await;
+            if let Err(e) = &r {
+                tracing::warn!(key = %h.key, "read failed: {e}");
+                fs.cache.abandon(&h.entry, c0, c1);
+            }
+            fs.cache.finish(&f, r);
+        });
+    }
+
+    pub(super) fn cache_write_failed(&self, e: &FsError) {
+        // Once per mount at warn level: a full disk would otherwise log every fetch.
+        if !self.cache_write_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!("cannot write the disk cache, reading without it: {e}");
+        } else {
+            tracing::debug!("cannot write the disk cache: {e}");
+        }
+    }
+}
