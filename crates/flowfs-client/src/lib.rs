@@ -17,6 +17,13 @@ use bytes::Bytes;
 pub use buf::AlignedBuf;
 pub use error::{ClientError, Result};
 
+/// The error of a body that ended before the range it was asked for.
+pub fn short_body(key: &str, got: u64, want: u64) -> ClientError {
+    ClientError::Transient(format!(
+        "{key}: short read from the server ({got} of {want} bytes)"
+    ))
+}
+
 /// What a listing or a HEAD tells about one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
@@ -63,6 +70,34 @@ pub trait ObjectClient: Send + Sync + 'static {
     /// changed since, so a reader never mixes two versions.
     async fn get_range(&self, key: &str, start: u64, end: u64, etag: Option<&str>)
         -> Result<Bytes>;
+    /// One GET of `[start, cuts.last())` handed over in pieces as the body arrives: piece
+    /// `i` ends at `cuts[i]` and goes to `sink(i, bytes)` once complete, so that a reader
+    /// waiting on the front of a long range does not wait for its end. Pieces delivered
+    /// before an error are whole and right; the error covers the rest. This default
+    /// fetches the whole range first.
+    async fn get_range_pieces(
+        &self,
+        key: &str,
+        start: u64,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        let Some(&end) = cuts.last() else {
+            return Ok(());
+        };
+        let data = self.get_range(key, start, end, etag).await?;
+        let mut from = start;
+        for (i, &cut) in cuts.iter().enumerate() {
+            let (a, b) = ((from - start) as usize, (cut - start) as usize);
+            if b > data.len() {
+                return Err(short_body(key, data.len() as u64, end - start));
+            }
+            sink(i, data.slice(a..b));
+            from = cut;
+        }
+        Ok(())
+    }
     async fn list_page(
         &self,
         prefix: &str,

@@ -51,6 +51,8 @@ pub struct MockClient {
     faults: Mutex<Vec<(Op, u64, ClientError, u64)>>,
     latency: Mutex<Duration>,
     get_bytes: AtomicU64,
+    /// (bytes after which a body breaks, how many bodies): a connection lost mid-body.
+    cut: Mutex<Option<(u64, u64)>>,
     next_id: AtomicU64,
     /// Keys in the order their objects became visible.
     visible: Mutex<Vec<String>>,
@@ -120,6 +122,12 @@ impl MockClient {
 
     pub fn clear_faults(&self) {
         self.faults.lock().clear();
+    }
+
+    /// The next `times` GET bodies break after `after` bytes, as a connection lost in
+    /// the middle of a download; the pieces complete before that are delivered.
+    pub fn cut_bodies(&self, after: u64, times: u64) {
+        *self.cut.lock() = Some((after, times));
     }
 
     pub fn set_latency(&self, d: Duration) {
@@ -223,6 +231,47 @@ impl ObjectClient for MockClient {
         self.get_bytes.fetch_add((e - s) as u64, Ordering::Relaxed);
         // Aligned like the S3 backend's, so that tests take the same cache write path.
         Ok(AlignedBuf::from_slice(&o.data[s..e]).into_bytes())
+    }
+
+    async fn get_range_pieces(
+        &self,
+        key: &str,
+        start: u64,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        let Some(&end) = cuts.last() else {
+            return Ok(());
+        };
+        let data = self.get_range(key, start, end, etag).await?;
+        let cut = {
+            let mut c = self.cut.lock();
+            match *c {
+                Some((after, times)) if times > 0 => {
+                    *c = (times > 1).then_some((after, times - 1));
+                    Some(after)
+                }
+                _ => None,
+            }
+        };
+        let mut from = start;
+        for (i, &to) in cuts.iter().enumerate() {
+            if cut.is_some_and(|after| to - start > after) {
+                return Err(ClientError::Transient(format!(
+                    "{key}: body: connection reset"
+                )));
+            }
+            if to - start > data.len() as u64 {
+                return Err(crate::short_body(key, data.len() as u64, end - start));
+            }
+            sink(
+                i,
+                data.slice((from - start) as usize..(to - start) as usize),
+            );
+            from = to;
+        }
+        Ok(())
     }
 
     async fn list_page(

@@ -16,8 +16,8 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart as SdkPart};
 use bytes::Bytes;
 
 use crate::{
-    AlignedBuf, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
-    PutResult, Result,
+    short_body, AlignedBuf, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo,
+    ObjectMeta, PutResult, Result,
 };
 
 #[derive(Debug, Clone)]
@@ -268,6 +268,64 @@ impl ObjectClient for S3Client {
             buf.extend_from_slice(&frame[..frame.len().min(room)]);
         }
         Ok(buf.into_bytes())
+    }
+
+    async fn get_range_pieces(
+        &self,
+        key: &str,
+        start: u64,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        let Some(&end) = cuts.last() else {
+            return Ok(());
+        };
+        if end <= start {
+            return Ok(());
+        }
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .range(format!("bytes={}-{}", start, end - 1))
+            .set_if_match(etag.map(str::to_string))
+            .send()
+            .await
+            .map_err(|e| map_err(key, e))?;
+        // Each piece in an aligned buffer of its own: the disk cache writes it with
+        // O_DIRECT while the next one is still arriving.
+        let mut body = out.body;
+        let (mut i, mut from) = (0, start);
+        let mut buf = AlignedBuf::with_capacity((cuts[0] - start) as usize);
+        let mut got = 0u64;
+        while i < cuts.len() {
+            let Some(frame) = body
+                .try_next()
+                .await
+                .map_err(|e| ClientError::Transient(format!("{key}: body: {e}")))?
+            else {
+                return Err(short_body(key, got, end - start));
+            };
+            let mut frame = &frame[..];
+            while !frame.is_empty() && i < cuts.len() {
+                let room = (cuts[i] - from) as usize - buf.len();
+                let n = room.min(frame.len());
+                buf.extend_from_slice(&frame[..n]);
+                frame = &frame[n..];
+                got += n as u64;
+                if buf.len() as u64 == cuts[i] - from {
+                    from = cuts[i];
+                    let next = cuts.get(i + 1).map_or(0, |&c| (c - from) as usize);
+                    let full = std::mem::replace(&mut buf, AlignedBuf::with_capacity(next));
+                    sink(i, full.into_bytes());
+                    i += 1;
+                }
+            }
+            // Bytes past the range (a server that ignored Range) are dropped.
+        }
+        Ok(())
     }
 
     async fn list_page(

@@ -696,3 +696,62 @@ async fn a_cache_that_cannot_be_written_costs_the_cache_not_the_read() {
         assert_eq!(read_all(&fs, ino).await, data(*n, i as u8), "f{i}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_sequential_read_comes_in_few_gets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "p");
+    let big = data(40 << 20, 3);
+    mock.insert("p/big", big.clone());
+    let ino = path_ino(&fs, "big").await.unwrap();
+    mock.reset_counts();
+    assert_eq!(read_all(&fs, ino).await, big);
+    // GETs far ahead span many 1 MiB pieces: 40 MiB is not 40 requests.
+    let gets = mock.count(Op::Get);
+    assert!(gets <= 12, "{gets} GETs for 40 MiB");
+    assert_eq!(mock.get_bytes(), big.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_cut_mid_body_keeps_its_first_pieces_and_is_fetched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let mut cfg = FsConfig::new("b", "p", dir.path().to_path_buf());
+    // One part is the whole object: the first read fetches it in one GET of 8 pieces.
+    cfg.part_size = 8 << 20;
+    cfg.metadata_ttl = Duration::from_secs(60);
+    let fs = Arc::new(Fs::new(cfg, mock.clone()).expect("fs"));
+    let obj = data(8 << 20, 5);
+    mock.insert("p/obj", obj.clone());
+    let ino = path_ino(&fs, "obj").await.unwrap();
+    let (fh, _) = fs.open(ino, false, false).await.unwrap();
+    mock.reset_counts();
+    // The connection breaks 3 MiB into the body.
+    mock.cut_bodies((3 << 20) + 5, 1);
+    let got = fs.read(fh, 0, 4096).await.unwrap();
+    assert_eq!(got, obj[..4096]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A read past the break fetches again instead of failing.
+    let at = 6 << 20;
+    let got = fs.read(fh, at as u64, 4096).await.unwrap();
+    assert_eq!(got, obj[at..at + 4096]);
+    assert_eq!(mock.count(Op::Get), 2);
+    // The pieces that came whole before the break were kept: no request for them.
+    mock.reset_counts();
+    let at = 2 << 20;
+    let got = fs.read(fh, at as u64, 4096).await.unwrap();
+    assert_eq!(got, obj[at..at + 4096]);
+    assert_eq!(mock.count(Op::Get), 0);
+    // A server that keeps failing reaches the reader as EIO, after one more try.
+    mock.fail(Op::Get, 0, ClientError::Transient("down".into()), 2);
+    let e = fs.read(fh, 7 << 20, 4096).await.unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert_eq!(mock.count(Op::Get), 2);
+    // and once it is back, the same read succeeds.
+    let at = 7 << 20;
+    assert_eq!(
+        fs.read(fh, at as u64, 4096).await.unwrap(),
+        obj[at..at + 4096]
+    );
+    fs.release(fh).unwrap();
+}

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// Chunks per piece of a GET: what a reader waits for at most before its bytes are
+/// handed over, however long the GET they come in.
+const PIECE: u64 = (1 << 20) / CHUNK;
+
 impl Fs {
     /// Opens a file; returns the handle and what the kernel may skip for it.
     pub async fn open(
@@ -188,7 +192,8 @@ impl Fs {
             let ahead_run = (self.cfg.max_readahead / 2 / CHUNK).max(max_run);
             self.fetch(&h, a, b, ahead_run);
         }
-        for attempt in 0..4 {
+        let mut retried = false;
+        'attempt: for attempt in 0..4 {
             if let Some(data) = self.cache.read(&h.entry, off, len as usize)? {
                 self.cache.touch(&h.entry, off, len);
                 return Ok(data);
@@ -197,19 +202,29 @@ impl Fs {
             self.fetch(&h, plan.need.0, plan.need.1, max_run);
             let claim = h
                 .entry
-                .claim(off / CHUNK, (off + len).div_ceil(CHUNK), max_run);
+                .claim(off / CHUNK, (off + len).div_ceil(CHUNK), PIECE);
             let mut waits = claim.wait;
-            for (c0, c1, f) in claim.start {
-                waits.push(f.clone());
-                self.spawn_fetch(&h, c0, c1, f);
-            }
+            waits.extend(claim.start.iter().map(|p| p.2.clone()));
+            self.spawn_gets(&h, claim.start, max_run);
             for w in waits {
                 // First from memory as soon as it arrives; if another reader took it
                 // from there meanwhile, from the file once written.
-                if attempt == 0 {
-                    w.wait_ready().await?;
+                let r = if attempt == 0 {
+                    w.wait_ready().await
                 } else {
-                    w.wait().await?;
+                    w.wait().await
+                };
+                match r {
+                    Ok(()) => {}
+                    // A download that broke off after the client's own retries (a body
+                    // cut mid-stream is not retried there) is fetched once more before
+                    // the reader sees EIO.
+                    Err(FsError::Io(e)) if !retried => {
+                        tracing::debug!(key = %h.key, "fetching again after: {e}");
+                        retried = true;
+                        continue 'attempt;
+                    }
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -285,13 +300,11 @@ impl Fs {
                 entry,
                 seq: Mutex::new(SeqState::default()),
             });
-            let claim = h.entry.claim(0, h.entry.chunks(), max_run);
+            let claim = h.entry.claim(0, h.entry.chunks(), PIECE);
             let fs = self.clone();
             let mut waits = claim.wait;
-            for (c0, c1, f) in claim.start {
-                waits.push(f.clone());
-                self.spawn_fetch(&h, c0, c1, f);
-            }
+            waits.extend(claim.start.iter().map(|p| p.2.clone()));
+            self.spawn_gets(&h, claim.start, max_run);
             tokio::spawn(async move {
                 for w in waits {
                     let _ = w.wait().await;
@@ -302,63 +315,87 @@ impl Fs {
     }
 
     pub(super) fn fetch(self: &Arc<Self>, h: &Arc<ReadHandle>, start: u64, end: u64, max_run: u64) {
-        let claim = h.entry.claim(start / CHUNK, end.div_ceil(CHUNK), max_run);
-        for (c0, c1, f) in claim.start {
-            self.spawn_fetch(h, c0, c1, f);
+        let claim = h.entry.claim(start / CHUNK, end.div_ceil(CHUNK), PIECE);
+        self.spawn_gets(h, claim.start, max_run);
+    }
+
+    /// Starts the claimed pieces, consecutive ones together in GETs of at most `max_run`
+    /// chunks.
+    pub(super) fn spawn_gets(
+        self: &Arc<Self>,
+        h: &Arc<ReadHandle>,
+        pieces: Vec<(u64, u64, Arc<Fetch>)>,
+        max_run: u64,
+    ) {
+        let mut group: Vec<(u64, u64, Arc<Fetch>)> = Vec::new();
+        for p in pieces {
+            let joins = group
+                .first()
+                .zip(group.last())
+                .is_some_and(|(first, last)| last.1 == p.0 && p.1 - first.0 <= max_run);
+            if !joins && !group.is_empty() {
+                self.spawn_get(h, std::mem::take(&mut group));
+            }
+            group.push(p);
+        }
+        if !group.is_empty() {
+            self.spawn_get(h, group);
         }
     }
 
-    pub(super) fn spawn_fetch(
-        self: &Arc<Self>,
-        h: &Arc<ReadHandle>,
-        c0: u64,
-        c1: u64,
-        f: Arc<Fetch>,
-    ) {
+    /// One GET for consecutive pieces. Each piece is handed to its readers as soon as its
+    /// bytes are in, and written to the cache file while the rest is still arriving.
+    fn spawn_get(self: &Arc<Self>, h: &Arc<ReadHandle>, pieces: Vec<(u64, u64, Arc<Fetch>)>) {
         let fs = self.clone();
         let h = h.clone();
         tokio::spawn(async move {
+            let mut done = 0;
             let r = async {
                 let _permit = fs
                     .gets
                     .acquire()
                     .await
                     .map_err(|e| FsError::Io(e.to_string()))?;
-                let (start, end) = (c0 * CHUNK, (c1 * CHUNK).min(h.size));
-                let data = fs
+                let start = pieces[0].0 * CHUNK;
+                let cuts: Vec<u64> = pieces.iter().map(|p| (p.1 * CHUNK).min(h.size)).collect();
+                let mut stores = Vec::with_capacity(pieces.len());
+                let mut sink = |i: usize, data: Bytes| {
+                    let (c0, c1, f) = pieces[i].clone();
+                    fs.cache.offer(&h.entry, c0 * CHUNK, data.clone(), &f);
+                    // The O_DIRECT write waits for the disk: not on an async worker,
+                    // where it would hold up every FUSE request behind it.
+                    let (fs, entry) = (fs.clone(), h.entry.clone());
+                    stores.push(tokio::task::spawn_blocking(move || {
+                        if let Err(e) = fs.cache.store(&entry, c0 * CHUNK, &data) {
+                            // A full or broken cache disk costs the cache, not the read:
+                            // the bytes are in memory for the readers waiting on them,
+                            // later ones fetch again.
+                            fs.cache_write_failed(&e);
+                            fs.cache.abandon(&entry, c0, c1);
+                        }
+                        fs.cache.finish(&f, Ok(()));
+                    }));
+                    done = i + 1;
+                };
+                let got = fs
                     .client
-                    .get_range(&h.key, start, end, h.etag.as_deref())
-                    .await?;
-                if data.len() as u64 != end - start {
-                    return Err(FsError::Io(format!(
-                        "{}: short read from the server ({} of {} bytes)",
-                        h.key,
-                        data.len(),
-                        end - start
-                    )));
+                    .get_range_pieces(&h.key, start, &cuts, h.etag.as_deref(), &mut sink)
+                    .await;
+                // The permit is held until the pieces are on disk: it bounds the memory
+                // of downloaded bytes waiting for a slow cache disk too.
+                for s in stores {
+                    s.await.map_err(|e| FsError::Io(e.to_string()))?;
                 }
-                fs.cache.offer(&h.entry, start, data.clone(), &f);
-                // The O_DIRECT write waits for the disk: not on an async worker, where it
-                // would hold up every FUSE request behind it.
-                let (cache, entry) = (fs.cache.clone(), h.entry.clone());
-                let stored = tokio::task::spawn_blocking(move || cache.store(&entry, start, &data))
-                    .await
-                    .map_err(|e| FsError::Io(e.to_string()))
-                    .and_then(|r| r);
-                if let Err(e) = stored {
-                    // A full or broken cache disk costs the cache, not the read: the bytes
-                    // are in memory for the readers waiting on them, later ones fetch again.
-                    fs.cache_write_failed(&e);
-                    fs.cache.abandon(&h.entry, c0, c1);
-                }
-                Ok(())
+                got.map_err(FsError::from)
             }
             .await;
-            if let Err(e) = &r {
+            if let Err(e) = r {
                 tracing::warn!(key = %h.key, "read failed: {e}");
-                fs.cache.abandon(&h.entry, c0, c1);
+                for (c0, c1, f) in &pieces[done.min(pieces.len())..] {
+                    fs.cache.abandon(&h.entry, *c0, *c1);
+                    fs.cache.finish(f, Err(e.clone()));
+                }
             }
-            fs.cache.finish(&f, r);
         });
     }
 
