@@ -24,6 +24,28 @@ pub fn short_body(key: &str, got: u64, want: u64) -> ClientError {
     ))
 }
 
+/// Hands `data`, the bytes from `start` on, to `sink` in the pieces that end at `cuts`. A
+/// piece `data` does not hold whole ends it with a short-body error.
+pub fn split_pieces(
+    key: &str,
+    start: u64,
+    cuts: &[u64],
+    data: &Bytes,
+    sink: &mut (dyn FnMut(usize, Bytes) + Send),
+) -> Result<()> {
+    let want = cuts.last().map_or(0, |&end| end - start);
+    let mut from = 0;
+    for (i, &cut) in cuts.iter().enumerate() {
+        let to = (cut - start) as usize;
+        if to > data.len() {
+            return Err(short_body(key, data.len() as u64, want));
+        }
+        sink(i, data.slice(from..to));
+        from = to;
+    }
+    Ok(())
+}
+
 /// What a listing or a HEAD tells about one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
@@ -87,16 +109,7 @@ pub trait ObjectClient: Send + Sync + 'static {
             return Ok(());
         };
         let data = self.get_range(key, start, end, etag).await?;
-        let mut from = start;
-        for (i, &cut) in cuts.iter().enumerate() {
-            let (a, b) = ((from - start) as usize, (cut - start) as usize);
-            if b > data.len() {
-                return Err(short_body(key, data.len() as u64, end - start));
-            }
-            sink(i, data.slice(a..b));
-            from = cut;
-        }
-        Ok(())
+        split_pieces(key, start, cuts, &data, sink)
     }
     async fn list_page(
         &self,

@@ -238,36 +238,12 @@ impl ObjectClient for S3Client {
         end: u64,
         etag: Option<&str>,
     ) -> Result<Bytes> {
-        if end <= start {
-            return Ok(Bytes::new());
+        let mut out = Bytes::new();
+        if end > start {
+            self.get_range_pieces(key, start, &[end], etag, &mut |_, b| out = b)
+                .await?;
         }
-        let out = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .range(format!("bytes={}-{}", start, end - 1))
-            .set_if_match(etag.map(str::to_string))
-            .send()
-            .await
-            .map_err(|e| map_err(key, e))?;
-        // Collected into one aligned buffer: the disk cache writes it with O_DIRECT.
-        let want = (end - start) as usize;
-        let mut buf = AlignedBuf::with_capacity(want);
-        let mut body = out.body;
-        while buf.len() < want {
-            let Some(frame) = body
-                .try_next()
-                .await
-                .map_err(|e| ClientError::Transient(format!("{key}: body: {e}")))?
-            else {
-                break;
-            };
-            // A server that ignored the Range header: keep only what was asked for.
-            let room = want - buf.len();
-            buf.extend_from_slice(&frame[..frame.len().min(room)]);
-        }
-        Ok(buf.into_bytes())
+        Ok(out)
     }
 
     async fn get_range_pieces(
