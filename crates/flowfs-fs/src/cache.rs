@@ -434,8 +434,8 @@ impl DiskCache {
         if self.min_free == 0 && room == 0 {
             return self.capacity;
         }
-        match free_space(&self.root) {
-            Some(avail) => self
+        match disk_space(&self.root) {
+            Some(DiskSpace { avail, .. }) => self
                 .capacity
                 .min((used + avail).saturating_sub(self.min_free + room)),
             None => self.capacity,
@@ -549,10 +549,7 @@ impl DiskCache {
         // A file larger than half the cache would only push out everything else. Under a
         // free-space floor the cache may be smaller than `--cache-size`; the staged file
         // already takes its space on the disk, so it counts as free here.
-        let room = match self.min_free {
-            0 => self.capacity,
-            _ => (self.limit(inner.used, 0) + size).min(self.capacity),
-        };
+        let room = (self.limit(inner.used, 0) + size).min(self.capacity);
         if size == 0 || size > room / 2 {
             return false;
         }
@@ -953,8 +950,13 @@ fn remove_dead_private(root: &Path) {
     }
 }
 
-/// Bytes available to us on the file system of `dir`.
-fn free_space(dir: &Path) -> Option<u64> {
+/// Size of the file system holding `dir`, and the bytes on it available to us.
+pub struct DiskSpace {
+    pub total: u64,
+    pub avail: u64,
+}
+
+pub fn disk_space(dir: &Path) -> Option<DiskSpace> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
@@ -962,7 +964,11 @@ fn free_space(dir: &Path) -> Option<u64> {
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
         return None;
     }
-    Some(st.f_bavail as u64 * st.f_frsize as u64)
+    let frsize = st.f_frsize as u64;
+    Some(DiskSpace {
+        total: st.f_blocks as u64 * frsize,
+        avail: st.f_bavail as u64 * frsize,
+    })
 }
 
 fn boot_id() -> String {

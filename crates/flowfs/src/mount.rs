@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use flowfs_client::s3::{S3Client, S3Config};
 use flowfs_client::{ClientError, ObjectClient};
+use flowfs_fs::cache::disk_space;
 use flowfs_fs::fuse::FuseAdapter;
 use flowfs_fs::{Fs, FsConfig};
 
@@ -39,8 +40,12 @@ pub fn mount(args: MountArgs) -> Result<()> {
     }
     let mut cfg = FsConfig::new(&bucket, &prefix, cache_dir(&args)?);
     cfg.cache_size = parse_size(&args.opts.cache_size).map_err(|e| anyhow!("--cache-size: {e}"))?;
-    cfg.cache_min_free = parse_min_free(&args.opts.cache_min_free, disk_size(&cfg.cache_dir))
-        .map_err(|e| anyhow!("--cache-min-free: {e}"))?;
+    cfg.cache_min_free = parse_min_free(
+        &args.opts.cache_min_free,
+        // A file system that cannot be asked gets no floor.
+        disk_space(&cfg.cache_dir).map_or(0, |d| d.total),
+    )
+    .map_err(|e| anyhow!("--cache-min-free: {e}"))?;
     cfg.part_size = parse_size(&args.opts.part_size).map_err(|e| anyhow!("--part-size: {e}"))?;
     if cfg.part_size < (5 << 20) || cfg.part_size > (5 << 30) {
         bail!("--part-size must be between 5M and 5G (the limits of S3 multipart uploads)");
@@ -115,20 +120,6 @@ fn detach_stdio() {
             }
         }
     }
-}
-
-/// Size of the file system holding `dir` (0 if it cannot be asked: no floor then).
-fn disk_size(dir: &Path) -> u64 {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return 0;
-    };
-    // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return 0;
-    }
-    st.f_blocks as u64 * st.f_frsize as u64
 }
 
 fn cache_dir(args: &MountArgs) -> Result<PathBuf> {

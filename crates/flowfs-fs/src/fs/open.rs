@@ -391,7 +391,7 @@ impl Fs {
             .await;
             if let Err(e) = r {
                 tracing::warn!(key = %h.key, "read failed: {e}");
-                for (c0, c1, f) in &pieces[done.min(pieces.len())..] {
+                for (c0, c1, f) in &pieces[done..] {
                     fs.cache.abandon(&h.entry, *c0, *c1);
                     fs.cache.finish(f, Err(e.clone()));
                 }
