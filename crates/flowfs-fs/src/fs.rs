@@ -20,12 +20,14 @@ use tokio::sync::Semaphore;
 
 use crate::cache::{CacheEntry, DiskCache, Fetch, CHUNK};
 use crate::config::FsConfig;
-use crate::early::Early;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
 use crate::read::SeqState;
 use crate::stamp::Stamps;
-use crate::write::{download_into, upload_file, Staged, Staging, UploadSlots};
+use crate::writeback::{
+    download_into, send_early, upload_file, Early, NewFile, StagedFile, Staging, UploadSlots,
+    WriteBack,
+};
 
 /// What the kernel may skip for an open handle.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +86,7 @@ enum Handle {
     /// A file whose content is staged on local disk.
     Local {
         ino: u64,
-        staged: Arc<Staged>,
+        staged: Arc<StagedFile>,
         write: bool,
     },
 }
@@ -109,9 +111,8 @@ pub struct Fs {
     gets: Arc<Semaphore>,
     /// Bounds on the bytes uploads hold in memory.
     slots: UploadSlots,
-    staging: Staging,
-    /// Files whose upload failed after retries: path -> error.
-    failed: Mutex<BTreeMap<String, String>>,
+    /// Every staged file and where it stands on its way to the bucket.
+    wb: WriteBack,
     /// Keys recovered from the journal of a mount that died.
     recovered: Mutex<Vec<String>>,
     /// Serializes the download of remote files that are opened for modification.
@@ -221,8 +222,7 @@ impl Fs {
         Ok(Fs {
             gets: Arc::new(Semaphore::new(cfg.max_gets.max(1))),
             slots: UploadSlots::new(cfg.max_uploads),
-            staging,
-            failed: Mutex::new(BTreeMap::new()),
+            wb: WriteBack::new(staging),
             recovered: Mutex::new(Vec::new()),
             fill: tokio::sync::Mutex::new(()),
             dir_moves: tokio::sync::RwLock::new(()),
@@ -539,13 +539,14 @@ impl Fs {
         // files staged and not yet in the bucket, uploads that landed while the LIST ran
         // (their nodes were confirmed after `at`), names removed after `at`.
         for (cino, n) in t.nodes.iter() {
-            if n.parent == ino
-                && (n.staged.is_some() || n.validated.is_none_or(|v| v > at))
-                && t.child(ino, &n.name) == Some(*cino)
-            {
+            if n.parent != ino || t.child(ino, &n.name) != Some(*cino) {
+                continue;
+            }
+            let staged = self.wb.size(*cino);
+            if staged.is_some() || n.validated.is_none_or(|v| v > at) {
                 let mut e = n.entry.clone();
-                if let Some(s) = &n.staged {
-                    e.size = s.st.lock().size;
+                if let Some(size) = staged {
+                    e.size = size;
                 }
                 entries.insert(n.name.clone(), e);
             }
@@ -668,8 +669,8 @@ impl Fs {
 
     fn node_attr(&self, ino: u64, n: &crate::inode::Node) -> Attr {
         let mut a = self.attr(ino, &n.entry);
-        if let Some(s) = &n.staged {
-            a.size = s.st.lock().size;
+        if let Some(size) = self.wb.size(ino) {
+            a.size = size;
         }
         if let Some(p) = n.perm {
             a.perm = p;
@@ -700,7 +701,7 @@ impl Fs {
     /// Saves what must survive a restart (cache bitmaps); called at unmount.
     pub fn shutdown(&self) {
         self.cache.persist_all();
-        self.staging.close();
+        self.wb.staging().close();
     }
 
     pub fn inode_count(&self) -> usize {

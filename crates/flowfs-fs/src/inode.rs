@@ -5,8 +5,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::write::Staged;
-
 pub const ROOT: u64 = 1;
 /// Negative entries kept per directory before the oldest are dropped.
 const MAX_NEGATIVE: usize = 4096;
@@ -59,8 +57,6 @@ pub struct Node {
     pub negative: HashMap<String, Instant>,
     /// ETag of the bytes the kernel may still hold in its page cache.
     pub page_cache_etag: Option<String>,
-    /// Content on local disk that is newer than the bucket's.
-    pub staged: Option<Arc<Staged>>,
     /// Permission bits set by chmod while the mount lives.
     pub perm: Option<u16>,
     /// Directories: one listing at a time, however many lookups want it.
@@ -82,7 +78,6 @@ impl Node {
             listing: None,
             negative: HashMap::new(),
             page_cache_etag: None,
-            staged: None,
             perm: None,
             list_lock: Arc::default(),
             last_open: None,

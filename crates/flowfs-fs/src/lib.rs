@@ -3,14 +3,13 @@
 
 pub mod cache;
 pub mod config;
-pub mod early;
 pub mod error;
 pub mod fs;
 pub mod fuse;
 pub mod inode;
 pub mod read;
 pub mod stamp;
-pub mod write;
+pub mod writeback;
 
 pub use config::FsConfig;
 pub use error::{FsError, Result};

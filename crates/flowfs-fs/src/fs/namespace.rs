@@ -23,13 +23,6 @@ impl Fs {
     ) -> Result<(Attr, u64)> {
         self.check_writable()?;
         valid_name(name)?;
-        let staged = self.staging.create()?;
-        {
-            let mut st = staged.st.lock();
-            st.gen = 1;
-            st.writers = 1;
-            st.early_ok = true;
-        }
         let ino = {
             let mut t = self.inodes.lock();
             if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
@@ -44,14 +37,19 @@ impl Fs {
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
-                n.staged = Some(staged.clone());
                 n.perm = Some((mode & 0o7777) as u16).filter(|p| *p != self.cfg.file_mode);
                 n.lookups += 1;
             }
             Self::listing_put(&mut t, parent, name, Some(e));
             ino
         };
-        self.journal(ino, &staged);
+        let staged = match self.new_staged(ino, NewFile::Created, b"") {
+            Ok(s) => s,
+            Err(e) => {
+                self.undo_create(parent, name, ino);
+                return Err(e);
+            }
+        };
         let fh = self.open_local(ino, staged, true);
         let attr = self.attr_of(&self.inodes.lock(), ino)?;
         Ok((attr, fh))
@@ -123,19 +121,9 @@ impl Fs {
         // The kernel looked the name up just before (and found nothing), as for create:
         // no second round trip to the server here. Like a file, the symlink is staged and
         // uploaded in the background (Nextflow makes one per input of every task).
-        let staged = self.staging.create()?;
-        staged
-            .write_at(0, target.as_bytes())
-            .map_err(|e| FsError::Io(format!("staging a symlink: {e}")))?;
-        {
-            let mut st = staged.st.lock();
-            st.size = target.len() as u64;
-            st.gen = 1;
-        }
         let ino = {
             let mut t = self.inodes.lock();
             if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
-                self.staging.discard(&staged);
                 return Err(FsError::NotDir);
             }
             let e = Entry {
@@ -147,42 +135,38 @@ impl Fs {
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
-                n.staged = Some(staged.clone());
                 n.lookups += 1;
             }
             Self::listing_put(&mut t, parent, name, Some(e));
             ino
         };
-        self.journal(ino, &staged);
-        self.enqueue(ino, &staged);
+        if let Err(e) = self.new_staged(ino, NewFile::Symlink, target.as_bytes()) {
+            self.undo_create(parent, name, ino);
+            return Err(e);
+        }
+        if let Some((_, true)) = self.wb.request_upload(ino) {
+            self.spawn_upload(ino);
+        }
         self.attr_of(&self.inodes.lock(), ino)
     }
 
     pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
-        let (key, staged) = {
+        let key = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             if n.entry.kind == Kind::Dir {
                 return Err(FsError::IsDir);
             }
-            (
-                self.key(&t.path(ino).ok_or(FsError::NotFound)?),
-                n.staged.clone(),
-            )
+            self.key(&t.path(ino).ok_or(FsError::NotFound)?)
         };
-        let remote = match &staged {
-            Some(s) => self.retire(s).await,
-            None => true,
-        };
-        if remote {
+        if self.wb.retire(ino).await.unwrap_or(true) {
             self.client.delete(&key).await?;
         }
-        self.failed.lock().remove(&key);
+        self.wb.forget_key(&key);
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
-            n.staged = None;
             n.validated = Some(Instant::now());
         }
         t.detach(parent, name);
@@ -193,11 +177,13 @@ impl Fs {
 
     /// Whether a directory holds anything, in the bucket or staged here.
     pub(super) async fn dir_has_children(&self, ino: u64, path: &str) -> Result<bool> {
+        let staged = self.wb.staged(false);
         let staged_child = {
             let t = self.inodes.lock();
-            t.nodes
-                .values()
-                .any(|n| n.parent == ino && n.staged.is_some() && t.child(ino, &n.name).is_some())
+            staged.iter().any(|(i, _)| {
+                t.get(*i)
+                    .is_some_and(|n| n.parent == ino && t.child(ino, &n.name) == Some(*i))
+            })
         };
         if staged_child {
             return Ok(true);
@@ -254,7 +240,7 @@ impl Fs {
         if noreplace && target.is_some() {
             return Err(FsError::Exists);
         }
-        let (kind, old_path, new_path, staged) = {
+        let (kind, old_path, new_path) = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             if n.entry.kind == Kind::Dir && t.is_within(newparent, ino) {
@@ -265,7 +251,6 @@ impl Fs {
                 n.entry.kind,
                 t.path(ino).ok_or(FsError::NotFound)?,
                 join(&np, newname),
-                n.staged.clone(),
             )
         };
         if let Some(tino) = target {
@@ -281,16 +266,11 @@ impl Fs {
                 }
                 (false, false) => {
                     // A staged target loses its pending upload: the source replaces it.
-                    let staged = self.inodes.lock().get(tino).and_then(|n| n.staged.clone());
-                    if let Some(s) = staged {
-                        self.retire(&s).await;
-                    }
+                    self.wb.retire(tino).await;
                 }
             }
         }
-        if let Some(s) = &staged {
-            self.wait_idle(s).await;
-        }
+        self.wb.wait_idle(ino).await;
         // Held until the nodes below have their new names: an upload that landed under
         // the old prefix after the LIST of the copy would be left behind there.
         let _moving = match kind {
@@ -300,11 +280,7 @@ impl Fs {
         match kind {
             Kind::Dir => self.rename_dir_remote(&old_path, &new_path).await?,
             _ => {
-                let durable = staged.as_ref().map(|s| {
-                    let st = s.st.lock();
-                    (st.durable_gen > 0, st.dirty() || st.uploading)
-                });
-                match durable {
+                match self.wb.remote_state(ino) {
                     // Only staged here: its upload goes to the new name.
                     Some((false, _)) => {}
                     // Staged and changed since its last upload: drop the old object.
@@ -319,7 +295,8 @@ impl Fs {
                 }
             }
         }
-        let rejournal: Vec<(u64, Arc<Staged>)> = {
+        let staged = self.wb.staged(false);
+        let rejournal: Vec<u64> = {
             let mut t = self.inodes.lock();
             let entry = t.get(ino).map(|n| n.entry.clone());
             t.rename(ino, newparent, newname);
@@ -335,15 +312,15 @@ impl Fs {
                 n.listing = None;
             }
             // Staged files below a moved directory now go to new keys.
-            t.nodes
+            staged
                 .iter()
-                .filter_map(|(i, n)| n.staged.clone().map(|s| (*i, s)))
-                .filter(|(i, _)| t.is_within(*i, ino))
+                .map(|(i, _)| *i)
+                .filter(|i| t.is_within(*i, ino))
                 .collect()
         };
-        for (i, s) in rejournal {
-            if s.st.lock().journaled.take().is_some() {
-                self.journal(i, &s);
+        for i in rejournal {
+            if self.wb.rekey(i) {
+                self.journal(i)?;
             }
         }
         Ok(())
@@ -448,18 +425,7 @@ impl Fs {
                 Some(Kind::Dir) => return Err(FsError::IsDir),
                 _ => return Err(FsError::Invalid("size of a non-file")),
             }
-            let staged = self.stage(ino, (size == 0).then_some(0)).await?;
-            staged.set_len(size)?;
-            self.journal(ino, &staged);
-            let open_writer = fh.is_some_and(|fh| {
-                matches!(
-                    self.files.lock().get(&fh),
-                    Some(Handle::Local { write: true, .. })
-                )
-            });
-            if !open_writer && staged.st.lock().writers == 0 {
-                self.enqueue(ino, &staged);
-            }
+            self.truncate(ino, size, fh).await?;
         }
         let mut t = self.inodes.lock();
         let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
@@ -470,5 +436,48 @@ impl Fs {
             n.entry.mtime = m;
         }
         Ok(self.node_attr(ino, n))
+    }
+
+    /// truncate(2) and ftruncate(2): the staged content gets its new length; without an
+    /// open writer it is uploaded as a file closed just now would be.
+    async fn truncate(self: &Arc<Self>, ino: u64, size: u64, fh: Option<u64>) -> Result<()> {
+        let writer = fh.and_then(|fh| match self.files.lock().get(&fh) {
+            Some(Handle::Local {
+                staged,
+                write: true,
+                ..
+            }) => Some(staged.clone()),
+            _ => None,
+        });
+        if let Some(staged) = writer {
+            return self.truncate_staged(ino, &staged, size);
+        }
+        // As a writer of its own, released at once: that queues the upload.
+        let staged = self.open_staged(ino, true, size == 0).await?;
+        let fh = self.open_local(ino, staged.clone(), true);
+        let r = self.truncate_staged(ino, &staged, size);
+        self.release(fh)?;
+        r
+    }
+
+    /// Gives `ino`, just created, its staged file and journal record.
+    fn new_staged(&self, ino: u64, kind: NewFile, content: &[u8]) -> Result<Arc<StagedFile>> {
+        let file = self.wb.insert_new(ino, kind, content)?;
+        if let Err(e) = self.journal(ino) {
+            self.wb.remove_new(ino);
+            return Err(e);
+        }
+        Ok(file)
+    }
+
+    /// Takes back a name whose staged file could not be made.
+    fn undo_create(&self, parent: u64, name: &str, ino: u64) {
+        let mut t = self.inodes.lock();
+        if let Some(n) = t.get_mut(ino) {
+            n.lookups = n.lookups.saturating_sub(1);
+            n.validated = Some(Instant::now());
+        }
+        t.detach(parent, name);
+        Self::listing_put(&mut t, parent, name, None);
     }
 }

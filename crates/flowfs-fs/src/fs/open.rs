@@ -32,14 +32,17 @@ impl Fs {
             )
         };
         if write {
-            let staged = self
-                .stage(ino, if truncate { Some(0) } else { None })
-                .await?;
-            staged.st.lock().writers += 1;
-            return Ok((self.open_local(ino, staged, true), OpenHints::default()));
+            let staged = self.open_staged(ino, true, truncate).await?;
+            let fh = self.open_local(ino, staged.clone(), true);
+            if truncate {
+                if let Err(e) = self.truncate_staged(ino, &staged, 0) {
+                    let _ = self.release(fh);
+                    return Err(e);
+                }
+            }
+            return Ok((fh, OpenHints::default()));
         }
-        let staged = self.inodes.lock().get(ino).and_then(|n| n.staged.clone());
-        if let Some(staged) = staged {
+        if let Some(staged) = self.wb.open(ino, false) {
             return Ok((self.open_local(ino, staged, false), OpenHints::default()));
         }
         // Close-to-open: an open after the TTL sees the object as it is now.
@@ -93,7 +96,8 @@ impl Fs {
             .ok_or(FsError::BadHandle)
     }
 
-    pub(super) fn open_local(&self, ino: u64, staged: Arc<Staged>, write: bool) -> u64 {
+    /// A handle on a staged file `WriteBack` has already counted.
+    pub(super) fn open_local(&self, ino: u64, staged: Arc<StagedFile>, write: bool) -> u64 {
         if let Some(n) = self.inodes.lock().get_mut(ino) {
             n.open += 1;
         }
@@ -112,9 +116,9 @@ impl Fs {
             .get(&fh)
             .cloned()
             .ok_or(FsError::BadHandle)?;
-        if let Handle::Local { staged, .. } = h {
-            if let Some(e) = &staged.st.lock().error {
-                return Err(FsError::Io(e.clone()));
+        if let Handle::Local { ino, staged, .. } = h {
+            if let Some(e) = self.wb.error(ino, &staged) {
+                return Err(FsError::Io(e));
             }
         }
         Ok(())
@@ -127,45 +131,7 @@ impl Fs {
                 self.cache.release(&h.entry);
                 self.close_node(h.ino);
             }
-            Handle::Local { ino, staged, write } => {
-                let (upload, unchanged) = {
-                    let mut st = staged.st.lock();
-                    if write {
-                        st.writers = st.writers.saturating_sub(1);
-                    }
-                    let idle = st.writers == 0 && !st.uploading && !st.queued;
-                    (
-                        st.writers == 0 && st.dirty(),
-                        idle && !st.dirty() && st.error.is_none(),
-                    )
-                };
-                {
-                    // This handle stops counting as open before the upload is queued: an
-                    // upload that finishes at once must see it gone to adopt the file.
-                    let mut t = self.inodes.lock();
-                    if let Some(n) = t.get_mut(ino) {
-                        n.open = n.open.saturating_sub(1);
-                        if upload {
-                            // The time of the last change, as a local file system shows.
-                            n.entry.mtime = SystemTime::now();
-                        } else if unchanged
-                            && n.open == 0
-                            && n.staged.as_ref().is_some_and(|s| Arc::ptr_eq(s, &staged))
-                        {
-                            // Opened for writing but never changed: the bucket's copy is
-                            // current again, and the node follows the bucket as before.
-                            n.entry.size = staged.st.lock().size;
-                            n.staged = None;
-                            n.validated = Some(Instant::now());
-                            self.staging.discard(&staged);
-                        }
-                    }
-                    t.remove_if_unreferenced(ino);
-                }
-                if upload {
-                    self.enqueue(ino, &staged);
-                }
-            }
+            Handle::Local { ino, staged, write } => self.release_staged(ino, &staged, write),
         }
         Ok(())
     }
@@ -173,8 +139,13 @@ impl Fs {
     pub async fn read(self: &Arc<Self>, fh: u64, off: u64, len: u32) -> Result<Bytes> {
         let h = match self.handle(fh)? {
             Handle::Remote(h) => h,
-            Handle::Local { staged, .. } => {
-                return Ok(Bytes::from(staged.read_at(off, len as usize)?))
+            Handle::Local { ino, staged, .. } => {
+                return Ok(Bytes::from(self.wb.read(
+                    ino,
+                    &staged,
+                    off,
+                    len as usize,
+                )?))
             }
         };
         if off >= h.size {

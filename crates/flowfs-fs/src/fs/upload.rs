@@ -1,98 +1,82 @@
-//! Write-back: files staged on local disk, written, and uploaded in the background;
-//! fsync, flush at unmount and recovery of a dead mount's journal wait on or restart it.
+//! Write-back as the file system drives it: staging a file for writing, writes, fsync,
+//! the upload task, flush at unmount and recovery of a dead mount's journal. Where each
+//! staged file stands is `WriteBack`'s (crate::writeback); this file does the I/O its
+//! transitions call for and keeps the namespace in step.
 
 use super::*;
+use crate::writeback::{Durability, Finished, Released, UploadJob};
 
 impl Fs {
-    /// The staged content of a file, downloading the object first unless the caller
-    /// is about to replace it (`truncate_to`).
-    pub(super) async fn stage(&self, ino: u64, truncate_to: Option<u64>) -> Result<Arc<Staged>> {
-        let existing = self.inodes.lock().get(ino).and_then(|n| n.staged.clone());
-        let staged = match existing {
-            Some(s) => s,
-            None => {
-                let _guard = self.fill.lock().await;
-                let (path, etag, size) = {
-                    let t = self.inodes.lock();
-                    let n = t.get(ino).ok_or(FsError::NotFound)?;
-                    if let Some(s) = &n.staged {
-                        (None, None, s.st.lock().size)
-                    } else {
-                        (
-                            Some(t.path(ino).ok_or(FsError::NotFound)?),
-                            n.entry.etag.clone(),
-                            n.entry.size,
-                        )
-                    }
-                };
-                match path {
-                    None => self
-                        .inodes
-                        .lock()
-                        .get(ino)
-                        .and_then(|n| n.staged.clone())
-                        .ok_or(FsError::NotFound)?,
-                    Some(path) => {
-                        let staged = self.staging.create()?;
-                        let keep = truncate_to.map_or(size, |t| t.min(size));
-                        if keep > 0 {
-                            let etag = etag.filter(|e| !e.is_empty());
-                            download_into(
-                                &self.client,
-                                &self.key(&path),
-                                etag.as_deref(),
-                                size,
-                                self.cfg.part_size,
-                                &self.gets,
-                                &staged.file,
-                            )
-                            .await?;
-                        }
-                        {
-                            let mut st = staged.st.lock();
-                            st.size = size;
-                            // The bucket already holds this content.
-                            st.gen = 1;
-                            st.durable_gen = 1;
-                        }
-                        staged.file.set_len(size)?;
-                        let mut t = self.inodes.lock();
-                        let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
-                        n.staged = Some(staged.clone());
-                        n.validated = None;
-                        staged
-                    }
-                }
-            }
+    /// Opens `ino`'s staged content as a handle (`write`: a writer), staging it first:
+    /// the object is downloaded unless the caller is about to replace it (`truncate`).
+    pub(super) async fn open_staged(
+        self: &Arc<Self>,
+        ino: u64,
+        write: bool,
+        truncate: bool,
+    ) -> Result<Arc<StagedFile>> {
+        if let Some(f) = self.wb.open(ino, write) {
+            return Ok(f);
+        }
+        let _guard = self.fill.lock().await;
+        if let Some(f) = self.wb.open(ino, write) {
+            return Ok(f);
+        }
+        let (path, etag, size) = {
+            let t = self.inodes.lock();
+            let n = t.get(ino).ok_or(FsError::NotFound)?;
+            (
+                t.path(ino).ok_or(FsError::NotFound)?,
+                n.entry.etag.clone(),
+                n.entry.size,
+            )
         };
-        if let Some(len) = truncate_to {
-            if staged.st.lock().size != len || len == 0 {
-                staged.set_len(len)?;
-                self.journal(ino, &staged);
+        let file = self.wb.staging().create()?;
+        if size > 0 && !truncate {
+            let etag = etag.filter(|e| !e.is_empty());
+            let r = download_into(
+                &self.client,
+                &self.key(&path),
+                etag.as_deref(),
+                size,
+                self.cfg.part_size,
+                &self.gets,
+                &file.file,
+            )
+            .await;
+            if let Err(e) = r {
+                file.discard();
+                return Err(e.into());
             }
         }
-        Ok(staged)
+        if let Err(e) = file.file.set_len(size) {
+            file.discard();
+            return Err(e.into());
+        }
+        Ok(self.wb.install(ino, file, size, write))
     }
 
-    /// Writes the journal record that makes `staged` survive a crash of this process.
-    pub(super) fn journal(&self, ino: u64, staged: &Staged) {
+    /// Sets the length of `ino`'s staged content (O_TRUNC, ftruncate), journaled.
+    pub(super) fn truncate_staged(&self, ino: u64, staged: &StagedFile, size: u64) -> Result<()> {
+        self.wb.set_len(ino, staged, size)?;
+        self.journal(ino)
+    }
+
+    /// Makes the journal record of `ino` agree with its state (written for a change the
+    /// bucket lacks, removed once durable). A record that cannot be written fails the
+    /// operation: a file is never changed without crash protection.
+    pub(super) fn journal(&self, ino: u64) -> Result<()> {
         let (key, symlink) = {
             let t = self.inodes.lock();
             let symlink = t.get(ino).is_some_and(|n| n.entry.kind == Kind::Symlink);
             (t.path(ino).map(|p| self.key(&p)), symlink)
         };
-        let Some(key) = key else { return };
-        let mut st = staged.st.lock();
-        if st.journaled.as_deref() == Some(key.as_str()) || st.deleted {
-            return;
-        }
-        match self
-            .staging
-            .journal(staged, &self.cfg.bucket, &key, symlink)
-        {
-            Ok(()) => st.journaled = Some(key),
-            Err(e) => tracing::warn!(%key, "cannot write the journal record: {e}"),
-        }
+        self.wb
+            .sync_journal(ino, key.as_deref(), &self.cfg.bucket, symlink)
+            .map_err(|e| {
+                tracing::warn!(?key, "cannot write the journal record: {e}");
+                FsError::from(e)
+            })
     }
 
     pub(super) fn close_node(&self, ino: u64) {
@@ -103,7 +87,7 @@ impl Fs {
         t.remove_if_unreferenced(ino);
     }
 
-    pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
+    pub fn write(self: &Arc<Self>, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let (ino, staged) = match self.handle(fh)? {
             Handle::Local {
                 ino,
@@ -112,63 +96,40 @@ impl Fs {
             } => (ino, staged),
             _ => return Err(FsError::BadHandle),
         };
-        if let Err(e) = staged.write_at(off, data) {
-            let e = FsError::from(e);
-            if !matches!(e, FsError::NoSpace(_)) {
-                return Err(e);
+        let journal = match self.wb.write(ino, &staged, off, data) {
+            Ok(j) => j,
+            Err(e) => {
+                let e = FsError::from(e);
+                if !matches!(e, FsError::NoSpace(_)) {
+                    return Err(e);
+                }
+                // The task's output goes before cached data: free the disk and try once more.
+                self.cache.make_room(data.len() as u64);
+                self.wb.write(ino, &staged, off, data)?
             }
-            // The task's output goes before cached data: free the disk and try once more.
-            self.cache.make_room(data.len() as u64);
-            staged.write_at(off, data)?;
+        };
+        if journal {
+            self.journal(ino)?;
         }
-        if staged.st.lock().journaled.is_none() {
-            self.journal(ino, &staged);
-        }
-        self.send_early(ino, &staged);
+        self.send_early(ino);
         Ok(data.len() as u32)
     }
 
-    /// Starts the upload of the parts a front-to-back writer has left a whole part behind
-    /// (the slack spares writers that patch what they have just written).
-    pub(super) fn send_early(&self, ino: u64, staged: &Arc<Staged>) {
+    /// Starts the upload of the parts a front-to-back writer has left a whole part behind.
+    pub(super) fn send_early(&self, ino: u64) {
         let ps = self.cfg.part_size;
-        let need_key = {
-            let st = staged.st.lock();
-            if !st.early_ok || st.size < st.sent + 2 * ps {
-                return;
-            }
-            st.early.is_none()
-        };
-        let key = if need_key {
-            match self.inodes.lock().path(ino) {
-                Some(p) => Some(self.key(&p)),
-                None => return,
-            }
-        } else {
-            None
-        };
-        let mut st = staged.st.lock();
-        if !st.early_ok {
+        if !self.wb.early_due(ino, ps) {
             return;
         }
-        let early = match (&st.early, key) {
-            (Some(e), _) => e.clone(),
-            (None, Some(key)) => {
-                let e = Early::new(
-                    self.client.clone(),
-                    &self.cfg.bucket,
-                    key,
-                    staged.upload_note_path(),
-                );
-                st.early = Some(e.clone());
-                e
-            }
-            (None, None) => return,
+        let Some(key) = self.inodes.lock().path(ino).map(|p| self.key(&p)) else {
+            return;
         };
-        while st.size >= st.sent + 2 * ps {
-            let index = st.sent / ps;
-            st.sent += ps;
-            early.send(staged.clone(), index, ps, self.slots.parts.clone());
+        let claimed = self.wb.claim_early_parts(ino, ps, |file| {
+            let note = file.upload_note_path();
+            Early::new(self.client.clone(), &self.cfg.bucket, key, note)
+        });
+        if let Some((early, file, parts)) = claimed {
+            send_early(&early, &file, &parts, ps, &self.slots.parts);
         }
     }
 
@@ -184,107 +145,65 @@ impl Fs {
     pub(super) async fn wait_durable(
         self: &Arc<Self>,
         ino: u64,
-        staged: &Arc<Staged>,
+        staged: &Arc<StagedFile>,
     ) -> Result<()> {
-        let target = {
-            let mut st = staged.st.lock();
-            st.error = None;
-            st.gen
+        let Some((target, spawn)) = self.wb.request_upload(ino) else {
+            return Ok(());
         };
-        self.enqueue(ino, staged);
+        if spawn {
+            self.spawn_upload(ino);
+        }
         loop {
             let notified = staged.done.notified();
-            {
-                let st = staged.st.lock();
-                if st.deleted || st.durable_gen >= target && !st.uploading {
-                    return Ok(());
-                }
-                if let Some(e) = &st.error {
-                    return Err(FsError::Io(e.clone()));
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.wb.durability(ino, staged, target) {
+                Durability::Done => return Ok(()),
+                Durability::Failed(e) => return Err(FsError::Io(e)),
+                Durability::Pending => notified.await,
+                Durability::Stalled => {
+                    if let Some((_, true)) = self.wb.request_upload(ino) {
+                        self.spawn_upload(ino);
+                    }
                 }
             }
-            notified.await;
         }
     }
 
-    /// Waits until no upload of `staged` is in flight, so that a rename or unlink never
-    /// races with an upload that would land under the old name afterwards.
-    pub(super) async fn wait_idle(&self, staged: &Staged) {
-        loop {
-            let notified = staged.done.notified();
-            if !staged.st.lock().uploading {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    /// Gives up a staged file whose name is removed or replaced: waits out an upload in
-    /// flight (it would land after whatever replaces the name) and marks it deleted in
-    /// the same step, so that no new upload starts. Returns whether the bucket may hold
-    /// an object of it.
-    pub(super) async fn retire(&self, staged: &Staged) -> bool {
-        loop {
-            let notified = staged.done.notified();
-            {
-                let mut st = staged.st.lock();
-                if !st.uploading {
-                    st.deleted = true;
-                    let remote = st.durable_gen > 0;
-                    drop(st);
-                    self.staging.discard(staged);
-                    staged.done.notify_waiters();
-                    return remote;
-                }
-            }
-            notified.await;
-        }
-    }
-
-    /// Starts the upload of a staged file unless one is already waiting to start.
-    pub(super) fn enqueue(self: &Arc<Self>, ino: u64, staged: &Arc<Staged>) {
-        {
-            let mut st = staged.st.lock();
-            if st.queued || st.deleted {
-                return;
-            }
-            st.queued = true;
-        }
-        let (fs, staged) = (self.clone(), staged.clone());
-        tokio::spawn(async move { fs.upload(ino, staged).await });
+    pub(super) fn spawn_upload(self: &Arc<Self>, ino: u64) {
+        let fs = self.clone();
+        tokio::spawn(async move { fs.upload(ino).await });
     }
 
     /// Waits until every file closed so far below `dir` (but `except`) is durable.
     pub(super) async fn wait_tree(self: &Arc<Self>, dir: u64, except: u64) -> Result<()> {
-        let staged = self.closed_staged(|t, i, _| i != except && t.is_within(i, dir));
+        let staged = self.closed_staged(|t, i| i != except && t.is_within(i, dir));
         self.wait_all_durable(staged).await
     }
 
     /// `fsync` of a directory: the names in it that this mount wrote back (symlinks,
     /// closed files) are in the bucket when it returns, or it fails with their error.
     pub async fn fsyncdir(self: &Arc<Self>, ino: u64) -> Result<()> {
-        let staged =
-            self.closed_staged(|t, i, n| n.parent == ino && t.child(ino, &n.name) == Some(i));
+        let staged = self.closed_staged(|t, i| {
+            t.get(i)
+                .is_some_and(|n| n.parent == ino && t.child(ino, &n.name) == Some(i))
+        });
         self.wait_all_durable(staged).await
     }
 
     /// The staged files with no writer among the nodes `pick` selects.
     pub(super) fn closed_staged(
         &self,
-        pick: impl Fn(&Inodes, u64, &crate::inode::Node) -> bool,
-    ) -> Vec<(u64, Arc<Staged>)> {
+        pick: impl Fn(&Inodes, u64) -> bool,
+    ) -> Vec<(u64, Arc<StagedFile>)> {
+        let staged = self.wb.staged(true);
         let t = self.inodes.lock();
-        t.nodes
-            .iter()
-            .filter(|(i, n)| n.staged.is_some() && pick(&t, **i, n))
-            .filter_map(|(i, n)| n.staged.clone().map(|s| (*i, s)))
-            .filter(|(_, s)| s.st.lock().writers == 0)
-            .collect()
+        staged.into_iter().filter(|(i, _)| pick(&t, *i)).collect()
     }
 
     pub(super) async fn wait_all_durable(
         self: &Arc<Self>,
-        staged: Vec<(u64, Arc<Staged>)>,
+        staged: Vec<(u64, Arc<StagedFile>)>,
     ) -> Result<()> {
         for (i, s) in staged {
             self.wait_durable(i, &s).await?;
@@ -292,7 +211,9 @@ impl Fs {
         Ok(())
     }
 
-    pub(super) async fn upload(self: Arc<Self>, ino: u64, staged: Arc<Staged>) {
+    /// The upload task of `ino` (its phase is `Queued`): uploads until the bucket holds
+    /// what is staged, or it fails, or the file changes under an open writer.
+    pub(super) async fn upload(self: Arc<Self>, ino: u64) {
         // A completion marker goes last: whoever sees it may read the task's outputs.
         let marker = {
             let t = self.inodes.lock();
@@ -302,175 +223,174 @@ impl Fs {
         };
         if let Some(dir) = marker {
             if let Err(e) = self.wait_tree(dir, ino).await {
-                let mut st = staged.st.lock();
-                st.queued = false;
-                st.error = Some(format!(
-                    "not uploaded because an output of its task failed: {e}"
-                ));
-                drop(st);
-                staged.done.notify_waiters();
+                let msg = format!("not uploaded because an output of its task failed: {e}");
+                self.wb.cancel_queued(ino, Some(msg));
                 return;
             }
         }
         loop {
             let _moves = self.dir_moves.read().await;
-            // An upload in progress finishes first; it re-checks the generation after.
-            let (key, gen, size, metadata, early) = {
-                let t = self.inodes.lock();
-                let mut st = staged.st.lock();
-                if st.uploading {
-                    st.queued = false;
-                    st.rerun = true;
-                    return;
-                }
-                st.queued = false;
-                st.rerun = false;
-                if st.deleted || !st.dirty() {
-                    // Unlinked while written: an early upload is aborted as it drops.
-                    st.early = None;
-                    drop(st);
-                    staged.done.notify_waiters();
-                    return;
-                }
-                let Some(path) = t.path(ino) else { return };
-                st.uploading = true;
-                let mut metadata = HashMap::new();
-                if let Some(target) = t.get(ino).and_then(|n| n.entry.target.clone()) {
-                    metadata.insert(SYMLINK_META.to_string(), percent_encode(&target));
-                }
-                let key = self.key(&path);
-                // Parts sent while the file was written; only under the name they went to
-                // (a file renamed meanwhile goes up whole, the early upload is aborted).
-                st.early_ok = false;
-                let early = st.early.take().filter(|e| e.key == key);
-                (key, st.gen, st.size, metadata, early)
+            let Some((job, key, metadata)) = self.begin_upload(ino) else {
+                return;
             };
-            let r = upload_file(
-                &self.client,
-                &key,
-                &staged.file,
-                size,
-                self.cfg.part_size,
-                &self.slots,
-                &metadata,
-                metadata.contains_key(SYMLINK_META),
-                early,
-            )
-            .await;
+            let r = self.upload_job(&job, &key, &metadata).await;
             // The time the bucket gives the object, which is what every later mount will
             // show: a file keeps one mtime for tools that compare them (-resume, make).
             let mtime = match &r {
                 Ok(etag) => self.stamps.last_modified(&self.client, &key, etag).await,
                 Err(_) => None,
             };
-            let (again, stray) = {
-                let mut t = self.inodes.lock();
-                let cur_key = t.path(ino).map(|p| self.key(&p));
-                let mut st = staged.st.lock();
-                st.uploading = false;
-                match r {
-                    Ok(etag) => {
-                        if st.deleted || cur_key.as_deref() != Some(key.as_str()) {
-                            // Renamed or unlinked while uploading: the object we wrote
-                            // does not belong there any more.
-                            (!st.deleted, true)
-                        } else {
-                            st.durable_gen = gen;
-                            st.error = None;
-                            self.failed.lock().remove(&key);
-                            if st.gen == gen {
-                                self.staging.unjournal(&staged);
-                                st.journaled = None;
-                                let writers = st.writers;
-                                let mut adopt = None;
-                                if let Some(n) = t.get_mut(ino) {
-                                    // The node now describes the object in the bucket.
-                                    n.entry.size = size;
-                                    n.entry.etag = Some(etag.clone());
-                                    if let Some(m) = mtime {
-                                        n.entry.mtime = m;
-                                    }
-                                    // The kernel's pages are exactly what we uploaded.
-                                    n.page_cache_etag = Some(etag);
-                                    if writers == 0 {
-                                        n.validated = Some(Instant::now());
-                                        n.staged = None;
-                                        // No handle reads the staged file any more, so the
-                                        // cache may own (and later punch) it.
-                                        if n.open == 0 && n.entry.kind == Kind::File {
-                                            adopt = n.entry.etag.clone();
-                                        }
-                                    }
-                                    let (parent, name, e) =
-                                        (n.parent, n.name.clone(), n.entry.clone());
-                                    Self::listing_put(&mut t, parent, &name, Some(e));
-                                }
-                                if writers == 0 {
-                                    if let Some(etag) = adopt {
-                                        // Downstream tasks read what upstream ones wrote:
-                                        // keep it as a cached copy of the new object.
-                                        self.cache.adopt(
-                                            &self.cfg.bucket,
-                                            &key,
-                                            &etag,
-                                            size,
-                                            self.staging.data_path(&staged),
-                                        );
-                                    }
-                                    self.staging.discard(&staged);
-                                    t.remove_if_unreferenced(ino);
-                                }
-                                (false, false)
-                            } else {
-                                (st.writers == 0 || st.rerun, false)
-                            }
-                        }
-                    }
-                    // The file changed while it was read for the upload (a rewrite with
-                    // O_TRUNC shrinks it under the reader): that upload is moot, the
-                    // next one carries the new content.
-                    Err(_) if st.gen != gen && !st.deleted => (st.writers == 0 || st.rerun, false),
-                    Err(e) => {
-                        tracing::error!(%key, "upload failed: {e}");
-                        let msg = format!("upload of {key} failed: {e}");
-                        self.failed.lock().insert(key.clone(), msg.clone());
-                        st.error = Some(msg);
-                        (false, false)
-                    }
-                }
-            };
-            if stray {
+            let fin = self.finish_upload(ino, &job, &key, r, mtime);
+            if fin.stray {
                 if let Err(e) = self.client.delete(&key).await {
                     tracing::warn!(%key, "cannot delete an object uploaded under a name that was given up: {e}");
                 }
             }
-            staged.done.notify_waiters();
-            if !again {
+            if !fin.again {
                 return;
             }
         }
     }
 
+    fn begin_upload(&self, ino: u64) -> Option<(UploadJob, String, HashMap<String, String>)> {
+        let t = self.inodes.lock();
+        let Some(path) = t.path(ino) else {
+            drop(t);
+            self.wb.cancel_queued(ino, None);
+            return None;
+        };
+        let key = self.key(&path);
+        let job = self.wb.begin_upload(ino, &key)?;
+        let mut metadata = HashMap::new();
+        if let Some(target) = t.get(ino).and_then(|n| n.entry.target.clone()) {
+            metadata.insert(SYMLINK_META.to_string(), percent_encode(&target));
+        }
+        Some((job, key, metadata))
+    }
+
+    async fn upload_job(
+        &self,
+        job: &UploadJob,
+        key: &str,
+        metadata: &HashMap<String, String>,
+    ) -> std::result::Result<String, ClientError> {
+        let ps = self.cfg.part_size;
+        if let Some(e) = &job.early {
+            if let Some(r) = e
+                .finish(&job.file.file, job.size, ps, &self.slots.parts)
+                .await
+            {
+                return r;
+            }
+        }
+        let one_part = metadata.contains_key(SYMLINK_META);
+        let (file, size) = (&job.file.file, job.size);
+        upload_file(
+            &self.client,
+            key,
+            file,
+            size,
+            ps,
+            &self.slots,
+            metadata,
+            one_part,
+        )
+        .await
+    }
+
+    /// Records the end of an upload and brings the node in step with it.
+    fn finish_upload(
+        &self,
+        ino: u64,
+        job: &UploadJob,
+        key: &str,
+        r: std::result::Result<String, ClientError>,
+        mtime: Option<SystemTime>,
+    ) -> Finished {
+        let mut t = self.inodes.lock();
+        let named = t.path(ino).map(|p| self.key(&p)).as_deref() == Some(key);
+        let result = match &r {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("upload of {key} failed: {e}")),
+        };
+        let fin = self.wb.finish_upload(ino, job, key, result, named);
+        if let Some(e) = &fin.error {
+            tracing::error!(%key, "{e}");
+        }
+        if let (true, Ok(etag)) = (fin.durable, r) {
+            if let Some(n) = t.get_mut(ino) {
+                // The node now describes the object in the bucket.
+                n.entry.size = job.size;
+                n.entry.etag = Some(etag.clone());
+                if let Some(m) = mtime {
+                    n.entry.mtime = m;
+                }
+                // The kernel's pages are exactly what we uploaded.
+                n.page_cache_etag = Some(etag.clone());
+                if fin.released.is_some() {
+                    n.validated = Some(Instant::now());
+                }
+                let (parent, name, e) = (n.parent, n.name.clone(), n.entry.clone());
+                Self::listing_put(&mut t, parent, &name, Some(e));
+            }
+            if let Some(file) = &fin.released {
+                let kind = t.get(ino).map(|n| n.entry.kind);
+                t.remove_if_unreferenced(ino);
+                drop(t);
+                if kind == Some(Kind::File) {
+                    // Downstream tasks read what upstream ones wrote: keep it as a
+                    // cached copy of the new object.
+                    self.cache
+                        .adopt(&self.cfg.bucket, key, &etag, job.size, file.data_path());
+                }
+                file.discard();
+                return fin;
+            }
+        }
+        drop(t);
+        if fin.durable {
+            // Not under the namespace lock: the record's removal is disk I/O.
+            let _ = self.journal(ino);
+        }
+        fin
+    }
+
+    /// A handle on a staged file is closed: queue its upload, or give the staged copy up
+    /// once it is unchanged and no handle uses it.
+    pub(super) fn release_staged(
+        self: &Arc<Self>,
+        ino: u64,
+        staged: &Arc<StagedFile>,
+        write: bool,
+    ) {
+        let out = self.wb.release(ino, staged, write);
+        let mut t = self.inodes.lock();
+        if let Some(n) = t.get_mut(ino) {
+            n.open = n.open.saturating_sub(1);
+            match out {
+                // The time of the last change, as a local file system shows.
+                Released::Upload => n.entry.mtime = SystemTime::now(),
+                // The bucket's copy is current again: the node follows it as before.
+                Released::Dropped => n.validated = Some(Instant::now()),
+                Released::Nothing => {}
+            }
+        }
+        t.remove_if_unreferenced(ino);
+        drop(t);
+        if out == Released::Upload {
+            self.spawn_upload(ino);
+        }
+    }
+
     /// Uploads everything staged and waits; returns the files that could not be.
     pub async fn flush_all(self: &Arc<Self>) -> Vec<String> {
-        let staged: Vec<(u64, Arc<Staged>)> = {
-            let t = self.inodes.lock();
-            t.nodes
-                .iter()
-                .filter_map(|(ino, n)| n.staged.clone().map(|s| (*ino, s)))
-                .collect()
-        };
         let mut set = tokio::task::JoinSet::new();
-        for (ino, s) in staged {
+        for (ino, s) in self.wb.staged(false) {
             let fs = self.clone();
             set.spawn(async move { fs.wait_durable(ino, &s).await });
         }
         while set.join_next().await.is_some() {}
-        self.failed
-            .lock()
-            .iter()
-            .map(|(k, e)| format!("{k}: {e}"))
-            .collect()
+        self.wb.failures()
     }
 
     /// Uploads what a dead mount left in the journal; returns the keys it recovered.
@@ -480,7 +400,8 @@ impl Fs {
         // Early uploads of files a dead mount was writing: their files (if journaled)
         // go up whole below; the parts they had sent are dropped.
         for u in self
-            .staging
+            .wb
+            .staging()
             .open_uploads(&self.cfg.cache_dir, &self.cfg.bucket)
         {
             match self.client.abort_multipart(&u.key, &u.upload_id).await {
@@ -491,7 +412,11 @@ impl Fs {
                 ),
             }
         }
-        for o in self.staging.orphans(&self.cfg.cache_dir, &self.cfg.bucket) {
+        for o in self
+            .wb
+            .staging()
+            .orphans(&self.cfg.cache_dir, &self.cfg.bucket)
+        {
             let r = async {
                 let mut metadata = HashMap::new();
                 if o.symlink {
@@ -514,7 +439,6 @@ impl Fs {
                     &self.slots,
                     &metadata,
                     o.symlink,
-                    None,
                 )
                 .await
             }
@@ -525,8 +449,8 @@ impl Fs {
                     ok.push(o.key.clone());
                 }
                 Err(e) => {
-                    self.failed.lock().insert(
-                        o.key.clone(),
+                    self.wb.fail_key(
+                        &o.key,
                         format!("recovery from the journal of an earlier mount failed: {e}"),
                     );
                     failed.push(format!("{}: {e}", o.key))
@@ -543,17 +467,17 @@ impl Fs {
 
     /// Extends a file (fallocate mode 0); space is not reserved in object storage.
     pub async fn fallocate(self: &Arc<Self>, fh: u64, off: u64, len: u64) -> Result<()> {
-        let staged = match self.handle(fh)? {
+        let (ino, staged) = match self.handle(fh)? {
             Handle::Local {
+                ino,
                 staged,
                 write: true,
-                ..
-            } => staged,
+            } => (ino, staged),
             _ => return Err(FsError::BadHandle),
         };
-        let size = staged.st.lock().size;
-        if off + len > size {
-            staged.set_len(off + len)?;
+        if off + len > self.wb.size(ino).unwrap_or(0) {
+            self.wb.set_len(ino, &staged, off + len)?;
+            self.journal(ino)?;
         }
         Ok(())
     }

@@ -18,13 +18,14 @@ use parking_lot::Mutex;
 use tokio::sync::{OnceCell, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::write::{note_upload, read_part, upload_parts, Staged};
+use super::staging::{note_upload, StagedFile};
+use super::transfer::{read_part, upload_parts};
 
 pub struct Early {
     client: Arc<dyn ObjectClient>,
     bucket: String,
     pub key: String,
-    /// Holds the upload id while the upload is open (`Staged::upload_note_path`).
+    /// Holds the upload id while the upload is open (`StagedFile::upload_note_path`).
     note: PathBuf,
     upload_id: OnceCell<String>,
     parts: Mutex<Vec<CompletedPart>>,
@@ -64,7 +65,7 @@ impl Early {
     /// free (the slot bounds the memory it holds).
     pub fn send(
         self: &Arc<Self>,
-        staged: Arc<Staged>,
+        staged: Arc<StagedFile>,
         index: u64,
         part_size: u64,
         slots: Arc<Semaphore>,

@@ -1,0 +1,313 @@
+//! The transitions of a staged file's upload: asked for, started, ended; waits for
+//! durability; giving a file up (unlink, replaced by a rename); the early upload.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use super::{Durability, Early, EarlyState, Finished, Phase, StagedFile, UploadJob, WriteBack};
+
+impl WriteBack {
+    /// `fsync`, unmount: the content as of now must go up. Returns the generation to wait
+    /// for and whether the caller spawns the upload task (the phase is then `Queued`).
+    pub fn request_upload(&self, ino: u64) -> Option<(u64, bool)> {
+        let mut t = self.table.lock();
+        let f = t.files.get_mut(&ino)?;
+        let spawn = match &f.phase {
+            Phase::Idle | Phase::Failed(_) if f.dirty() => {
+                f.phase = Phase::Queued;
+                true
+            }
+            Phase::Failed(_) => {
+                f.phase = Phase::Idle;
+                false
+            }
+            Phase::Uploading { gen, .. } if *gen != f.gen => {
+                f.phase = Phase::Uploading {
+                    gen: *gen,
+                    rerun: true,
+                };
+                false
+            }
+            _ => false,
+        };
+        Some((f.gen, spawn))
+    }
+
+    /// Whether generation `target` of `file` is in the bucket (or no longer has to be).
+    pub fn durability(&self, ino: u64, file: &Arc<StagedFile>, target: u64) -> Durability {
+        let t = self.table.lock();
+        let Some(f) = t.files.get(&ino).filter(|f| Arc::ptr_eq(&f.file, file)) else {
+            // Given up, or durable and released: nothing of it is waiting any more.
+            return Durability::Done;
+        };
+        match &f.phase {
+            Phase::Retired => Durability::Done,
+            Phase::Failed(e) => Durability::Failed(e.clone()),
+            Phase::Idle if f.durable_gen >= target => Durability::Done,
+            Phase::Idle => Durability::Stalled,
+            _ => Durability::Pending,
+        }
+    }
+
+    /// The queued upload of `ino` starts, to `key`; `None` when there is nothing to do.
+    pub fn begin_upload(&self, ino: u64, key: &str) -> Option<UploadJob> {
+        let mut t = self.table.lock();
+        let f = t.files.get_mut(&ino)?;
+        if f.phase != Phase::Queued {
+            return None;
+        }
+        if !f.dirty() {
+            f.phase = Phase::Idle;
+            f.early = EarlyState::Off;
+            drop(t);
+            return None;
+        }
+        f.phase = Phase::Uploading {
+            gen: f.gen,
+            rerun: false,
+        };
+        // Parts sent while the file was written count only under the name they went to.
+        let early = match std::mem::replace(&mut f.early, EarlyState::Off) {
+            EarlyState::On {
+                upload: Some(e), ..
+            } if e.key == key => Some(e),
+            _ => None,
+        };
+        Some(UploadJob {
+            file: f.file.clone(),
+            gen: f.gen,
+            size: f.size,
+            early,
+        })
+    }
+
+    /// A queued upload that will not run (its name is gone, or a task it follows failed).
+    pub fn cancel_queued(&self, ino: u64, error: Option<String>) {
+        let file = {
+            let mut t = self.table.lock();
+            let Some(f) = t.files.get_mut(&ino).filter(|f| f.phase == Phase::Queued) else {
+                return;
+            };
+            f.phase = error.map_or(Phase::Idle, Phase::Failed);
+            f.file.clone()
+        };
+        file.done.notify_waiters();
+    }
+
+    /// The upload of `job` ended with `result`; `named`: `key` is still the file's key.
+    pub fn finish_upload(
+        &self,
+        ino: u64,
+        job: &UploadJob,
+        key: &str,
+        result: Result<(), String>,
+        named: bool,
+    ) -> Finished {
+        let mut t = self.table.lock();
+        let mut out = Finished::default();
+        let Some(f) = t
+            .files
+            .get_mut(&ino)
+            .filter(|f| Arc::ptr_eq(&f.file, &job.file))
+        else {
+            out.stray = result.is_ok();
+            return out;
+        };
+        let rerun = matches!(f.phase, Phase::Uploading { rerun: true, .. });
+        let retired = f.phase == Phase::Retired;
+        let again = !retired && (f.writers == 0 || rerun);
+        match result {
+            Ok(()) if retired || !named => {
+                // Renamed or unlinked while uploading: the object does not belong there.
+                out.stray = true;
+                out.again = !retired;
+            }
+            Ok(()) => {
+                f.durable_gen = job.gen;
+                out.durable = f.gen == job.gen;
+                out.again = !out.durable && again;
+            }
+            // The file changed while it was read for the upload (a rewrite with O_TRUNC
+            // shrinks it under the reader): that upload is moot, the next one carries it.
+            Err(_) if f.gen != job.gen && !retired => out.again = again,
+            Err(e) => out.error = Some(e),
+        }
+        if !retired {
+            f.phase = match (&out.error, out.again) {
+                (Some(e), _) => Phase::Failed(e.clone()),
+                (None, true) => Phase::Queued,
+                (None, false) => Phase::Idle,
+            };
+        }
+        match &out.error {
+            Some(e) => t.failed.insert(key.to_string(), e.clone()),
+            None if out.durable => t.failed.remove(key),
+            None => None,
+        };
+        let idle_clean = |f: &super::FileWb| {
+            f.phase == Phase::Idle && !f.dirty() && f.writers == 0 && f.readers == 0
+        };
+        if t.files.get(&ino).is_some_and(idle_clean) {
+            out.released = t.files.remove(&ino).map(|f| f.file);
+        }
+        drop(t);
+        job.file.done.notify_waiters();
+        out
+    }
+
+    /// Waits until no upload of `ino` is in flight, so that a rename never races with an
+    /// upload that would land under the old name afterwards.
+    pub async fn wait_idle(&self, ino: u64) {
+        loop {
+            let Some(file) = self.table.lock().files.get(&ino).map(|f| f.file.clone()) else {
+                return;
+            };
+            let notified = file.done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self
+                .table
+                .lock()
+                .files
+                .get(&ino)
+                .is_some_and(|f| f.uploading())
+            {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Gives up `ino`'s staged file (its name is removed or replaced): waits out an
+    /// upload in flight and retires it in the same step, so that no upload starts again.
+    /// Returns `None` if `ino` had no staged file, else whether the bucket may hold an
+    /// object of it.
+    pub async fn retire(&self, ino: u64) -> Option<bool> {
+        loop {
+            let file = self.table.lock().files.get(&ino).map(|f| f.file.clone())?;
+            let notified = file.done.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let retired = {
+                let mut t = self.table.lock();
+                let f = t.files.get_mut(&ino)?;
+                if f.uploading() {
+                    None
+                } else {
+                    f.phase = Phase::Retired;
+                    f.early = EarlyState::Off;
+                    let remote = f.durable_gen > 0;
+                    if f.writers == 0 && f.readers == 0 {
+                        t.files.remove(&ino);
+                    }
+                    Some(remote)
+                }
+            };
+            let Some(remote) = retired else {
+                notified.await;
+                continue;
+            };
+            // Open handles keep the unlinked data file; the record goes at once.
+            file.discard();
+            file.done.notify_waiters();
+            return Some(remote);
+        }
+    }
+
+    /// For a rename: whether the bucket holds an older version, and whether the staged
+    /// content differs from it (or an upload is in flight).
+    pub fn remote_state(&self, ino: u64) -> Option<(bool, bool)> {
+        let t = self.table.lock();
+        let f = t.files.get(&ino)?;
+        Some((f.durable_gen > 0, f.dirty() || f.uploading()))
+    }
+
+    /// Inodes with a staged file, and with no open writer when `closed`.
+    pub fn staged(&self, closed: bool) -> Vec<(u64, Arc<StagedFile>)> {
+        let t = self.table.lock();
+        t.files
+            .iter()
+            .filter(|(_, f)| !closed || f.writers == 0)
+            .filter(|(_, f)| f.phase != Phase::Retired)
+            .map(|(i, f)| (*i, f.file.clone()))
+            .collect()
+    }
+
+    /// The error of the last upload of `file`, reported at close and fsync.
+    pub fn error(&self, ino: u64, file: &Arc<StagedFile>) -> Option<String> {
+        let t = self.table.lock();
+        match &t
+            .files
+            .get(&ino)
+            .filter(|f| Arc::ptr_eq(&f.file, file))?
+            .phase
+        {
+            Phase::Failed(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
+
+    pub fn fail_key(&self, key: &str, error: String) {
+        self.table.lock().failed.insert(key.to_string(), error);
+    }
+
+    pub fn forget_key(&self, key: &str) {
+        self.table.lock().failed.remove(key);
+    }
+
+    /// Every upload that failed and was not made good since: `key: error`.
+    pub fn failures(&self) -> Vec<String> {
+        let t = self.table.lock();
+        t.failed.iter().map(|(k, e)| format!("{k}: {e}")).collect()
+    }
+
+    /// Parts a front-to-back writer has left a whole part behind, claimed for the early
+    /// upload (created for `key` with the first): the caller sends them. The slack spares
+    /// writers that patch what they have just written.
+    pub fn claim_early_parts(
+        &self,
+        ino: u64,
+        part_size: u64,
+        new_upload: impl FnOnce(&StagedFile) -> Arc<Early>,
+    ) -> Option<(Arc<Early>, Arc<StagedFile>, Vec<u64>)> {
+        let mut t = self.table.lock();
+        let f = t.files.get_mut(&ino)?;
+        let size = f.size;
+        let EarlyState::On { sent, upload } = &mut f.early else {
+            return None;
+        };
+        if size < *sent + 2 * part_size {
+            return None;
+        }
+        let e = upload.get_or_insert_with(|| new_upload(&f.file)).clone();
+        let mut parts = Vec::new();
+        while size >= *sent + 2 * part_size {
+            parts.push(*sent / part_size);
+            *sent += part_size;
+        }
+        Some((e, f.file.clone(), parts))
+    }
+
+    /// Whether an early upload is worth preparing for `ino` (a key lookup first).
+    pub fn early_due(&self, ino: u64, part_size: u64) -> bool {
+        let t = self.table.lock();
+        t.files.get(&ino).is_some_and(|f| match &f.early {
+            EarlyState::On { sent, .. } => f.size >= sent + 2 * part_size,
+            EarlyState::Off => false,
+        })
+    }
+}
+
+/// Sends `parts` of `file` through `early`, each holding a permit of `slots`.
+pub fn send_early(
+    early: &Arc<Early>,
+    file: &Arc<StagedFile>,
+    parts: &[u64],
+    ps: u64,
+    slots: &Arc<Semaphore>,
+) {
+    for &index in parts {
+        early.send(file.clone(), index, ps, slots.clone());
+    }
+}

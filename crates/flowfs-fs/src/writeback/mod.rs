@@ -1,0 +1,381 @@
+//! Write-back: the one owner of every staged file's state. A file written through the
+//! mount lives on local disk (`staging`) until an upload (`transfer`, `early`) makes it
+//! durable. Where each staged file stands — its size and generations, its open writers
+//! and readers, its upload phase, its journal record — is held here, in one table under
+//! one lock, and changed only by the methods below, each one transition taken under that
+//! lock. A method decides; the disk and network work it calls for is done by the caller
+//! after the lock is released (`Fs`, in fs/upload.rs), except the journal record's I/O,
+//! which runs under the file's own journal lock that no read or write takes.
+//!
+//! Why one lock: a file reopened while the kernel's RELEASE of its last handle was still
+//! on its way lost writes (issue 13) because "unchanged, drop the staged copy" was
+//! decided under one lock and the new open counted under another.
+
+mod early;
+mod staging;
+mod transfer;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+pub use early::Early;
+pub use lifecycle::send_early;
+pub use staging::{OpenUpload, Orphan, StagedFile, Staging};
+pub use transfer::{download_into, upload_file, UploadSlots};
+
+/// Where a staged file stands on its way to the bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// No upload queued or in flight. Durable when `durable_gen == gen`, else dirty.
+    Idle,
+    /// An upload task is spawned and has not started.
+    Queued,
+    /// An upload of generation `gen` is in flight; `rerun`: asked for again meanwhile.
+    Uploading { gen: u64, rerun: bool },
+    /// The last upload failed with this error; kept until an upload is asked for again.
+    Failed(String),
+    /// Its name was removed or replaced: never uploaded again.
+    Retired,
+}
+
+/// The early multipart upload of a new file written front to back.
+#[derive(Debug)]
+enum EarlyState {
+    /// Not for this file (not written front to back, renamed, or already uploading).
+    Off,
+    /// Bytes `[0, sent)` are claimed by `upload` (created with its first part).
+    On {
+        sent: u64,
+        upload: Option<Arc<Early>>,
+    },
+}
+
+#[derive(Debug)]
+struct FileWb {
+    file: Arc<StagedFile>,
+    size: u64,
+    /// Bumped by every change of content or size.
+    gen: u64,
+    /// The generation the bucket holds (0: none).
+    durable_gen: u64,
+    writers: u32,
+    readers: u32,
+    phase: Phase,
+    /// The key the journal record names, if there is one.
+    journaled: Option<String>,
+    early: EarlyState,
+}
+
+impl FileWb {
+    fn new(file: Arc<StagedFile>, size: u64, durable: bool) -> FileWb {
+        FileWb {
+            file,
+            size,
+            gen: 1,
+            durable_gen: u64::from(durable),
+            writers: 0,
+            readers: 0,
+            phase: Phase::Idle,
+            journaled: None,
+            early: EarlyState::Off,
+        }
+    }
+
+    fn dirty(&self) -> bool {
+        self.gen != self.durable_gen
+    }
+
+    fn uploading(&self) -> bool {
+        matches!(self.phase, Phase::Uploading { .. })
+    }
+
+    /// A change below `off`: bytes an early upload has sent are stale, so it is dropped
+    /// (and aborted as it drops).
+    fn changed_below(&mut self, off: u64) {
+        if let EarlyState::On { sent, .. } = self.early {
+            if off < sent {
+                self.early = EarlyState::Off;
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    files: HashMap<u64, FileWb>,
+    /// Keys whose upload failed: key -> error, for `flowfs unmount`.
+    failed: BTreeMap<String, String>,
+}
+
+/// How a new staged file starts.
+pub enum NewFile {
+    /// Created by `create`: one writer, nothing in the bucket, may go up early.
+    Created,
+    /// A symlink: its target is the content, uploaded at once.
+    Symlink,
+}
+
+/// What a release asks its caller to do.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Released {
+    Nothing,
+    /// Spawn the upload task (the phase is `Queued`).
+    Upload,
+    /// The staged file was given up (unchanged since its upload, or retired): the node
+    /// follows the bucket again.
+    Dropped,
+}
+
+/// What `wait_durable` sees.
+pub enum Durability {
+    Done,
+    Pending,
+    Failed(String),
+    /// Idle with changes the bucket lacks (an upload that raced with a change ended
+    /// while a writer was open): the waiter asks for an upload again.
+    Stalled,
+}
+
+/// One upload to run, taken by `begin_upload`.
+pub struct UploadJob {
+    pub file: Arc<StagedFile>,
+    pub gen: u64,
+    pub size: u64,
+    pub early: Option<Arc<Early>>,
+}
+
+/// What the end of an upload asks its caller to do.
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// The bucket now holds the file as it is: the node takes the new ETag and size.
+    pub durable: bool,
+    /// The staged file left the table (no handle uses it): the cache may adopt its data.
+    pub released: Option<Arc<StagedFile>>,
+    /// The object just written belongs to a name given up meanwhile: delete it.
+    pub stray: bool,
+    /// Upload again (the file changed, or was renamed, while this upload ran).
+    pub again: bool,
+    pub error: Option<String>,
+}
+
+pub struct WriteBack {
+    staging: Staging,
+    table: Mutex<Table>,
+}
+
+impl WriteBack {
+    pub fn new(staging: Staging) -> WriteBack {
+        WriteBack {
+            staging,
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    pub fn staging(&self) -> &Staging {
+        &self.staging
+    }
+
+    /// A new staged file for `ino` (from `create` or `symlink`), with the target of a
+    /// symlink as its content. The caller then journals it.
+    pub fn insert_new(
+        &self,
+        ino: u64,
+        kind: NewFile,
+        target: &[u8],
+    ) -> io::Result<Arc<StagedFile>> {
+        let file = self.staging.create()?;
+        file.file.write_all_at(target, 0)?;
+        let mut f = FileWb::new(file, target.len() as u64, false);
+        if let NewFile::Created = kind {
+            f.writers = 1;
+            f.early = EarlyState::On {
+                sent: 0,
+                upload: None,
+            };
+        }
+        let file = f.file.clone();
+        self.table.lock().files.insert(ino, f);
+        Ok(file)
+    }
+
+    /// Takes back a file `insert_new` made, whose name could not be kept.
+    pub fn remove_new(&self, ino: u64) {
+        let f = self.table.lock().files.remove(&ino);
+        if let Some(f) = f {
+            f.file.discard();
+        }
+    }
+
+    /// Counts a new handle on `ino`'s staged file, if it has one.
+    pub fn open(&self, ino: u64, write: bool) -> Option<Arc<StagedFile>> {
+        let mut t = self.table.lock();
+        let f = t.files.get_mut(&ino)?;
+        count_open(f, write);
+        Some(f.file.clone())
+    }
+
+    /// Makes `file` (just filled with the object's `size` bytes, which the bucket holds)
+    /// `ino`'s staged file and counts a handle on it; if another open staged `ino`
+    /// meanwhile, that one is used and `file` is removed.
+    pub fn install(
+        &self,
+        ino: u64,
+        file: Arc<StagedFile>,
+        size: u64,
+        write: bool,
+    ) -> Arc<StagedFile> {
+        let mut t = self.table.lock();
+        let f = t
+            .files
+            .entry(ino)
+            .or_insert_with(|| FileWb::new(file.clone(), size, true));
+        count_open(f, write);
+        let chosen = f.file.clone();
+        drop(t);
+        if !Arc::ptr_eq(&chosen, &file) {
+            file.discard();
+        }
+        chosen
+    }
+
+    /// A handle on `file` (staged for `ino`) is closed.
+    pub fn release(&self, ino: u64, file: &Arc<StagedFile>, write: bool) -> Released {
+        let mut t = self.table.lock();
+        let Some(f) = t.files.get_mut(&ino).filter(|f| Arc::ptr_eq(&f.file, file)) else {
+            return Released::Nothing;
+        };
+        if write {
+            f.writers = f.writers.saturating_sub(1);
+        } else {
+            f.readers = f.readers.saturating_sub(1);
+        }
+        let closed = f.writers == 0 && f.readers == 0;
+        let out = match &f.phase {
+            Phase::Retired if closed => Released::Dropped,
+            Phase::Idle if closed && !f.dirty() => Released::Dropped,
+            Phase::Idle | Phase::Failed(_) if f.writers == 0 && f.dirty() => {
+                f.phase = Phase::Queued;
+                Released::Upload
+            }
+            Phase::Uploading { gen, .. } if f.writers == 0 && *gen != f.gen => {
+                f.phase = Phase::Uploading {
+                    gen: *gen,
+                    rerun: true,
+                };
+                Released::Nothing
+            }
+            _ => Released::Nothing,
+        };
+        if out == Released::Dropped {
+            let f = t.files.remove(&ino);
+            drop(t);
+            if let Some(f) = f {
+                f.file.discard();
+                f.file.done.notify_waiters();
+            }
+        }
+        out
+    }
+
+    /// Size of `ino`'s staged content, if it has any.
+    pub fn size(&self, ino: u64) -> Option<u64> {
+        self.table.lock().files.get(&ino).map(|f| f.size)
+    }
+
+    /// Up to `len` bytes at `off` of the staged content.
+    pub fn read(&self, ino: u64, file: &StagedFile, off: u64, len: usize) -> io::Result<Vec<u8>> {
+        let size = self.table.lock().files.get(&ino).map_or(0, |f| f.size);
+        file.read_at(off, len, size)
+    }
+
+    /// Writes `data` at `off`; returns whether the file needs its journal record.
+    pub fn write(&self, ino: u64, file: &StagedFile, off: u64, data: &[u8]) -> io::Result<bool> {
+        file.file.write_all_at(data, off)?;
+        let mut t = self.table.lock();
+        let Some(f) = t.files.get_mut(&ino) else {
+            return Ok(false);
+        };
+        f.changed_below(off);
+        f.size = f.size.max(off + data.len() as u64);
+        f.gen += 1;
+        Ok(f.journaled.is_none() && f.phase != Phase::Retired)
+    }
+
+    /// Sets the staged file's length. The generation is bumped before and after the
+    /// truncation, so that an upload reading the file meanwhile (it may fail on the short
+    /// file) always finds its generation stale and runs again instead of failing.
+    pub fn set_len(&self, ino: u64, file: &StagedFile, size: u64) -> io::Result<()> {
+        if let Some(f) = self.table.lock().files.get_mut(&ino) {
+            f.changed_below(size);
+            f.gen += 1;
+        }
+        let r = file.file.set_len(size);
+        if let Some(f) = self.table.lock().files.get_mut(&ino) {
+            if r.is_ok() {
+                f.size = size;
+            }
+            f.gen += 1;
+        }
+        r
+    }
+
+    /// Makes the journal record agree with the file's state: present (naming `key`)
+    /// while the file has changes the bucket lacks, absent once it is durable or given
+    /// up. The record's I/O runs under the file's journal lock only.
+    pub fn sync_journal(
+        &self,
+        ino: u64,
+        key: Option<&str>,
+        bucket: &str,
+        symlink: bool,
+    ) -> io::Result<()> {
+        let Some(file) = self.table.lock().files.get(&ino).map(|f| f.file.clone()) else {
+            return Ok(());
+        };
+        let _j = file.journal.lock();
+        let (want, have) = {
+            let t = self.table.lock();
+            let Some(f) = t.files.get(&ino).filter(|f| Arc::ptr_eq(&f.file, &file)) else {
+                return Ok(());
+            };
+            let want = (f.dirty() && f.phase != Phase::Retired)
+                .then(|| key.map(str::to_string).or_else(|| f.journaled.clone()))
+                .flatten();
+            (want, f.journaled.clone())
+        };
+        if want == have {
+            return Ok(());
+        }
+        match &want {
+            Some(k) => file.write_record(bucket, k, symlink)?,
+            None => file.remove_record(),
+        }
+        if let Some(f) = self.table.lock().files.get_mut(&ino) {
+            f.journaled = want;
+        }
+        Ok(())
+    }
+
+    /// A rename changed the key of `ino`: the record is written again by `sync_journal`.
+    pub fn rekey(&self, ino: u64) -> bool {
+        let mut t = self.table.lock();
+        t.files.get_mut(&ino).is_some_and(|f| {
+            f.early = EarlyState::Off;
+            f.journaled.take().is_some()
+        })
+    }
+}
+
+fn count_open(f: &mut FileWb, write: bool) {
+    if write {
+        f.writers += 1;
+    } else {
+        f.readers += 1;
+    }
+}
+
+mod lifecycle;

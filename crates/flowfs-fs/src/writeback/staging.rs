@@ -1,0 +1,310 @@
+//! The write side: staging files on local disk, the journal that lets a later mount
+//! finish what a killed one had not uploaded, and the upload of one staged file (one PUT
+//! when small, a parallel multipart upload when large; a failed multipart upload is
+//! aborted, so no partial object is ever visible).
+
+//! Staged files on local disk and the journal: the staging directory of a mount (locked
+//! while it lives), one `<n>.data` file per staged file, its journal record `<n>.rec`
+//! that lets a later mount finish an upload this one could not, and the scan of a dead
+//! mount's directory for such records. Files only: their state lives in `super`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// The local file behind a staged file: its data, its journal record and the waiters
+/// for its uploads. What it holds and where it stands is `super::FileWb`'s to say.
+pub struct StagedFile {
+    pub id: u64,
+    data: PathBuf,
+    rec: PathBuf,
+    pub file: File,
+    /// Woken whenever an upload of this file ends or the file is given up.
+    pub done: Notify,
+    /// Taken around the journal record's I/O, so that writing it (first change after an
+    /// upload) and removing it (an upload made it durable) happen in the order decided.
+    pub(super) journal: Mutex<()>,
+}
+
+impl std::fmt::Debug for StagedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StagedFile({})", self.id)
+    }
+}
+
+impl StagedFile {
+    /// Where the id of this file's early multipart upload is noted while it is open, so
+    /// that the next mount aborts it if this one dies (an open upload keeps its parts,
+    /// billed, until aborted).
+    pub fn upload_note_path(&self) -> PathBuf {
+        self.rec.with_extension("mpu")
+    }
+
+    /// Up to `len` bytes at `off` of a file `size` bytes long.
+    pub fn read_at(&self, off: u64, len: usize, size: u64) -> io::Result<Vec<u8>> {
+        if off >= size {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; len.min((size - off) as usize)];
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.file.read_at(&mut buf[done..], off + done as u64)?;
+            if n == 0 {
+                // A sparse tail beyond what was written reads as zeros.
+                break;
+            }
+            done += n;
+        }
+        Ok(buf)
+    }
+
+    /// Where the staged bytes are, for the disk cache to take them over after upload.
+    pub fn data_path(&self) -> &Path {
+        &self.data
+    }
+
+    pub(super) fn write_record(&self, bucket: &str, key: &str, symlink: bool) -> io::Result<()> {
+        write_record(&self.rec, bucket, key, symlink)
+    }
+
+    pub(super) fn remove_record(&self) {
+        let _ = fs::remove_file(&self.rec);
+    }
+
+    /// Drops the staging file and its record once its content is durable or deleted
+    /// (handles still open keep reading and writing the unlinked file).
+    pub fn discard(&self) {
+        let _j = self.journal.lock();
+        let _ = fs::remove_file(&self.rec);
+        let _ = fs::remove_file(&self.data);
+    }
+}
+
+/// The staging directory of one mount, locked while the mount lives so that another
+/// mount sharing the cache dir never takes its files for orphans.
+pub struct Staging {
+    dir: PathBuf,
+    _lock: File,
+    next: AtomicU64,
+}
+
+fn try_lock(f: &File) -> bool {
+    // SAFETY: flock on an fd we own.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// `bucket`, `key` and, for a symlink (whose data is its target), a third line `symlink`.
+fn write_record(path: &Path, bucket: &str, key: &str, symlink: bool) -> io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let kind = if symlink { "symlink\n" } else { "" };
+    fs::write(&tmp, format!("{bucket}\n{key}\n{kind}"))?;
+    fs::rename(tmp, path)
+}
+
+/// Notes `upload_id` of `key` in `path` (see `StagedFile::upload_note_path`).
+pub fn note_upload(path: &Path, bucket: &str, key: &str, upload_id: &str) -> io::Result<()> {
+    let tmp = path.with_extension("mpu.tmp");
+    fs::write(&tmp, format!("{bucket}\n{key}\n{upload_id}\n"))?;
+    fs::rename(tmp, path)
+}
+
+/// Removes a staging directory of a dead mount once nothing but its lock is left in it.
+fn remove_if_done(dir: &Path) {
+    let busy = fs::read_dir(dir).map_or(true, |r| r.flatten().any(|f| f.file_name() != "lock"));
+    if !busy {
+        let _ = fs::remove_file(dir.join("lock"));
+        let _ = fs::remove_dir(dir);
+    }
+}
+
+/// A multipart upload that a dead mount left open (an early upload of a file it was
+/// writing): the next mount aborts it.
+#[derive(Debug)]
+pub struct OpenUpload {
+    pub key: String,
+    pub upload_id: String,
+    note: PathBuf,
+}
+
+impl OpenUpload {
+    pub fn forget(&self) {
+        let _ = fs::remove_file(&self.note);
+        if let Some(d) = self.note.parent() {
+            remove_if_done(d);
+        }
+    }
+}
+
+/// A staged file left by a mount that died before uploading it.
+#[derive(Debug)]
+pub struct Orphan {
+    pub key: String,
+    pub data: PathBuf,
+    /// The data is a symlink's target.
+    pub symlink: bool,
+    rec: PathBuf,
+}
+
+impl Orphan {
+    pub fn forget(&self) {
+        let _ = fs::remove_file(&self.rec);
+        let _ = fs::remove_file(&self.data);
+        // Not while other records are left: without its lock file, the directory would
+        // be skipped by every later scan.
+        if let Some(d) = self.rec.parent() {
+            remove_if_done(d);
+        }
+    }
+}
+
+impl Staging {
+    pub fn open(cache_dir: &Path) -> io::Result<Staging> {
+        let root = cache_dir.join("staging");
+        fs::create_dir_all(&root)?;
+        let name = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
+        let dir = root.join(name);
+        fs::create_dir(&dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))?;
+        if !try_lock(&lock) {
+            return Err(io::Error::other("cannot lock the staging directory"));
+        }
+        Ok(Staging {
+            dir,
+            _lock: lock,
+            next: AtomicU64::new(1),
+        })
+    }
+
+    pub fn create(&self) -> io::Result<Arc<StagedFile>> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let data = self.dir.join(format!("{id}.data"));
+        let rec = self.dir.join(format!("{id}.rec"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&data)?;
+        Ok(Arc::new(StagedFile {
+            id,
+            data,
+            rec,
+            file,
+            done: Notify::new(),
+            journal: Mutex::new(()),
+        }))
+    }
+
+    /// Multipart uploads a dead mount left open for `bucket` (noted by `note_upload`).
+    pub fn open_uploads(&self, cache_dir: &Path, bucket: &str) -> Vec<OpenUpload> {
+        let mut out = Vec::new();
+        for dir in self.dead_dirs(cache_dir) {
+            let Ok(files) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let p = f.path();
+                if p.extension().is_none_or(|e| e != "mpu") {
+                    continue;
+                }
+                let Ok(text) = fs::read_to_string(&p) else {
+                    continue;
+                };
+                let mut lines = text.lines();
+                if let (Some(b), Some(k), Some(id)) = (lines.next(), lines.next(), lines.next()) {
+                    if b == bucket {
+                        out.push(OpenUpload {
+                            key: k.to_string(),
+                            upload_id: id.to_string(),
+                            note: p,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Staging directories of other mounts that are not running (their lock is free).
+    /// One left without its lock file is removed if empty.
+    fn dead_dirs(&self, cache_dir: &Path) -> Vec<PathBuf> {
+        let Ok(dirs) = fs::read_dir(cache_dir.join("staging")) else {
+            return Vec::new();
+        };
+        dirs.flatten()
+            .map(|d| d.path())
+            .filter(|dir| *dir != self.dir)
+            .filter(|dir| match File::open(dir.join("lock")) {
+                Ok(lock) => try_lock(&lock), // else a live mount owns it
+                Err(_) => {
+                    let _ = fs::remove_dir(dir);
+                    false
+                }
+            })
+            .collect()
+    }
+
+    /// Staged files of dead mounts for `bucket`, found under `cache_dir`.
+    pub fn orphans(&self, cache_dir: &Path, bucket: &str) -> Vec<Orphan> {
+        let mut out = Vec::new();
+        for dir in self.dead_dirs(cache_dir) {
+            let Ok(files) = fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut recs = 0;
+            for f in files.flatten() {
+                let p = f.path();
+                if p.extension().is_some_and(|e| e == "mpu") {
+                    recs += 1; // an open upload to abort: see `open_uploads`
+                } else if p.extension().is_some_and(|e| e == "rec") {
+                    recs += 1;
+                    let Ok(text) = fs::read_to_string(&p) else {
+                        continue;
+                    };
+                    let mut lines = text.lines();
+                    if let (Some(b), Some(k)) = (lines.next(), lines.next()) {
+                        if b == bucket && p.with_extension("data").exists() {
+                            out.push(Orphan {
+                                key: k.to_string(),
+                                data: p.with_extension("data"),
+                                symlink: lines.next() == Some("symlink"),
+                                rec: p,
+                            });
+                        }
+                    }
+                }
+            }
+            if recs == 0 {
+                let _ = fs::remove_dir_all(&dir);
+            }
+        }
+        out
+    }
+
+    /// Removes the staging directory at a clean exit; records of failed uploads stay.
+    pub fn close(&self) {
+        let has_records = fs::read_dir(&self.dir)
+            .map(|r| {
+                r.flatten().any(|f| {
+                    f.path()
+                        .extension()
+                        .is_some_and(|e| e == "rec" || e == "mpu")
+                })
+            })
+            .unwrap_or(false);
+        if !has_records {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}

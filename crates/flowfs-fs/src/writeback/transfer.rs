@@ -1,0 +1,242 @@
+//! Moving bytes between a staged file and the store: one PUT for a small file, a
+//! parallel multipart upload for a large one (aborted on failure, so no partial object is
+//! ever visible), and the download of a whole object into a staged file. Mechanisms only:
+//! which file goes up when is decided by the write-back state machine (`super`).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flowfs_client::{AlignedBuf, ClientError, CompletedPart, ObjectClient};
+use tokio::sync::Semaphore;
+
+/// Bytes of small files (one PUT each) held in memory by uploads at once, over the mount.
+const SMALL_BUDGET_KIB: u32 = 64 << 10;
+/// What one small upload counts against that budget at least: it also bounds how many
+/// PUTs (and connections) are in flight when thousands of tiny files close together.
+const SMALL_MIN_KIB: u32 = 256;
+
+/// The bounds on upload memory, shared by every upload of a mount.
+#[derive(Clone)]
+pub struct UploadSlots {
+    /// Parts of multipart uploads whose bytes are in memory.
+    pub parts: Arc<Semaphore>,
+    /// Small files in flight, weighted by size in KiB.
+    small: Arc<Semaphore>,
+}
+
+impl UploadSlots {
+    pub fn new(parts: usize) -> UploadSlots {
+        UploadSlots {
+            parts: Arc::new(Semaphore::new(parts.max(1))),
+            small: Arc::new(Semaphore::new(SMALL_BUDGET_KIB as usize)),
+        }
+    }
+}
+
+/// Uploads `body` as a multipart upload of one part, so that the object's ETag ends in
+/// `-1` (how a listing tells symlink candidates apart); aborted if it fails.
+pub async fn upload_single_part(
+    client: &Arc<dyn ObjectClient>,
+    key: &str,
+    body: Bytes,
+    metadata: &HashMap<String, String>,
+) -> Result<String, ClientError> {
+    let id = client.create_multipart(key, metadata).await?;
+    let r = async {
+        let etag = client.upload_part(key, &id, 1, body).await?;
+        client
+            .complete_multipart(
+                key,
+                &id,
+                vec![CompletedPart {
+                    part_number: 1,
+                    etag,
+                }],
+            )
+            .await
+    }
+    .await;
+    match r {
+        Ok(p) => Ok(p.etag),
+        Err(e) => {
+            let _ = client.abort_multipart(key, &id).await;
+            Err(e)
+        }
+    }
+}
+
+/// Uploads `size` bytes of `file` to `key`. Parts of a large file go in parallel, each
+/// holding a permit of `parts` while its bytes are in memory; a small file holds its
+/// weight of the small-file budget until its PUT is answered: memory stays bounded.
+/// `one_part` (symlinks, which are tiny) makes it a single-part multipart upload.
+#[allow(clippy::too_many_arguments)]
+pub async fn upload_file(
+    client: &Arc<dyn ObjectClient>,
+    key: &str,
+    file: &File,
+    size: u64,
+    part_size: u64,
+    slots: &UploadSlots,
+    metadata: &HashMap<String, String>,
+    one_part: bool,
+) -> Result<String, ClientError> {
+    let parts = &slots.parts;
+    let read = |off: u64, len: u64| read_part(file, key, off, len);
+    if one_part {
+        return upload_single_part(client, key, read(0, size)?, metadata).await;
+    }
+    if size <= part_size {
+        let kib = u32::try_from(size.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .clamp(SMALL_MIN_KIB, SMALL_BUDGET_KIB);
+        let _permit = slots
+            .small
+            .acquire_many(kib)
+            .await
+            .map_err(|e| ClientError::Other(e.to_string()))?;
+        let body = read(0, size)?;
+        return Ok(client.put(key, body, metadata).await?.etag);
+    }
+    let upload_id = client.create_multipart(key, metadata).await?;
+    upload_parts(
+        client,
+        key,
+        &upload_id,
+        file,
+        size,
+        part_size,
+        parts,
+        Vec::new(),
+    )
+    .await
+}
+
+/// Reads `len` staged bytes at `off` into one buffer, for a PUT or a part.
+pub fn read_part(file: &File, key: &str, off: u64, len: u64) -> Result<Bytes, ClientError> {
+    // A pooled buffer: a fresh 8 MiB one per part had every page faulted in anew.
+    let mut buf = AlignedBuf::with_capacity(len as usize);
+    buf.fill(len as usize, |b| {
+        file.read_exact_at(b, off).map(|()| b.len())
+    })
+    .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
+    Ok(buf.into_bytes())
+}
+
+/// Uploads the parts of `[0, size)` not in `done` (which holds parts 1..=k, in order)
+/// and completes the upload; aborts it on failure, so nothing partial is ever visible.
+#[allow(clippy::too_many_arguments)]
+pub async fn upload_parts(
+    client: &Arc<dyn ObjectClient>,
+    key: &str,
+    upload_id: &str,
+    file: &File,
+    size: u64,
+    part_size: u64,
+    parts: &Arc<Semaphore>,
+    mut done: Vec<CompletedPart>,
+) -> Result<String, ClientError> {
+    let n = size.div_ceil(part_size).max(1);
+    let mut set = tokio::task::JoinSet::new();
+    let mut failure = None;
+    for i in done.len() as u64..n {
+        let permit = match parts.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(e) => {
+                failure = Some(ClientError::Other(e.to_string()));
+                break;
+            }
+        };
+        let off = i * part_size;
+        let body = match read_part(file, key, off, part_size.min(size - off)) {
+            Ok(b) => b,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        let (client, key, id) = (client.clone(), key.to_string(), upload_id.to_string());
+        set.spawn(async move {
+            let r = client.upload_part(&key, &id, i as i32 + 1, body).await;
+            drop(permit);
+            r.map(|etag| CompletedPart {
+                part_number: i as i32 + 1,
+                etag,
+            })
+        });
+        // Collect finished parts as we go so that a failure stops the loop early.
+        while let Some(r) = set.try_join_next() {
+            match r {
+                Ok(Ok(p)) => done.push(p),
+                Ok(Err(e)) => failure = failure.or(Some(e)),
+                Err(e) => failure = failure.or(Some(ClientError::Other(e.to_string()))),
+            }
+        }
+        if failure.is_some() {
+            break;
+        }
+    }
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(p)) => done.push(p),
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(e) => failure = failure.or(Some(ClientError::Other(e.to_string()))),
+        }
+    }
+    if let Some(e) = failure {
+        if let Err(abort) = client.abort_multipart(key, upload_id).await {
+            tracing::warn!(%key, "abort of a failed multipart upload failed: {abort}");
+        }
+        return Err(e);
+    }
+    done.sort_by_key(|p| p.part_number);
+    match client.complete_multipart(key, upload_id, done).await {
+        Ok(r) => Ok(r.etag),
+        Err(e) => {
+            let _ = client.abort_multipart(key, upload_id).await;
+            Err(e)
+        }
+    }
+}
+
+/// Downloads a whole object into a staging file (to modify a file in place).
+pub async fn download_into(
+    client: &Arc<dyn ObjectClient>,
+    key: &str,
+    etag: Option<&str>,
+    size: u64,
+    part_size: u64,
+    gets: &Arc<Semaphore>,
+    file: &File,
+) -> Result<(), ClientError> {
+    let mut set = tokio::task::JoinSet::new();
+    let mut off = 0;
+    while off < size {
+        let end = (off + part_size).min(size);
+        let (client, key, etag, gets) = (
+            client.clone(),
+            key.to_string(),
+            etag.map(str::to_string),
+            gets.clone(),
+        );
+        set.spawn(async move {
+            let _p = gets
+                .acquire_owned()
+                .await
+                .map_err(|e| ClientError::Other(e.to_string()))?;
+            client
+                .get_range(&key, off, end, etag.as_deref())
+                .await
+                .map(|b| (off, b))
+        });
+        off = end;
+    }
+    while let Some(r) = set.join_next().await {
+        let (off, data) = r.map_err(|e| ClientError::Other(e.to_string()))??;
+        file.write_all_at(&data, off)
+            .map_err(|e| ClientError::Other(format!("staging {key}: {e}")))?;
+    }
+    Ok(())
+}
