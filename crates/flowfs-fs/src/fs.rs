@@ -45,6 +45,10 @@ pub const SYMLINK_META: &str = "flowfs-symlink";
 const RELIST_MAX: usize = 10_000;
 /// Files fetched ahead of a reader that opens a directory's files in listing order.
 const SIBLING_PREFETCH: usize = 64;
+/// Longest object key the store accepts: 1,024 bytes on S3. A longer name is refused
+/// with ENAMETOOLONG before anything is staged; an upload to such a key could never
+/// succeed, and it used to stay in the journal failing every later mount.
+const MAX_KEY: usize = 1024;
 /// Longest target a symlink may have (PATH_MAX).
 const MAX_SYMLINK: u64 = 4096;
 
@@ -57,6 +61,8 @@ pub struct Attr {
     pub perm: u16,
     pub uid: u32,
     pub gid: u32,
+    /// 0 for a file whose name was removed while it is open (fstat after unlink).
+    pub nlink: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -257,7 +263,17 @@ impl Fs {
             perm,
             uid: self.cfg.uid,
             gid: self.cfg.gid,
+            nlink: if e.kind == Kind::Dir { 2 } else { 1 },
         }
+    }
+
+    /// Refuses a path whose key (with a directory marker's `/` for `dir`) the store
+    /// cannot hold.
+    fn check_key(&self, path: &str, dir: bool) -> Result<()> {
+        if self.cfg.prefix.len() + path.len() + usize::from(dir) > MAX_KEY {
+            return Err(FsError::NameTooLong);
+        }
+        Ok(())
     }
 
     fn key(&self, path: &str) -> String {
@@ -395,6 +411,8 @@ impl Fs {
                     }
                 }
             }
+            let path = join(&t.path(parent).ok_or(FsError::NotFound)?, name);
+            self.check_key(&path, false)?;
             let p = t.get(parent).ok_or(FsError::NotFound)?;
             match p.cached_child(name, self.cfg.metadata_ttl) {
                 Some(Some((e, at))) => {
@@ -404,7 +422,7 @@ impl Fs {
                 Some(None) => return Err(FsError::NotFound),
                 None => {}
             }
-            join(&t.path(parent).ok_or(FsError::NotFound)?, name)
+            path
         };
         let (found, at) = match self.via_listing(parent, name).await? {
             Some(f) => f,
@@ -467,7 +485,7 @@ impl Fs {
         match found {
             Some(e) if e.kind == n.entry.kind => {
                 if n.validated.is_some_and(|v| at >= v) {
-                    n.entry = e;
+                    n.entry.refresh(&e);
                     n.validated = Some(at);
                 }
                 Ok(self.node_attr(ino, n))
@@ -674,6 +692,9 @@ impl Fs {
         }
         if let Some(p) = n.perm {
             a.perm = p;
+        }
+        if n.unlinked {
+            a.nlink = 0;
         }
         a
     }

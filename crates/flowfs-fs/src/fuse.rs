@@ -49,7 +49,7 @@ fn to_fuse(a: &Attr) -> FileAttr {
         crtime: a.mtime,
         kind: file_type(a.kind),
         perm: a.perm,
-        nlink: if a.kind == Kind::Dir { 2 } else { 1 },
+        nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
         rdev: 0,

@@ -27,6 +27,16 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Takes what the server says now. A directory keeps its time: S3 has none for it,
+    /// so the time this mount first gave it (the mount's start, or its mkdir) stays.
+    pub fn refresh(&mut self, new: &Entry) {
+        let mtime = self.mtime;
+        *self = new.clone();
+        if new.kind == Kind::Dir {
+            self.mtime = mtime;
+        }
+    }
+
     pub fn dir(mtime: SystemTime) -> Entry {
         Entry {
             kind: Kind::Dir,
@@ -57,6 +67,9 @@ pub struct Node {
     pub negative: HashMap<String, Instant>,
     /// ETag of the bytes the kernel may still hold in its page cache.
     pub page_cache_etag: Option<String>,
+    /// Its name was removed (unlink, replaced by a rename) while it is still open or
+    /// known to the kernel: no name leads to it any more.
+    pub unlinked: bool,
     /// Permission bits set by chmod while the mount lives.
     pub perm: Option<u16>,
     /// Directories: one listing at a time, however many lookups want it.
@@ -78,6 +91,7 @@ impl Node {
             listing: None,
             negative: HashMap::new(),
             page_cache_etag: None,
+            unlinked: false,
             perm: None,
             list_lock: Arc::default(),
             last_open: None,
@@ -171,7 +185,7 @@ impl Inodes {
                         (None, _) => false,
                     };
                     if newer {
-                        n.entry = entry.clone();
+                        n.entry.refresh(entry);
                         n.validated = at;
                     }
                     return ino;
@@ -193,7 +207,8 @@ impl Inodes {
     /// Forgets the name; the inode itself lives on until the kernel forgets it.
     pub fn detach(&mut self, parent: u64, name: &str) -> Option<u64> {
         let ino = self.children.remove(&(parent, name.to_string()))?;
-        if let Some(n) = self.nodes.get(&ino) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.unlinked = true;
             if n.lookups == 0 && n.open == 0 {
                 self.nodes.remove(&ino);
             }

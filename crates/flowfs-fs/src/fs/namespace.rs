@@ -28,6 +28,10 @@ impl Fs {
             if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
                 return Err(FsError::NotDir);
             }
+            self.check_key(
+                &join(&t.path(parent).ok_or(FsError::NotFound)?, name),
+                false,
+            )?;
             let e = Entry {
                 kind: Kind::File,
                 size: 0,
@@ -86,6 +90,7 @@ impl Fs {
                 absent,
             )
         };
+        self.check_key(&path, true)?;
         if !known_absent && self.stat_remote(&path).await?.is_some() {
             return Err(FsError::Exists);
         }
@@ -126,6 +131,10 @@ impl Fs {
             if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
                 return Err(FsError::NotDir);
             }
+            self.check_key(
+                &join(&t.path(parent).ok_or(FsError::NotFound)?, name),
+                false,
+            )?;
             let e = Entry {
                 kind: Kind::Symlink,
                 size: target.len() as u64,
@@ -247,12 +256,14 @@ impl Fs {
                 return Err(FsError::Invalid("cannot move a directory into itself"));
             }
             let np = t.path(newparent).ok_or(FsError::NotFound)?;
+            self.check_key(&join(&np, newname), n.entry.kind == Kind::Dir)?;
             (
                 n.entry.kind,
                 t.path(ino).ok_or(FsError::NotFound)?,
                 join(&np, newname),
             )
         };
+        let mut replaced_remote = false;
         if let Some(tino) = target {
             let tkind = self.inodes.lock().get(tino).map(|n| n.entry.kind);
             match (kind == Kind::Dir, tkind == Some(Kind::Dir)) {
@@ -266,7 +277,9 @@ impl Fs {
                 }
                 (false, false) => {
                     // A staged target loses its pending upload: the source replaces it.
-                    self.wb.retire(tino).await;
+                    if self.wb.retire(tino).await.unwrap_or(true) {
+                        replaced_remote = true;
+                    }
                 }
             }
         }
@@ -295,6 +308,8 @@ impl Fs {
                 }
             }
         }
+        // Until its upload lands, a staged source shadows the object it replaced.
+        self.wb.set_shadows(ino, replaced_remote);
         let staged = self.wb.staged(false);
         let rejournal: Vec<u64> = {
             let mut t = self.inodes.lock();

@@ -6,6 +6,9 @@
 use super::*;
 use crate::writeback::{Durability, Finished, Released, UploadJob};
 
+/// How long an unmount waits for the aborts of early uploads given up.
+const ABORT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Fs {
     /// Opens `ino`'s staged content as a handle (`write`: a writer), staging it first:
     /// the object is downloaded unless the caller is about to replace it (`truncate`).
@@ -126,7 +129,8 @@ impl Fs {
         };
         let claimed = self.wb.claim_early_parts(ino, ps, |file| {
             let note = file.upload_note_path();
-            Early::new(self.client.clone(), &self.cfg.bucket, key, note)
+            let aborts = self.wb.aborts().clone();
+            Early::new(self.client.clone(), &self.cfg.bucket, key, note, aborts)
         });
         if let Some((early, file, parts)) = claimed {
             send_early(&early, &file, &parts, ps, &self.slots.parts);
@@ -311,9 +315,9 @@ impl Fs {
         let named = t.path(ino).map(|p| self.key(&p)).as_deref() == Some(key);
         let result = match &r {
             Ok(_) => Ok(()),
-            Err(e) => Err(format!("upload of {key} failed: {e}")),
+            Err(e) => Err(format!("{key}: upload failed: {e}")),
         };
-        let fin = self.wb.finish_upload(ino, job, key, result, named);
+        let fin = self.wb.finish_upload(ino, job, result, named);
         if let Some(e) = &fin.error {
             tracing::error!(%key, "{e}");
         }
@@ -390,6 +394,11 @@ impl Fs {
             set.spawn(async move { fs.wait_durable(ino, &s).await });
         }
         while set.join_next().await.is_some() {}
+        // Bounded: an abort is one request, which the client's own timeouts bound too.
+        let aborts = self.wb.aborts().wait();
+        if tokio::time::timeout(ABORT_WAIT, aborts).await.is_err() {
+            tracing::warn!("early multipart uploads not aborted yet; the next mount aborts them");
+        }
         self.wb.failures()
     }
 

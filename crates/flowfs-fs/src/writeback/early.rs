@@ -15,14 +15,62 @@ use std::sync::Arc;
 
 use flowfs_client::{ClientError, CompletedPart, ObjectClient};
 use parking_lot::Mutex;
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::{Notify, OnceCell, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::staging::{note_upload, StagedFile};
 use super::transfer::{read_part, upload_parts};
 
+/// Counts early uploads alive and the aborts of those given up, so that an unmount
+/// waits for them: an abort left unsent at exit would leave the upload's parts billed
+/// until the next mount with the same cache dir.
+#[derive(Default, Clone)]
+pub struct Aborts(Arc<AbortsInner>);
+
+#[derive(Default)]
+pub struct AbortsInner {
+    busy: Mutex<usize>,
+    idle: Notify,
+}
+
+/// One early upload alive, or one abort in flight.
+struct Busy(Arc<AbortsInner>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut n = self.0.busy.lock();
+        *n -= 1;
+        if *n == 0 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Aborts {
+    fn busy(&self) -> Busy {
+        *self.0.busy.lock() += 1;
+        Busy(self.0.clone())
+    }
+
+    /// Returns once no early upload is alive and every abort has been answered.
+    pub async fn wait(&self) {
+        loop {
+            let idle = self.0.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if *self.0.busy.lock() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
 pub struct Early {
     client: Arc<dyn ObjectClient>,
+    aborts: Aborts,
+    /// Held while this upload is alive (its part tasks hold it).
+    _alive: Busy,
     bucket: String,
     pub key: String,
     /// Holds the upload id while the upload is open (`StagedFile::upload_note_path`).
@@ -47,9 +95,12 @@ impl Early {
         bucket: &str,
         key: String,
         note: PathBuf,
+        aborts: Aborts,
     ) -> Arc<Early> {
         Arc::new(Early {
             client,
+            _alive: aborts.busy(),
+            aborts,
             bucket: bucket.to_string(),
             key,
             note,
@@ -174,7 +225,9 @@ impl Drop for Early {
         let (client, key, note) = (self.client.clone(), self.key.clone(), self.note.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
+                let busy = self.aborts.busy();
                 rt.spawn(async move {
+                    let _busy = busy;
                     match client.abort_multipart(&key, &id).await {
                         Ok(()) => {
                             let _ = std::fs::remove_file(&note);

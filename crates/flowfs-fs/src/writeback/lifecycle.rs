@@ -95,12 +95,12 @@ impl WriteBack {
         file.done.notify_waiters();
     }
 
-    /// The upload of `job` ended with `result`; `named`: `key` is still the file's key.
+    /// The upload of `job` ended with `result`; `named`: the key it went to is still
+    /// the file's.
     pub fn finish_upload(
         &self,
         ino: u64,
         job: &UploadJob,
-        key: &str,
         result: Result<(), String>,
         named: bool,
     ) -> Finished {
@@ -140,11 +140,6 @@ impl WriteBack {
                 (None, false) => Phase::Idle,
             };
         }
-        match &out.error {
-            Some(e) => t.failed.insert(key.to_string(), e.clone()),
-            None if out.durable => t.failed.remove(key),
-            None => None,
-        };
         let idle_clean = |f: &super::FileWb| {
             f.phase == Phase::Idle && !f.dirty() && f.writers == 0 && f.readers == 0
         };
@@ -197,7 +192,7 @@ impl WriteBack {
                 } else {
                     f.phase = Phase::Retired;
                     f.early = EarlyState::Off;
-                    let remote = f.durable_gen > 0;
+                    let remote = f.durable_gen > 0 || f.shadows;
                     if f.writers == 0 && f.readers == 0 {
                         t.files.remove(&ino);
                     }
@@ -220,7 +215,7 @@ impl WriteBack {
     pub fn remote_state(&self, ino: u64) -> Option<(bool, bool)> {
         let t = self.table.lock();
         let f = t.files.get(&ino)?;
-        Some((f.durable_gen > 0, f.dirty() || f.uploading()))
+        Some((f.durable_gen > 0 || f.shadows, f.dirty() || f.uploading()))
     }
 
     /// Inodes with a staged file, and with no open writer when `closed`.
@@ -248,6 +243,7 @@ impl WriteBack {
         }
     }
 
+    /// A staged file of a dead mount that recovery could not upload.
     pub fn fail_key(&self, key: &str, error: String) {
         self.table.lock().failed.insert(key.to_string(), error);
     }
@@ -256,10 +252,17 @@ impl WriteBack {
         self.table.lock().failed.remove(key);
     }
 
-    /// Every upload that failed and was not made good since: `key: error`.
+    /// Every file whose last upload failed, and every key a recovery could not upload:
+    /// `name: error`. A file's failure is its own state, not its name's: renamed after
+    /// a failure and uploaded under the new name, it is no failure any more.
     pub fn failures(&self) -> Vec<String> {
         let t = self.table.lock();
-        t.failed.iter().map(|(k, e)| format!("{k}: {e}")).collect()
+        let files = t.files.values().filter_map(|f| match &f.phase {
+            Phase::Failed(e) => Some(e.clone()),
+            _ => None,
+        });
+        let recovered = t.failed.iter().map(|(k, e)| format!("{k}: {e}"));
+        files.chain(recovered).collect()
     }
 
     /// Parts a front-to-back writer has left a whole part behind, claimed for the early

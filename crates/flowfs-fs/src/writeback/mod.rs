@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-pub use early::Early;
+pub use early::{Aborts, Early};
 pub use lifecycle::send_early;
 pub use staging::{OpenUpload, Orphan, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, UploadSlots};
@@ -67,6 +67,9 @@ struct FileWb {
     phase: Phase,
     /// The key the journal record names, if there is one.
     journaled: Option<String>,
+    /// The bucket holds an object at this file's key that is not one of its uploads
+    /// (it was renamed over it): an unlink must delete that key too.
+    shadows: bool,
     early: EarlyState,
 }
 
@@ -81,6 +84,7 @@ impl FileWb {
             readers: 0,
             phase: Phase::Idle,
             journaled: None,
+            shadows: false,
             early: EarlyState::Off,
         }
     }
@@ -107,7 +111,7 @@ impl FileWb {
 #[derive(Default)]
 struct Table {
     files: HashMap<u64, FileWb>,
-    /// Keys whose upload failed: key -> error, for `flowfs unmount`.
+    /// Keys a recovery could not upload: key -> error, for `flowfs unmount`.
     failed: BTreeMap<String, String>,
 }
 
@@ -165,6 +169,7 @@ pub struct Finished {
 pub struct WriteBack {
     staging: Staging,
     table: Mutex<Table>,
+    aborts: Aborts,
 }
 
 impl WriteBack {
@@ -172,7 +177,13 @@ impl WriteBack {
         WriteBack {
             staging,
             table: Mutex::new(Table::default()),
+            aborts: Aborts::default(),
         }
+    }
+
+    /// The aborts of early uploads given up (an unmount waits for them).
+    pub fn aborts(&self) -> &Aborts {
+        &self.aborts
     }
 
     pub fn staging(&self) -> &Staging {
@@ -358,6 +369,14 @@ impl WriteBack {
             f.journaled = want;
         }
         Ok(())
+    }
+
+    /// `ino` was renamed to a name the bucket may (`shadows`) or may not hold another
+    /// object under.
+    pub fn set_shadows(&self, ino: u64, shadows: bool) {
+        if let Some(f) = self.table.lock().files.get_mut(&ino) {
+            f.shadows = shadows;
+        }
     }
 
     /// A rename changed the key of `ino`: the record is written again by `sync_journal`.

@@ -1,0 +1,64 @@
+//! Helpers shared by the core's test files: a file system over the in-memory store.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use flowfs_client::mock::MockClient;
+use flowfs_fs::inode::ROOT;
+use flowfs_fs::{Fs, FsConfig, FsError};
+
+pub fn setup(cache: &std::path::Path, prefix: &str) -> (Arc<MockClient>, Arc<Fs>) {
+    let mock = Arc::new(MockClient::new());
+    let fs = fs_on(&mock, cache, prefix);
+    (mock, fs)
+}
+
+pub fn fs_on(mock: &Arc<MockClient>, cache: &std::path::Path, prefix: &str) -> Arc<Fs> {
+    let mut cfg = FsConfig::new("b", prefix, cache.to_path_buf());
+    cfg.part_size = 1 << 20;
+    cfg.metadata_ttl = Duration::from_secs(60);
+    Arc::new(Fs::new(cfg, mock.clone()).expect("fs"))
+}
+
+pub fn data(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+pub async fn read_all(fs: &Arc<Fs>, ino: u64) -> Vec<u8> {
+    let (fh, _) = fs.open(ino, false, false).await.expect("open");
+    let mut out = Vec::new();
+    loop {
+        let chunk = fs
+            .read(fh, out.len() as u64, 128 << 10)
+            .await
+            .expect("read");
+        if chunk.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    fs.release(fh).expect("release");
+    out
+}
+
+pub async fn path_ino(fs: &Arc<Fs>, path: &str) -> Result<u64, FsError> {
+    let mut ino = ROOT;
+    for part in path.split('/') {
+        ino = fs.lookup(ino, part).await?.ino;
+    }
+    Ok(ino)
+}
+
+pub async fn names(fs: &Arc<Fs>, ino: u64) -> Vec<String> {
+    let fh = fs.opendir(ino).expect("opendir");
+    let items = fs.readdir(ino, fh, 0, false).await.expect("readdir");
+    fs.releasedir(fh);
+    items
+        .into_iter()
+        .map(|i| i.name)
+        .filter(|n| n != "." && n != "..")
+        .collect()
+}

@@ -1,0 +1,121 @@
+//! POSIX behaviour the external exercisers (fsx, pjdfstest) found wrong, each pinned
+//! over the in-memory store (issue 13).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use flowfs_client::mock::MockClient;
+use flowfs_fs::inode::ROOT;
+use flowfs_fs::{Fs, FsConfig, FsError};
+
+fn fs_with_ttl(mock: &Arc<MockClient>, cache: &std::path::Path, ttl: Duration) -> Arc<Fs> {
+    let mut cfg = FsConfig::new("b", "pre/", cache.to_path_buf());
+    cfg.part_size = 1 << 20;
+    cfg.metadata_ttl = ttl;
+    Arc::new(Fs::new(cfg, mock.clone()).expect("fs"))
+}
+
+/// The shape fsx found: fsync, close, reopen before the kernel's RELEASE of the old
+/// handle arrives, truncate down, write past the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopen_before_the_old_release_keeps_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (a, fh1) = fs.create(ROOT, "f", 0o644).await.unwrap();
+    fs.write(fh1, 0, &data(100_000, 1)).unwrap();
+    fs.fsync(fh1).await.unwrap();
+    let (fh2, _) = fs.open(a.ino, true, false).await.unwrap();
+    fs.release(fh1).unwrap();
+    fs.setattr(a.ino, None, Some(30_000), None, Some(fh2))
+        .await
+        .unwrap();
+    fs.write(fh2, 40_000, b"tail").unwrap();
+    let mut want = data(100_000, 1)[..30_000].to_vec();
+    want.resize(40_000, 0);
+    want.extend_from_slice(b"tail");
+    assert_eq!(fs.getattr(a.ino).await.unwrap().size, want.len() as u64);
+    fs.release(fh2).unwrap();
+    assert_eq!(read_all(&fs, a.ino).await, want);
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("f").as_deref(), Some(&want[..]));
+}
+
+/// S3 keys are at most 1,024 bytes: such a name is refused at once, instead of an
+/// upload that fails forever and stays in the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_whose_key_the_store_cannot_hold_is_enametoolong() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let fs = fs_with_ttl(&mock, dir.path(), Duration::from_secs(60));
+    // "pre/" + 4 levels of 250 bytes with their slashes = 1,008 bytes of directories.
+    let mut parent = ROOT;
+    for i in 0..4u8 {
+        let name = String::from_utf8(vec![b'a' + i; 250]).unwrap();
+        parent = fs.mkdir(parent, &name, 0o755).await.unwrap().ino;
+    }
+    let fits = "f".repeat(1024 - 1008);
+    let too_long = "f".repeat(1024 - 1008 + 1);
+    assert!(matches!(
+        fs.create(parent, &too_long, 0o644).await,
+        Err(FsError::NameTooLong)
+    ));
+    assert!(matches!(
+        fs.mkdir(parent, &fits, 0o755).await,
+        Err(FsError::NameTooLong)
+    ));
+    assert!(matches!(
+        fs.symlink(parent, &too_long, "t").await,
+        Err(FsError::NameTooLong)
+    ));
+    assert!(matches!(
+        fs.lookup(parent, &too_long).await,
+        Err(FsError::NameTooLong)
+    ));
+    let (a, fh) = fs.create(parent, &fits, 0o644).await.unwrap();
+    fs.write(fh, 0, b"x").unwrap();
+    fs.release(fh).unwrap();
+    assert!(matches!(
+        fs.rename(parent, &fits, parent, &too_long, false).await,
+        Err(FsError::NameTooLong)
+    ));
+    assert!(fs.flush_all().await.is_empty(), "nothing left failing");
+    assert_eq!(fs.getattr(a.ino).await.unwrap().size, 1);
+    assert!(mock.keys().iter().any(|k| k.len() == 1024));
+    assert!(mock.keys().iter().all(|k| k.len() <= 1024));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_file_whose_name_is_removed_has_no_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (a, fh) = fs.create(ROOT, "gone", 0o644).await.unwrap();
+    fs.write(fh, 0, b"still here").unwrap();
+    assert_eq!(fs.getattr(a.ino).await.unwrap().nlink, 1);
+    fs.unlink(ROOT, "gone").await.unwrap();
+    assert_eq!(fs.getattr(a.ino).await.unwrap().nlink, 0);
+    assert_eq!(&fs.read(fh, 0, 100).await.unwrap()[..], b"still here");
+    fs.write(fh, 10, b"!").unwrap();
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert!(mock.keys().is_empty(), "an unlinked file is never uploaded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_keeps_its_time_when_confirmed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let fs = fs_with_ttl(&mock, dir.path(), Duration::ZERO);
+    mock.insert("pre/old/x", b"x".to_vec());
+    let made = fs.mkdir(ROOT, "new", 0o755).await.unwrap();
+    let seen = fs.lookup(ROOT, "old").await.unwrap();
+    for _ in 0..3 {
+        // Every lookup goes to the store (TTL 0) and must not move the times.
+        assert_eq!(fs.lookup(ROOT, "new").await.unwrap().mtime, made.mtime);
+        assert_eq!(fs.lookup(ROOT, "old").await.unwrap().mtime, seen.mtime);
+        let _ = names(&fs, ROOT).await;
+        assert_eq!(fs.getattr(made.ino).await.unwrap().mtime, made.mtime);
+    }
+}
