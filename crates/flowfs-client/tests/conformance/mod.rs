@@ -5,7 +5,7 @@
 //! A body gets a client and a key prefix of its own (`…/`), touches nothing outside it, and
 //! asserts what real S3 does. Where the trait's doc comments are silent, the reference is
 //! what the S3 backend does against SeaweedFS 4.48; where SeaweedFS and AWS S3 differ the
-//! body says so in a comment (see "SeaweedFS and AWS S3" in tests/integration/README.md).
+//! body says so in a comment (see "SeaweedFS 4.48 and AWS S3" in tests/integration/README.md).
 //!
 //! `FLOWFS_CONFORMANCE_ONLY=substring` runs only the behaviours whose names contain it.
 
