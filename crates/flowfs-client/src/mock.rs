@@ -39,7 +39,8 @@ struct Obj {
 struct Upload {
     key: String,
     metadata: HashMap<String, String>,
-    parts: BTreeMap<i32, Bytes>,
+    /// part number -> (ETag, body)
+    parts: BTreeMap<i32, (String, Bytes)>,
 }
 
 #[derive(Default)]
@@ -56,6 +57,9 @@ pub struct MockClient {
     next_id: AtomicU64,
     /// Keys in the order their objects became visible.
     visible: Mutex<Vec<String>>,
+    /// Continuation tokens handed out: token -> (prefix, last entry of its page). Opaque
+    /// as on S3, so that no caller can get away with making one from a key.
+    tokens: Mutex<HashMap<String, (String, String)>>,
 }
 
 impl MockClient {
@@ -193,6 +197,116 @@ fn info(key: &str, o: &Obj) -> ObjectInfo {
     }
 }
 
+/// The error the S3 backend makes of an HTTP error answer (see `s3::classify`).
+fn http_error(what: &str, status: u16, code: &str, msg: &str) -> ClientError {
+    ClientError::Other(format!("{what}: HTTP {status} {code}: {msg}"))
+}
+
+/// What the mock does on the server side of a request: the checks and answers of S3.
+impl MockClient {
+    /// One ranged GET of `[start, end)`, `end > start`: as much of it as the object has,
+    /// `InvalidRange` (416) when it starts at or after the end, as on S3.
+    async fn fetch(&self, key: &str, start: u64, end: u64, etag: Option<&str>) -> Result<Bytes> {
+        self.enter(Op::Get).await?;
+        let objects = self.objects.lock();
+        let o = objects
+            .get(key)
+            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
+        if etag.is_some_and(|e| e != o.etag) {
+            return Err(ClientError::Precondition(key.to_string()));
+        }
+        let len = o.data.len() as u64;
+        if start >= len {
+            let msg = "The requested range is not satisfiable";
+            return Err(http_error(key, 416, "InvalidRange", msg));
+        }
+        let (s, e) = (start as usize, end.min(len) as usize);
+        self.get_bytes.fetch_add((e - s) as u64, Ordering::Relaxed);
+        // Aligned like the S3 backend's, so that tests take the same cache write path.
+        Ok(AlignedBuf::from_slice(&o.data[s..e]).into_bytes())
+    }
+
+    /// ListObjectsV2: keys after `start_after` are rolled up into common prefixes, then
+    /// paged; `token` continues after the last entry of the page that handed it out.
+    async fn list(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<String>,
+        max_keys: Option<i32>,
+        start_after: &str,
+    ) -> Result<ListPage> {
+        self.enter(Op::List).await?;
+        let what = format!("list {prefix}");
+        let after = match token {
+            None => None,
+            Some(t) => match self.tokens.lock().get(&t) {
+                Some((p, last)) if p == prefix => Some(last.clone()),
+                _ => {
+                    let msg = "The continuation token provided is incorrect";
+                    return Err(http_error(&what, 400, "InvalidArgument", msg));
+                }
+            },
+        };
+        let max = max_keys.unwrap_or(1000).max(1) as usize;
+        let mut page = ListPage::default();
+        let mut last: Option<String> = None;
+        for (name, obj) in self.entries(prefix, delimiter, start_after) {
+            if after.as_ref().is_some_and(|a| name.as_str() <= a.as_str()) {
+                continue;
+            }
+            if page.objects.len() + page.prefixes.len() == max {
+                let t = format!(
+                    "mock-token-{}",
+                    self.next_id.fetch_add(1, Ordering::Relaxed)
+                );
+                let last = last.unwrap_or_default();
+                self.tokens
+                    .lock()
+                    .insert(t.clone(), (prefix.to_string(), last));
+                page.next_token = Some(t);
+                break;
+            }
+            match obj {
+                Some(o) => page.objects.push(o),
+                None => page.prefixes.push(name.clone()),
+            }
+            last = Some(name);
+        }
+        Ok(page)
+    }
+
+    /// Every entry below `prefix` after `start_after`, in key order, prefixes collapsed.
+    fn entries(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        start_after: &str,
+    ) -> Vec<(String, Option<ObjectInfo>)> {
+        let objects = self.objects.lock();
+        let mut entries: Vec<(String, Option<ObjectInfo>)> = Vec::new();
+        for (key, o) in objects.range(prefix.to_string()..) {
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if key.as_str() <= start_after {
+                continue;
+            }
+            let rest = &key[prefix.len()..];
+            match delimiter.and_then(|d| rest.find(d).map(|i| (i, d))) {
+                Some((i, d)) => {
+                    let p = format!("{prefix}{}{d}", &rest[..i]);
+                    if entries.last().map(|e| &e.0) != Some(&p) {
+                        entries.push((p, None));
+                    }
+                }
+                None => entries.push((key.clone(), Some(info(key, o)))),
+            }
+        }
+        entries
+    }
+}
+
 #[async_trait]
 impl ObjectClient for MockClient {
     async fn check_bucket(&self, _prefix: &str) -> Result<()> {
@@ -218,19 +332,10 @@ impl ObjectClient for MockClient {
         end: u64,
         etag: Option<&str>,
     ) -> Result<Bytes> {
-        self.enter(Op::Get).await?;
-        let objects = self.objects.lock();
-        let o = objects
-            .get(key)
-            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
-        if etag.is_some_and(|e| e != o.etag) {
-            return Err(ClientError::Precondition(key.to_string()));
-        }
-        let len = o.data.len() as u64;
-        let (s, e) = (start.min(len) as usize, end.min(len) as usize);
-        self.get_bytes.fetch_add((e - s) as u64, Ordering::Relaxed);
-        // Aligned like the S3 backend's, so that tests take the same cache write path.
-        Ok(AlignedBuf::from_slice(&o.data[s..e]).into_bytes())
+        let mut out = Bytes::new();
+        self.get_range_pieces(key, start, &[end], etag, &mut |_, b| out = b)
+            .await?;
+        Ok(out)
     }
 
     async fn get_range_pieces(
@@ -241,10 +346,11 @@ impl ObjectClient for MockClient {
         etag: Option<&str>,
         sink: &mut (dyn FnMut(usize, Bytes) + Send),
     ) -> Result<()> {
-        let Some(&end) = cuts.last() else {
+        // An empty range needs no request, as in the S3 backend.
+        let Some(&end) = cuts.last().filter(|&&end| end > start) else {
             return Ok(());
         };
-        let data = self.get_range(key, start, end, etag).await?;
+        let data = self.fetch(key, start, end, etag).await?;
         let cut = {
             let mut c = self.cut.lock();
             match *c {
@@ -270,43 +376,7 @@ impl ObjectClient for MockClient {
         token: Option<String>,
         max_keys: Option<i32>,
     ) -> Result<ListPage> {
-        self.enter(Op::List).await?;
-        let max = max_keys.unwrap_or(1000).max(1) as usize;
-        let objects = self.objects.lock();
-        // Every entry of the listing in key order, prefixes collapsed; the continuation
-        // token is the last entry returned, so a page is "the next `max` entries after it".
-        let mut entries: Vec<(String, Option<ObjectInfo>)> = Vec::new();
-        for (key, o) in objects.range(prefix.to_string()..) {
-            if !key.starts_with(prefix) {
-                break;
-            }
-            let rest = &key[prefix.len()..];
-            match delimiter.and_then(|d| rest.find(d).map(|i| (i, d))) {
-                Some((i, d)) => {
-                    let p = format!("{prefix}{}{d}", &rest[..i]);
-                    if entries.last().map(|e| &e.0) != Some(&p) {
-                        entries.push((p, None));
-                    }
-                }
-                None => entries.push((key.clone(), Some(info(key, o)))),
-            }
-        }
-        let mut page = ListPage::default();
-        let after: Vec<_> = entries
-            .into_iter()
-            .filter(|e| token.as_ref().is_none_or(|t| e.0.as_str() > t.as_str()))
-            .collect();
-        for (i, (name, obj)) in after.iter().enumerate() {
-            if i == max {
-                page.next_token = Some(after[i - 1].0.clone());
-                break;
-            }
-            match obj {
-                Some(o) => page.objects.push(o.clone()),
-                None => page.prefixes.push(name.clone()),
-            }
-        }
-        Ok(page)
+        self.list(prefix, delimiter, token, max_keys, "").await
     }
 
     async fn list_after(
@@ -315,12 +385,7 @@ impl ObjectClient for MockClient {
         start_after: &str,
         token: Option<String>,
     ) -> Result<ListPage> {
-        // Both mean "entries after this one" here.
-        let from = match token {
-            Some(t) if t.as_str() > start_after => t,
-            _ => start_after.to_string(),
-        };
-        self.list_page(prefix, Some("/"), Some(from), None).await
+        self.list(prefix, Some("/"), token, None, start_after).await
     }
 
     async fn put(
@@ -366,8 +431,11 @@ impl ObjectClient for MockClient {
             .get_mut(upload_id)
             .filter(|u| u.key == key)
             .ok_or_else(|| ClientError::NotFound(format!("upload {upload_id}")))?;
-        u.parts.insert(part_number, body);
-        Ok(format!("\"part-{part_number}\""))
+        // Distinct for every part uploaded, as S3's (an MD5 of the body) are in practice.
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let etag = format!("\"part-{part_number}-{n}\"");
+        u.parts.insert(part_number, (etag.clone(), body));
+        Ok(etag)
     }
 
     async fn complete_multipart(
@@ -377,21 +445,28 @@ impl ObjectClient for MockClient {
         parts: Vec<CompletedPart>,
     ) -> Result<PutResult> {
         self.enter(Op::CompleteMultipart).await?;
-        let u = self
-            .uploads
-            .lock()
-            .remove(upload_id)
+        let mut uploads = self.uploads.lock();
+        let u = uploads
+            .get(upload_id)
+            .filter(|u| u.key == key)
             .ok_or_else(|| ClientError::NotFound(format!("upload {upload_id}")))?;
+        // Each part must be there with the ETag its upload returned; a failed completion
+        // leaves the upload open, as on S3.
         let mut data = Vec::new();
         for p in &parts {
-            let part = u
-                .parts
-                .get(&p.part_number)
-                .ok_or_else(|| ClientError::Other(format!("missing part {}", p.part_number)))?;
-            data.extend_from_slice(part);
+            match u.parts.get(&p.part_number) {
+                Some((etag, body)) if *etag == p.etag => data.extend_from_slice(body),
+                _ => {
+                    let msg = format!("part {} not found or its ETag differs", p.part_number);
+                    return Err(http_error(key, 400, "InvalidPart", &msg));
+                }
+            }
         }
+        let metadata = u.metadata.clone();
+        uploads.remove(upload_id);
+        drop(uploads);
         Ok(PutResult {
-            etag: self.store_parts(key, Bytes::from(data), u.metadata, Some(parts.len())),
+            etag: self.store_parts(key, Bytes::from(data), metadata, Some(parts.len())),
         })
     }
 

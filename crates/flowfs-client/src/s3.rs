@@ -131,6 +131,17 @@ fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
         })
 }
 
+/// An ETag in the quoted form HEAD, GET and LIST give. SeaweedFS 4.48 leaves the quotes
+/// off the ETag of a CopyObjectResult (AWS S3 keeps them), so the copy's ETag would not
+/// equal the HEAD of the copy without this.
+fn quoted(etag: &str) -> String {
+    if etag.is_empty() || etag.starts_with('"') || etag.starts_with("W/") {
+        etag.to_string()
+    } else {
+        format!("\"{etag}\"")
+    }
+}
+
 /// Percent-encodes a key for the `x-amz-copy-source` header; `/` stays as it is.
 fn encode_copy_source(bucket: &str, key: &str) -> String {
     let mut out = String::with_capacity(bucket.len() + key.len() + 1);
@@ -451,13 +462,11 @@ impl ObjectClient for S3Client {
             .send()
             .await
             .map_err(|e| map_err(from, e))?;
-        Ok(PutResult {
-            etag: out
-                .copy_object_result()
-                .and_then(|r| r.e_tag())
-                .unwrap_or("")
-                .to_string(),
-        })
+        let etag = out
+            .copy_object_result()
+            .and_then(|r| r.e_tag())
+            .unwrap_or("");
+        Ok(PutResult { etag: quoted(etag) })
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
@@ -482,6 +491,13 @@ mod tests {
             encode_copy_source("b", "a b/ü+=&.txt"),
             "b/a%20b/%C3%BC%2B%3D%26.txt"
         );
+    }
+
+    #[test]
+    fn etags_are_quoted() {
+        assert_eq!(quoted("abc"), "\"abc\"");
+        assert_eq!(quoted("\"abc\""), "\"abc\"");
+        assert_eq!(quoted(""), "");
     }
 
     #[test]

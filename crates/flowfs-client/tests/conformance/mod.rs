@@ -1,0 +1,164 @@
+//! The `ObjectClient` conformance suite: every behaviour the file system relies on, written
+//! once as an async fn over `&dyn ObjectClient` and run against every backend (the mock by
+//! `conformance_mock.rs`, a real SeaweedFS by `conformance_seaweedfs/`).
+//!
+//! A body gets a client and a key prefix of its own (`…/`), touches nothing outside it, and
+//! asserts what real S3 does. Where the trait's doc comments are silent, the reference is
+//! what the S3 backend does against SeaweedFS 4.48; where SeaweedFS and AWS S3 differ the
+//! body says so in a comment (see "SeaweedFS 4.48 and AWS S3" in tests/integration/README.md).
+//!
+//! `FLOWFS_CONFORMANCE_ONLY=substring` runs only the behaviours whose names contain it.
+
+#![allow(dead_code)] // each test binary uses a part of the helpers
+
+pub mod lists;
+pub mod reads;
+pub mod writes;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use flowfs_client::{ClientError, ObjectClient, Result};
+
+pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// One behaviour: its name and its body, started with a client and a fresh prefix.
+pub struct Behaviour {
+    pub name: &'static str,
+    pub run: fn(Arc<dyn ObjectClient>, String) -> BoxFuture,
+}
+
+macro_rules! behaviour {
+    ($f:path) => {
+        Behaviour {
+            name: stringify!($f),
+            run: |c, p| Box::pin(async move { $f(&*c, &p).await }),
+        }
+    };
+}
+
+/// Every behaviour both backends must show.
+pub fn all() -> Vec<Behaviour> {
+    vec![
+        behaviour!(reads::head_of_missing_key_is_not_found),
+        behaviour!(reads::put_get_round_trip_with_metadata),
+        behaviour!(reads::empty_object),
+        behaviour!(reads::overwrite_replaces_content_and_etag),
+        behaviour!(reads::ranged_get_inside_and_at_end),
+        behaviour!(reads::ranged_get_end_beyond_size_is_a_short_body),
+        behaviour!(reads::ranged_get_starting_at_or_past_end_is_invalid_range),
+        behaviour!(reads::empty_range_is_empty),
+        behaviour!(reads::if_match_mismatch_is_precondition),
+        behaviour!(reads::get_range_pieces_in_order),
+        behaviour!(reads::get_range_pieces_past_the_end),
+        behaviour!(reads::odd_key_characters),
+        behaviour!(lists::check_bucket_succeeds),
+        behaviour!(lists::list_with_delimiter_splits_prefixes_and_objects),
+        behaviour!(lists::list_without_delimiter_is_flat),
+        behaviour!(lists::list_metadata_matches_head),
+        behaviour!(lists::pagination_with_max_keys_and_tokens),
+        behaviour!(lists::pagination_without_delimiter),
+        behaviour!(lists::list_after_is_start_after),
+        behaviour!(lists::list_after_inside_a_common_prefix),
+        behaviour!(writes::delete_of_missing_key_succeeds),
+        behaviour!(writes::delete_removes_the_object),
+        behaviour!(writes::multipart_round_trip),
+        behaviour!(writes::multipart_abort_forgets_the_upload),
+        behaviour!(writes::multipart_unknown_upload_id_is_not_found),
+        behaviour!(writes::multipart_complete_with_wrong_etag_fails),
+        behaviour!(writes::copy_keeps_content_and_metadata),
+        behaviour!(writes::copy_of_missing_key_is_not_found),
+    ]
+}
+
+/// Runs every behaviour (each in a task of its own, so one panic does not hide the rest)
+/// on the client `make` returns for it, with prefix `{base}{name}/`, and fails with the
+/// list of the behaviours that failed.
+pub async fn run_all(backend: &str, base: &str, make: &dyn Fn() -> Arc<dyn ObjectClient>) {
+    let only = std::env::var("FLOWFS_CONFORMANCE_ONLY").unwrap_or_default();
+    let mut failed = Vec::new();
+    let mut ran = 0;
+    for b in all().into_iter().filter(|b| b.name.contains(&only)) {
+        let short = b.name.rsplit("::").next().unwrap_or(b.name);
+        let prefix = format!("{base}{short}/");
+        let task = tokio::spawn((b.run)(make(), prefix));
+        let outcome = match tokio::time::timeout(Duration::from_secs(120), task).await {
+            Err(_) => Some("timed out after 120 s".to_string()),
+            Ok(Ok(())) => None,
+            Ok(Err(e)) if e.is_panic() => Some(panic_message(e.into_panic())),
+            Ok(Err(e)) => Some(e.to_string()),
+        };
+        ran += 1;
+        match outcome {
+            None => println!("conformance[{backend}] {} ... ok", b.name),
+            Some(msg) => {
+                println!("conformance[{backend}] {} ... FAILED: {msg}", b.name);
+                failed.push(format!("{}: {msg}", b.name));
+            }
+        }
+    }
+    assert!(
+        ran > 0,
+        "no behaviour matches FLOWFS_CONFORMANCE_ONLY={only}"
+    );
+    assert!(
+        failed.is_empty(),
+        "{backend}: {} of {ran} behaviours failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+    println!("conformance[{backend}]: {ran} behaviours passed");
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    match p.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => p
+            .downcast_ref::<&str>()
+            .map_or("(non-string panic)".to_string(), |s| s.to_string()),
+    }
+}
+
+// ------------------------------------------------------------------ helpers for bodies
+
+pub fn data(n: usize, seed: u8) -> Bytes {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+pub fn meta(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+pub async fn put(c: &dyn ObjectClient, key: &str, body: Bytes) -> String {
+    c.put(key, body, &HashMap::new())
+        .await
+        .unwrap_or_else(|e| panic!("put {key}: {e}"))
+        .etag
+}
+
+/// The error of `r`, which must be one.
+pub fn err<T: std::fmt::Debug>(r: Result<T>, what: &str) -> ClientError {
+    match r {
+        Ok(v) => panic!("{what}: expected an error, got Ok({v:?})"),
+        Err(e) => e,
+    }
+}
+
+pub fn assert_not_found<T: std::fmt::Debug>(r: Result<T>, what: &str) {
+    let e = err(r, what);
+    assert!(
+        matches!(e, ClientError::NotFound(_)),
+        "{what}: expected NotFound, got {e:?}"
+    );
+    assert!(!e.is_retryable(), "{what}: NotFound is not retryable");
+}

