@@ -61,8 +61,9 @@ RESULT = re.compile(r"^(\S+)\s+(ok|FAILED|skipped|failed as expected|PASSED UNEX
 
 
 def parse(output: str) -> dict[str, tuple[str, str]]:
-    """{case: (status, detail)}; status is ok, FAILED or skipped; detail is the indented
-    lines after the case (the panic message, or the skip reasons)."""
+    """{case: (status, detail)}; status is ok, FAILED or skipped; detail is what pjdfstest
+    printed below the case (the panic message with its `left:`/`right:` lines, or the skip
+    reasons)."""
     results: dict[str, tuple[str, str]] = {}
     current = None
     for raw in output.splitlines():
@@ -71,11 +72,11 @@ def parse(output: str) -> dict[str, tuple[str, str]]:
         if m:
             current = m.group(1)
             results[current] = (m.group(2), "")
-        elif current and line.startswith("\t"):
-            status, detail = results[current]
-            results[current] = (status, (detail + "\n" + line.strip()).strip())
         elif line.startswith("Summary"):
             current = None
+        elif current and line.strip():
+            status, detail = results[current]
+            results[current] = (status, (detail + "\n" + line.strip()).strip())
     return results
 
 
@@ -110,7 +111,7 @@ def summary_table(local: dict, flowfs: dict, expected: dict[str, str]) -> str:
         r[2] += flowfs.get(case, ("",))[0] == "ok"
         r[3] += case in expected
         r[4] += local.get(case, ("",))[0] == "skipped"
-    out = [f"{'group':<18}{'cases':>6}{'local':>7}{'flowfs':>8}{'listed':>8}{'skipped':>9}"]
+    out = [f"{'group':<18}{'cases':>6}{'local':>7}{'flowfs':>8}{'listed':>8}{'skipped':>9}  (skipped: on the local directory)"]
     total = [0] * 5
     for g, r in sorted(rows.items()):
         out.append(f"{g:<18}{r[0]:>6}{r[1]:>7}{r[2]:>8}{r[3]:>8}{r[4]:>9}")
@@ -151,7 +152,8 @@ def test_pjdfstest(open_dir, mount, bucket, work_dir):
     try:
         for label, path in (("local", local_dir), ("flowfs", m.path)):
             procs[label] = ToolProcess([pjd, "-c", str(config), "-p", str(path)],
-                                       work_dir / f"pjdfstest-{label}", timeout=TIMEOUT, cwd=work_dir)
+                                       work_dir / f"pjdfstest-{label}", timeout=TIMEOUT, cwd=work_dir,
+                                       env={"RUST_BACKTRACE": "0"})  # one panic line per failed case
         runs = {label: p.wait() for label, p in procs.items()}
     finally:
         for p in procs.values():
