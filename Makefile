@@ -36,7 +36,7 @@ test-integration:
 	$(PYTHON) -m pytest tests/integration -v
 
 # The external exercisers only: fsx and pjdfstest on real mounts (also part of `test`;
-# setup installs both with cargo install). About 6 minutes on 2 cores.
+# setup installs both with cargo install). About 5 minutes on 2 cores.
 test-exercisers: setup build
 	$(PYTHON) -m pytest tests/integration/test_fsx.py tests/integration/test_pjdfstest.py -v
 

@@ -97,8 +97,8 @@ fi
 CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
 for pin in "${CARGO_PINS[@]}"; do
   read -r name want <<<"$pin"
-  exe=$(command -v "$name" 2>/dev/null || echo "$CARGO_BIN/$name")
-  have=$("$exe" --version 2>/dev/null | awk '{print $2}' || true)
+  # the copy cargo installs (the tests look there first, before PATH)
+  have=$("$CARGO_BIN/$name" --version 2>/dev/null | awk '{print $2}' || true)
   if [ "$have" != "$want" ]; then
     log "cargo install --locked $name --version $want (have: ${have:-none}; a few minutes)"
     cargo install --locked --quiet "$name" --version "$want"

@@ -21,16 +21,17 @@ from seaweed import _set_pdeathsig, register_group, stop_group
 
 
 def tool(name: str) -> str:
-    """Path of an exerciser installed by scripts/setup.sh (`cargo install` puts it in
-    ~/.cargo/bin, which may not be on PATH); fails the test when it is missing."""
-    found = shutil.which(name)
-    if found:
-        return found
+    """Path of an exerciser installed by scripts/setup.sh: the copy `cargo install` put in
+    $CARGO_HOME/bin (~/.cargo/bin) first (another `fsx` may be on PATH), then PATH. Fails
+    the test when there is none."""
     cargo_home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
     candidate = cargo_home / "bin" / name
     if candidate.is_file() and os.access(candidate, os.X_OK):
         return str(candidate)
-    pytest.fail(f"{name} not found on PATH or in {cargo_home / 'bin'}: run `make setup` "
+    found = shutil.which(name)
+    if found:
+        return found
+    pytest.fail(f"{name} not found in {cargo_home / 'bin'} or on PATH: run `make setup` "
                 f"(scripts/setup.sh installs it with cargo install)", pytrace=False)
 
 
