@@ -379,7 +379,7 @@ class LocalDisk(Tool):
 
 # ====================================================================== registry
 
-TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
+TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "flowfs-base", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
               "geesefs", "mountpoint-s3"]
 
 
@@ -399,6 +399,14 @@ def make_tools(names: list[str], flowfs_bin: str) -> list[Tool]:
             t = FlowFS("flowfs", exe=flowfs_bin)
             if not os.access(flowfs_bin, os.X_OK):
                 t.unavailable = f"flowfs binary not found at {flowfs_bin} (cargo build --release)"
+            out.append(t)
+        elif n == "flowfs-base":
+            # The build before a change, in the same run (FLOWFS_BASE_BIN): a change is
+            # measured against it, never against figures from another day.
+            base = os.environ.get("FLOWFS_BASE_BIN", "")
+            t = FlowFS("flowfs-base", exe=base, note="the build before the change (FLOWFS_BASE_BIN)")
+            if not base or not os.access(base, os.X_OK):
+                t.unavailable = "set FLOWFS_BASE_BIN to the flowfs binary of the build before"
             out.append(t)
         elif n == "s3fs":
             out.append(S3fs("s3fs", install="s3fs"))

@@ -560,11 +560,12 @@ impl Fs {
             if n.parent != ino || t.child(ino, &n.name) != Some(*cino) {
                 continue;
             }
-            let staged = self.wb.size(*cino);
+            let staged = self.wb.stat(*cino);
             if staged.is_some() || n.validated.is_none_or(|v| v > at) {
                 let mut e = n.entry.clone();
-                if let Some(size) = staged {
+                if let Some((size, mtime)) = staged {
                     e.size = size;
+                    e.mtime = mtime;
                 }
                 entries.insert(n.name.clone(), e);
             }
@@ -687,8 +688,9 @@ impl Fs {
 
     fn node_attr(&self, ino: u64, n: &crate::inode::Node) -> Attr {
         let mut a = self.attr(ino, &n.entry);
-        if let Some(size) = self.wb.size(ino) {
+        if let Some((size, mtime)) = self.wb.stat(ino) {
             a.size = size;
+            a.mtime = mtime;
         }
         if let Some(p) = n.perm {
             a.perm = p;
@@ -716,6 +718,15 @@ impl Fs {
                     entries.remove(name);
                 }
             }
+        }
+    }
+
+    /// An entry was added to or removed from `dir` through this mount: its mtime (and
+    /// ctime, which flowfs shows equal) is now, as on a local file system. Kept in memory
+    /// only (S3 has no directory times).
+    fn entries_changed(t: &mut Inodes, dir: u64) {
+        if let Some(n) = t.get_mut(dir) {
+            n.entry.mtime = SystemTime::now();
         }
     }
 

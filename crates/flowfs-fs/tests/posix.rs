@@ -119,3 +119,47 @@ async fn a_directory_keeps_its_time_when_confirmed_again() {
         assert_eq!(fs.getattr(made.ino).await.unwrap().mtime, made.mtime);
     }
 }
+
+/// pjdfstest: a directory's mtime and ctime change when an entry is added or removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_changes_its_time_when_entries_come_and_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, fs) = setup(dir.path(), "");
+    let d = fs.mkdir(ROOT, "d", 0o755).await.unwrap();
+    let mut last = d.mtime;
+    let mut changed = |a: flowfs_fs::Attr, what: &str| {
+        assert!(a.mtime > last, "{what} did not change the directory's time");
+        last = a.mtime;
+    };
+    let (_, fh) = fs.create(d.ino, "f", 0o644).await.unwrap();
+    fs.release(fh).unwrap();
+    changed(fs.getattr(d.ino).await.unwrap(), "create");
+    fs.mkdir(d.ino, "sub", 0o755).await.unwrap();
+    changed(fs.getattr(d.ino).await.unwrap(), "mkdir");
+    fs.rename(d.ino, "f", d.ino, "g", false).await.unwrap();
+    changed(fs.getattr(d.ino).await.unwrap(), "rename");
+    fs.unlink(d.ino, "g").await.unwrap();
+    changed(fs.getattr(d.ino).await.unwrap(), "unlink");
+    fs.rmdir(d.ino, "sub").await.unwrap();
+    changed(fs.getattr(d.ino).await.unwrap(), "rmdir");
+}
+
+/// pjdfstest: a file's mtime is the time of its last write or truncation while it is
+/// staged, and utimens sets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_shows_the_time_of_its_last_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_mock, fs) = setup(dir.path(), "");
+    let (a, fh) = fs.create(ROOT, "f", 0o644).await.unwrap();
+    let t0 = fs.getattr(a.ino).await.unwrap().mtime;
+    fs.write(fh, 0, b"abc").unwrap();
+    let t1 = fs.getattr(a.ino).await.unwrap().mtime;
+    assert!(t1 > t0, "write");
+    fs.setattr(a.ino, None, Some(1), None, Some(fh)).await.unwrap();
+    let t2 = fs.getattr(a.ino).await.unwrap().mtime;
+    assert!(t2 > t1, "ftruncate");
+    let old = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    fs.setattr(a.ino, None, None, Some(old), Some(fh)).await.unwrap();
+    assert_eq!(fs.getattr(a.ino).await.unwrap().mtime, old, "utimens");
+    fs.release(fh).unwrap();
+}

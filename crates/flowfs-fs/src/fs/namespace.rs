@@ -45,6 +45,7 @@ impl Fs {
                 n.lookups += 1;
             }
             Self::listing_put(&mut t, parent, name, Some(e));
+            Self::entries_changed(&mut t, parent);
             ino
         };
         let staged = match self.new_staged(ino, NewFile::Created, b"") {
@@ -107,6 +108,7 @@ impl Fs {
         let at = Instant::now();
         let ino = t.upsert(parent, name, &e, Some(at));
         Self::listing_put(&mut t, parent, name, Some(e));
+        Self::entries_changed(&mut t, parent);
         // It was just checked to be empty: names created in it need no lookup request.
         if let Some(n) = t.get_mut(ino) {
             n.listing = Some(Listing {
@@ -147,6 +149,7 @@ impl Fs {
                 n.lookups += 1;
             }
             Self::listing_put(&mut t, parent, name, Some(e));
+            Self::entries_changed(&mut t, parent);
             ino
         };
         if let Err(e) = self.new_staged(ino, NewFile::Symlink, target.as_bytes()) {
@@ -180,6 +183,7 @@ impl Fs {
         }
         t.detach(parent, name);
         Self::listing_put(&mut t, parent, name, None);
+        Self::entries_changed(&mut t, parent);
         t.add_negative(parent, name);
         Ok(())
     }
@@ -223,6 +227,7 @@ impl Fs {
         let mut t = self.inodes.lock();
         t.detach(parent, name);
         Self::listing_put(&mut t, parent, name, None);
+        Self::entries_changed(&mut t, parent);
         t.add_negative(parent, name);
         Ok(())
     }
@@ -321,7 +326,9 @@ impl Fs {
                 }
             }
             Self::listing_put(&mut t, parent, name, None);
+            Self::entries_changed(&mut t, parent);
             Self::listing_put(&mut t, newparent, newname, entry);
+            Self::entries_changed(&mut t, newparent);
             t.add_negative(parent, name);
             if let Some(n) = t.get_mut(ino) {
                 n.listing = None;
@@ -449,6 +456,7 @@ impl Fs {
         }
         if let Some(m) = mtime {
             n.entry.mtime = m;
+            self.wb.set_mtime(ino, m);
         }
         Ok(self.node_attr(ino, n))
     }

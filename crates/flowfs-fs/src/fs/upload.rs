@@ -25,14 +25,11 @@ impl Fs {
         if let Some(f) = self.wb.open(ino, write) {
             return Ok(f);
         }
-        let (path, etag, size) = {
+        let (path, etag, size, mtime) = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
-            (
-                t.path(ino).ok_or(FsError::NotFound)?,
-                n.entry.etag.clone(),
-                n.entry.size,
-            )
+            let path = t.path(ino).ok_or(FsError::NotFound)?;
+            (path, n.entry.etag.clone(), n.entry.size, n.entry.mtime)
         };
         let file = self.wb.staging().create()?;
         if size > 0 && !truncate {
@@ -56,7 +53,7 @@ impl Fs {
             file.discard();
             return Err(e.into());
         }
-        Ok(self.wb.install(ino, file, size, write))
+        Ok(self.wb.install(ino, file, (size, mtime), write))
     }
 
     /// Sets the length of `ino`'s staged content (O_TRUNC, ftruncate), journaled.

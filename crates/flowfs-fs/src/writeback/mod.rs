@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
@@ -58,6 +59,8 @@ enum EarlyState {
 struct FileWb {
     file: Arc<StagedFile>,
     size: u64,
+    /// The time of the last change of content or size (what stat shows while staged).
+    mtime: SystemTime,
     /// Bumped by every change of content or size.
     gen: u64,
     /// The generation the bucket holds (0: none).
@@ -74,10 +77,11 @@ struct FileWb {
 }
 
 impl FileWb {
-    fn new(file: Arc<StagedFile>, size: u64, durable: bool) -> FileWb {
+    fn new(file: Arc<StagedFile>, size: u64, durable: bool, mtime: SystemTime) -> FileWb {
         FileWb {
             file,
             size,
+            mtime,
             gen: 1,
             durable_gen: u64::from(durable),
             writers: 0,
@@ -200,7 +204,7 @@ impl WriteBack {
     ) -> io::Result<Arc<StagedFile>> {
         let file = self.staging.create()?;
         file.file.write_all_at(target, 0)?;
-        let mut f = FileWb::new(file, target.len() as u64, false);
+        let mut f = FileWb::new(file, target.len() as u64, false, SystemTime::now());
         if let NewFile::Created = kind {
             f.writers = 1;
             f.early = EarlyState::On {
@@ -229,21 +233,21 @@ impl WriteBack {
         Some(f.file.clone())
     }
 
-    /// Makes `file` (just filled with the object's `size` bytes, which the bucket holds)
-    /// `ino`'s staged file and counts a handle on it; if another open staged `ino`
-    /// meanwhile, that one is used and `file` is removed.
+    /// Makes `file` (just filled with the object's `size` bytes, which the bucket holds,
+    /// last changed at `mtime`) `ino`'s staged file and counts a handle on it; if another
+    /// open staged `ino` meanwhile, that one is used and `file` is removed.
     pub fn install(
         &self,
         ino: u64,
         file: Arc<StagedFile>,
-        size: u64,
+        (size, mtime): (u64, SystemTime),
         write: bool,
     ) -> Arc<StagedFile> {
         let mut t = self.table.lock();
         let f = t
             .files
             .entry(ino)
-            .or_insert_with(|| FileWb::new(file.clone(), size, true));
+            .or_insert_with(|| FileWb::new(file.clone(), size, true, mtime));
         count_open(f, write);
         let chosen = f.file.clone();
         drop(t);
@@ -297,6 +301,18 @@ impl WriteBack {
         self.table.lock().files.get(&ino).map(|f| f.size)
     }
 
+    /// `utimens` of a staged file: the time it shows until it is uploaded.
+    pub fn set_mtime(&self, ino: u64, mtime: SystemTime) {
+        if let Some(f) = self.table.lock().files.get_mut(&ino) {
+            f.mtime = mtime;
+        }
+    }
+
+    /// Size and time of the last change of `ino`'s staged content, if it has any.
+    pub fn stat(&self, ino: u64) -> Option<(u64, SystemTime)> {
+        self.table.lock().files.get(&ino).map(|f| (f.size, f.mtime))
+    }
+
     /// Up to `len` bytes at `off` of the staged content.
     pub fn read(&self, ino: u64, file: &StagedFile, off: u64, len: usize) -> io::Result<Vec<u8>> {
         let size = self.table.lock().files.get(&ino).map_or(0, |f| f.size);
@@ -313,6 +329,7 @@ impl WriteBack {
         f.changed_below(off);
         f.size = f.size.max(off + data.len() as u64);
         f.gen += 1;
+        f.mtime = SystemTime::now();
         Ok(f.journaled.is_none() && f.phase != Phase::Retired)
     }
 
@@ -328,6 +345,7 @@ impl WriteBack {
         if let Some(f) = self.table.lock().files.get_mut(&ino) {
             if r.is_ok() {
                 f.size = size;
+                f.mtime = SystemTime::now();
             }
             f.gen += 1;
         }
