@@ -130,6 +130,8 @@ def test_mount_serves_on_return_and_unmount(mount, s3, bucket, seaweed):
     out = m.result.stdout + m.result.stderr
     assert seaweed.creds.secret_key not in out and seaweed.creds.access_key not in out
     assert seaweed.creds.secret_key not in m.log_text(), "the secret key appeared in the log file"
+    mode = os.stat(m.log_file).st_mode & 0o777
+    assert mode == 0o600, f"the log file is {oct(mode)}, not readable by its owner only"
     entry = mount_entry(m.path)
     assert entry is not None and entry[2].startswith("fuse"), entry
     pid = m.daemon_pid()

@@ -13,6 +13,9 @@ pub struct FsConfig {
     /// Free space the cache leaves on its file system for staged writes (0: no floor).
     pub cache_min_free: u64,
     pub metadata_ttl: Duration,
+    /// How long an unmount waits for pending uploads before it gives up on them (they
+    /// stay in the journal) and names them.
+    pub unmount_timeout: Duration,
     pub read_only: bool,
     /// Ranged GET size for sequential reads and multipart part size for uploads.
     pub part_size: u64,
@@ -45,6 +48,7 @@ impl FsConfig {
             cache_size: 10 << 30,
             cache_min_free: 0,
             metadata_ttl: Duration::from_secs(1),
+            unmount_timeout: Duration::from_secs(300),
             read_only: false,
             part_size: 8 << 20,
             max_readahead: 64 << 20,

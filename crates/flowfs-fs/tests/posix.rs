@@ -155,11 +155,15 @@ async fn a_file_shows_the_time_of_its_last_change() {
     fs.write(fh, 0, b"abc").unwrap();
     let t1 = fs.getattr(a.ino).await.unwrap().mtime;
     assert!(t1 > t0, "write");
-    fs.setattr(a.ino, None, Some(1), None, Some(fh)).await.unwrap();
+    fs.setattr(a.ino, None, Some(1), None, Some(fh))
+        .await
+        .unwrap();
     let t2 = fs.getattr(a.ino).await.unwrap().mtime;
     assert!(t2 > t1, "ftruncate");
     let old = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
-    fs.setattr(a.ino, None, None, Some(old), Some(fh)).await.unwrap();
+    fs.setattr(a.ino, None, None, Some(old), Some(fh))
+        .await
+        .unwrap();
     assert_eq!(fs.getattr(a.ino).await.unwrap().mtime, old, "utimens");
     fs.release(fh).unwrap();
 }

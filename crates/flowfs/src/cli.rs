@@ -111,6 +111,16 @@ pub struct MountOptions {
         help_heading = "Caching"
     )]
     pub metadata_ttl: f64,
+    /// Seconds `flowfs unmount` (or SIGTERM) waits for pending uploads before it unmounts
+    /// anyway, naming every file not uploaded (they stay in the journal for the next mount)
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 300.0,
+        env = "FLOWFS_UNMOUNT_TIMEOUT",
+        help_heading = "Mount options"
+    )]
+    pub unmount_timeout: f64,
 
     /// Refuse every change (writes, creates, deletes) with EROFS
     #[arg(long, help_heading = "Mount options")]

@@ -3,7 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -56,6 +56,10 @@ pub fn mount(args: MountArgs) -> Result<()> {
         bail!("--metadata-ttl must be a number of seconds");
     }
     cfg.metadata_ttl = Duration::from_secs_f64(args.opts.metadata_ttl);
+    if !(args.opts.unmount_timeout > 0.0 && args.opts.unmount_timeout < 1e6) {
+        bail!("--unmount-timeout must be a positive number of seconds");
+    }
+    cfg.unmount_timeout = Duration::from_secs_f64(args.opts.unmount_timeout);
     cfg.read_only = args.opts.read_only;
     cfg.completion_markers = args.opts.completion_markers.clone();
     cfg.max_gets = args.opts.max_concurrency.max(1);
@@ -200,7 +204,16 @@ fn init_logging(args: &MountArgs, cache_dir: &Path) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false);
-    match path.and_then(|p| OpenOptions::new().create(true).append(true).open(p).ok()) {
+    // Readable by its owner only: a log names buckets, keys and paths.
+    let open = |p: PathBuf| {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(p)
+            .ok()
+    };
+    match path.and_then(open) {
         Some(f) => {
             let _ = builder.with_writer(Mutex::new(f)).try_init();
         }

@@ -383,20 +383,42 @@ impl Fs {
         }
     }
 
-    /// Uploads everything staged and waits; returns the files that could not be.
+    /// Uploads everything staged and waits, at most `--unmount-timeout`; returns the
+    /// files that could not be uploaded, or were not by then (their records stay).
     pub async fn flush_all(self: &Arc<Self>) -> Vec<String> {
         let mut set = tokio::task::JoinSet::new();
         for (ino, s) in self.wb.staged(false) {
             let fs = self.clone();
             set.spawn(async move { fs.wait_durable(ino, &s).await });
         }
-        while set.join_next().await.is_some() {}
+        let all = async { while set.join_next().await.is_some() {} };
+        let limit = self.cfg.unmount_timeout;
+        if tokio::time::timeout(limit, all).await.is_err() {
+            return self.not_durable(limit);
+        }
         // Bounded: an abort is one request, which the client's own timeouts bound too.
         let aborts = self.wb.aborts().wait();
         if tokio::time::timeout(ABORT_WAIT, aborts).await.is_err() {
             tracing::warn!("early multipart uploads not aborted yet; the next mount aborts them");
         }
         self.wb.failures()
+    }
+
+    /// Every staged file not in the bucket yet, named, for an unmount that gave up.
+    fn not_durable(&self, waited: std::time::Duration) -> Vec<String> {
+        let pending = self.wb.pending();
+        let t = self.inodes.lock();
+        let mut out: Vec<String> = pending
+            .iter()
+            .filter_map(|ino| t.path(*ino))
+            .map(|p| {
+                let key = self.key(&p);
+                format!("{key}: not uploaded after {} s", waited.as_secs())
+            })
+            .collect();
+        drop(t);
+        out.extend(self.wb.failures());
+        out
     }
 
     /// Uploads what a dead mount left in the journal; returns the keys it recovered.

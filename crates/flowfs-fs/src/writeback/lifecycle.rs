@@ -229,6 +229,16 @@ impl WriteBack {
             .collect()
     }
 
+    /// Inodes whose staged content the bucket does not hold yet (not given up).
+    pub fn pending(&self) -> Vec<u64> {
+        let t = self.table.lock();
+        t.files
+            .iter()
+            .filter(|(_, f)| f.dirty() && f.phase != Phase::Retired)
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
     /// The error of the last upload of `file`, reported at close and fsync.
     pub fn error(&self, ino: u64, file: &Arc<StagedFile>) -> Option<String> {
         let t = self.table.lock();
