@@ -503,7 +503,7 @@ impl Fs {
             } => (ino, staged),
             _ => return Err(FsError::BadHandle),
         };
-        if off + len > self.wb.size(ino).unwrap_or(0) {
+        if off + len > self.wb.stat(ino).map_or(0, |(size, _)| size) {
             self.wb.set_len(ino, &staged, off + len)?;
             self.journal(ino)?;
         }

@@ -296,11 +296,6 @@ impl WriteBack {
         out
     }
 
-    /// Size of `ino`'s staged content, if it has any.
-    pub fn size(&self, ino: u64) -> Option<u64> {
-        self.table.lock().files.get(&ino).map(|f| f.size)
-    }
-
     /// `utimens` of a staged file: the time it shows until it is uploaded.
     pub fn set_mtime(&self, ino: u64, mtime: SystemTime) {
         if let Some(f) = self.table.lock().files.get_mut(&ino) {
