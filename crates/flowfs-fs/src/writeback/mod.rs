@@ -328,23 +328,42 @@ impl WriteBack {
         Ok(f.journaled.is_none() && f.phase != Phase::Retired)
     }
 
-    /// Sets the staged file's length. The generation is bumped before and after the
-    /// truncation, so that an upload reading the file meanwhile (it may fail on the short
-    /// file) always finds its generation stale and runs again instead of failing.
+    /// Sets the staged file's length. An upload reading the file meanwhile must never
+    /// fail on it: the generation is bumped before and after the truncation, so that an
+    /// upload begun earlier finds its generation stale and runs again, and a shrinking
+    /// size is recorded before the file shrinks, so that an upload begun in between reads
+    /// only bytes that are there (CI saw EIO at a close when it read the old size).
     pub fn set_len(&self, ino: u64, file: &StagedFile, size: u64) -> io::Result<()> {
-        if let Some(f) = self.table.lock().files.get_mut(&ino) {
-            f.changed_below(size);
-            f.gen += 1;
-        }
+        let before = self.resize_begin(ino, size);
         let r = file.file.set_len(size);
-        if let Some(f) = self.table.lock().files.get_mut(&ino) {
-            if r.is_ok() {
-                f.size = size;
-                f.mtime = SystemTime::now();
-            }
-            f.gen += 1;
-        }
+        self.resize_end(ino, size, before, r.is_ok());
         r
+    }
+
+    /// The bookkeeping before a truncation; returns the size before it.
+    fn resize_begin(&self, ino: u64, size: u64) -> Option<u64> {
+        let mut t = self.table.lock();
+        let f = t.files.get_mut(&ino)?;
+        let before = f.size;
+        f.changed_below(size);
+        f.size = f.size.min(size);
+        f.gen += 1;
+        Some(before)
+    }
+
+    /// The bookkeeping after it: a failed truncation left the file as long as it was.
+    fn resize_end(&self, ino: u64, size: u64, before: Option<u64>, ok: bool) {
+        let mut t = self.table.lock();
+        let Some(f) = t.files.get_mut(&ino) else {
+            return;
+        };
+        if ok {
+            f.size = size;
+            f.mtime = SystemTime::now();
+        } else if let Some(b) = before {
+            f.size = f.size.max(b);
+        }
+        f.gen += 1;
     }
 
     /// Makes the journal record agree with the file's state: present (naming `key`)
@@ -411,3 +430,6 @@ fn count_open(f: &mut FileWb, write: bool) {
 }
 
 mod lifecycle;
+
+#[cfg(test)]
+mod tests;
