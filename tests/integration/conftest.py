@@ -4,6 +4,7 @@ are always unmounted.
 Environment:
   FLOWFS_BIN        the flowfs binary (default: target/release/flowfs of this repo)
   FLOWFS_IT_KEEP=1  keep the session temp dir (server data, flowfs logs) for debugging
+  FLOWFS_FAULT_SEED the seed of the fault proxy (default 14)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from flowfs_mount import (  # noqa: E402
     sweep_stale_session_dirs,
 )
 from helpers import MiB, payload, put_many, sha256, upload_large  # noqa: E402
+from faultproxy import FaultProxy  # noqa: E402
 from s3proxy import CountingProxy  # noqa: E402
 from seaweed import SeaweedServer, _kill_live_groups  # noqa: E402
 
@@ -138,6 +140,20 @@ def proxy(seaweed):
     p.stop()
 
 
+FAULT_SEED = int(os.environ.get("FLOWFS_FAULT_SEED", "14"))
+
+
+@pytest.fixture
+def fault_proxy(seaweed, request):
+    """A fault-injecting proxy (faultproxy.py) in front of the server, new for each test,
+    seeded with FLOWFS_FAULT_SEED; no faults until the test sets rates. On failure its
+    counters go into the report."""
+    p = FaultProxy(seaweed.endpoint, seed=FAULT_SEED).start()
+    request.node._fault_proxy = p
+    yield p
+    p.stop()
+
+
 @pytest.fixture
 def work_dir(session_dir, request):
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:60]
@@ -206,6 +222,9 @@ def pytest_runtest_makereport(item, call):
         secret = factory.seaweed.creds.secret_key
         for i, m in enumerate(factory.mounts):
             rep.sections.append((f"flowfs log (mount {i}: {m.source})", m.log_text(secret)[-6000:]))
+    fp = getattr(item, "_fault_proxy", None)
+    if rep.failed and fp is not None and rep.when in ("call", "setup"):
+        rep.sections.append(("fault proxy", fp.fault_summary() + "\n" + fp.stats.summary(40)))
 
 
 # ------------------------------------------------------------------ data helpers
