@@ -99,6 +99,7 @@ def unmount_checked(m, proxy=None) -> subprocess.CompletedProcess:
     except subprocess.TimeoutExpired:
         pytest.fail(f"HANG: flowfs unmount did not return within {UNMOUNT_TIMEOUT + 60} s", pytrace=False)
     took = time.monotonic() - t0
+    print(f"flowfs unmount: exit {r.returncode} after {took:.1f}s; stderr: {r.stderr.strip()[-1500:]!r}")
     extra = f"\nfault proxy: {proxy.fault_summary()}" if proxy is not None else ""
     assert r.returncode == 0, (f"flowfs unmount exited {r.returncode} after {took:.0f}s:\n"
                                f"{r.stderr.strip()[-3000:]}{extra}")

@@ -183,7 +183,7 @@ def _during_outage(m, before: dict, files: dict[str, bytes], errors: Errors, tim
     errors.call("mkdir out/during", os.mkdir, m / "out/during")
     times["mkdir out/during"] = time.monotonic() - t0
     for rel in sorted(files):
-        if rel in before:
+        if rel in before or rel == "out/durable.txt":
             continue
         t0 = time.monotonic()
         errors.call(f"create+write+close {rel}", write_file, m / rel, files[rel])
@@ -196,8 +196,10 @@ def _finish(f, data: bytes) -> None:
 
 
 def _outage_files() -> dict[str, bytes]:
-    files = {f"out/during/n{i:02d}.txt": payload(100 + 997 * i, f"during-{i}") for i in range(12)}
-    files["out/during/big.bin"] = payload(12 * MiB + 5, "during-big")  # multipart (8 MiB parts)
+    # new files in a directory that exists before the outage, and one in a new directory
+    files = {f"out/new{i:02d}.txt": payload(100 + 997 * i, f"during-{i}") for i in range(12)}
+    files["out/new-big.bin"] = payload(12 * MiB + 5, "during-big")  # multipart (8 MiB parts)
+    files["out/during/in-new-dir.txt"] = payload(777, "in-new-dir")
     files["out/opened-before.txt"] = payload(5000, "opened-before")
     files["out/opened-before-big.bin"] = payload(9 * MiB, "opened-before-big")
     return files
