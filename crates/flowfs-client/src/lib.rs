@@ -5,7 +5,9 @@
 
 pub mod buf;
 pub mod error;
+mod limiter;
 pub mod mock;
+pub mod retry;
 pub mod s3;
 
 use std::collections::HashMap;

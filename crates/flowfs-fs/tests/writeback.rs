@@ -5,7 +5,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowfs_client::mock::MockClient;
+use flowfs_client::mock::{MockClient, Op};
+use flowfs_client::ClientError;
 use flowfs_fs::inode::ROOT;
 use flowfs_fs::{Fs, FsConfig};
 
@@ -49,4 +50,87 @@ fn walk(dir: &std::path::Path, ext: &str) -> usize {
         }
     }
     n
+}
+
+/// A file closed while the store fails (after the client's own retries) goes up later
+/// by itself, with no fsync, close or unmount to ask for it; a failure that cannot go
+/// away (access denied) is not sent again until the unmount. On a paused clock: the
+/// pauses are minutes.
+#[tokio::test(start_paused = true)]
+async fn a_failed_upload_is_sent_again_in_the_background_when_it_may_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = common::setup(dir.path(), "");
+    // The first PUT fails retryably, the second for good.
+    mock.fail(Op::Put, 0, ClientError::Transient("HTTP 503".into()), 1);
+    mock.fail(Op::Put, 0, ClientError::AccessDenied("no".into()), 1);
+    for name in ["late.txt", "denied.txt"] {
+        let (_, fh) = fs.create(ROOT, name, 0o644).await.unwrap();
+        fs.write(fh, 0, name.as_bytes()).unwrap();
+        fs.release(fh).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // late.txt failed (503), denied.txt failed for good: one PUT each so far.
+    assert_eq!(mock.count(Op::Put), 2);
+    assert_eq!(mock.object("late.txt"), None);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(
+        mock.object("late.txt").as_deref(),
+        Some(&b"late.txt"[..]),
+        "uploaded by a background retry"
+    );
+    assert_eq!(mock.object("denied.txt"), None);
+    assert_eq!(mock.count(Op::Put), 3, "access denied is not sent again");
+    // The unmount tries once more (the refusal is gone by then).
+    let failed = fs.flush_all().await;
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(
+        mock.object("denied.txt").as_deref(),
+        Some(&b"denied.txt"[..])
+    );
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A mount that dies while a closed file's multipart upload is open leaves that upload
+/// in the bucket (its parts are billed until aborted): the next mount with the same
+/// cache dir aborts it, and uploads the file whole from the journal.
+#[test]
+fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    mock.insert("big.bin", "old");
+    let new = common::data(3 << 20, 9);
+    let rt = current_thread();
+    let fs = {
+        let _e = rt.enter();
+        common::fs_on(&mock, dir.path(), "")
+    };
+    rt.block_on(async {
+        let ino = common::path_ino(&fs, "big.bin").await.unwrap();
+        // Rewritten, not created: the whole file goes up at close, in three parts.
+        let (fh, _) = fs.open(ino, true, true).await.unwrap();
+        fs.write(fh, 0, &new).unwrap();
+        fs.release(fh).unwrap();
+        while mock.open_uploads() == 0 {
+            tokio::task::yield_now().await;
+        }
+    });
+    // The crash: the upload task ends where it stands, the staging lock goes.
+    drop(rt);
+    drop(fs);
+    assert_eq!(mock.open_uploads(), 1);
+    let rt = current_thread();
+    let fs = {
+        let _e = rt.enter();
+        common::fs_on(&mock, dir.path(), "")
+    };
+    let (recovered, failed) = rt.block_on(fs.recover());
+    assert_eq!((recovered, failed), (vec!["big.bin".to_string()], vec![]));
+    assert_eq!(mock.open_uploads(), 0, "the dead mount's upload is aborted");
+    assert!(mock.object("big.bin").expect("uploaded")[..] == new[..]);
 }

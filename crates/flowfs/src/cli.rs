@@ -194,14 +194,24 @@ pub struct MountOptions {
         help_heading = "Object storage"
     )]
     pub max_readahead: String,
-    /// Attempts per request before an error is returned
+    /// Attempts per request at most, the first included (within --retry-budget)
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 6,
+        default_value_t = 100,
         help_heading = "Object storage"
     )]
     pub max_attempts: u32,
+    /// Seconds a failing request keeps being sent again (exponential backoff with full
+    /// jitter, slowed down further by SlowDown) before its error is returned
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 60.0,
+        env = "FLOWFS_RETRY_BUDGET",
+        help_heading = "Object storage"
+    )]
+    pub retry_budget: f64,
 
     /// File name uploaded only after every file closed before it in its directory tree
     /// is durable (repeatable)

@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use flowfs_client::retry::{RetryPolicy, Retrying};
 use flowfs_client::s3::{S3Client, S3Config};
 use flowfs_client::{ClientError, ObjectClient};
 use flowfs_fs::cache::disk_space;
@@ -60,6 +61,12 @@ pub fn mount(args: MountArgs) -> Result<()> {
         bail!("--unmount-timeout must be a positive number of seconds");
     }
     cfg.unmount_timeout = Duration::from_secs_f64(args.opts.unmount_timeout);
+    if !(args.opts.retry_budget >= 0.0 && args.opts.retry_budget < 1e6) {
+        bail!(
+            "--retry-budget must be a number of seconds from 0 (no retries), not {}",
+            args.opts.retry_budget
+        );
+    }
     cfg.read_only = args.opts.read_only;
     cfg.completion_markers = args.opts.completion_markers.clone();
     cfg.max_gets = args.opts.max_concurrency.max(1);
@@ -342,7 +349,8 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
         bucket: cfg.bucket.clone(),
         endpoint_url: args.opts.endpoint_url.clone(),
         region: args.opts.region.clone(),
-        max_attempts: args.opts.max_attempts,
+        // One attempt per SDK call: the retry layer decides them all (`Retrying`).
+        max_attempts: 1,
     };
     let endpoint = args
         .opts
@@ -350,7 +358,13 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
         .clone()
         .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
         .unwrap_or_else(|| "AWS S3".into());
-    let client = rt.block_on(S3Client::new(&s3cfg));
+    let policy = RetryPolicy {
+        budget: Duration::from_secs_f64(args.opts.retry_budget),
+        max_attempts: args.opts.max_attempts.max(1),
+        ..RetryPolicy::default()
+    };
+    let s3: Arc<dyn ObjectClient> = Arc::new(rt.block_on(S3Client::new(&s3cfg)));
+    let client = Arc::new(Retrying::new(s3, policy));
     let check = rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(30), client.check_bucket(&cfg.prefix)).await
     });
@@ -360,7 +374,7 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
         Ok(Ok(())) => {}
     }
     let read_only = cfg.read_only;
-    let fs = Arc::new(Fs::new(cfg, Arc::new(client))?);
+    let fs = Arc::new(Fs::new(cfg, client.clone())?);
     // What a killed mount left staged goes up before this one serves anything.
     let (recovered, unrecovered) = rt.block_on(fs.recover());
     for k in &recovered {

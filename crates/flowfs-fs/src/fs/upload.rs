@@ -4,7 +4,12 @@
 //! transitions call for and keeps the namespace in step.
 
 use super::*;
-use crate::writeback::{Durability, Finished, Released, UploadJob};
+use crate::writeback::{Durability, Finished, Note, Released, UploadFailure, UploadJob};
+
+/// The pause before the first background retry of a failed upload, and the longest
+/// between two: each failure already spent the client's retry budget (a minute).
+const FIRST_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+const LAST_RETRY: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// How long an unmount waits for the aborts of early uploads given up.
 const ABORT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -173,7 +178,28 @@ impl Fs {
 
     pub(super) fn spawn_upload(self: &Arc<Self>, ino: u64) {
         let fs = self.clone();
-        tokio::spawn(async move { fs.upload(ino).await });
+        tokio::spawn(async move { fs.upload(ino, FIRST_RETRY).await });
+    }
+
+    /// A failed upload that may succeed later is sent again in the background after
+    /// `pause` (with jitter), and after twice that if it fails again, up to
+    /// `LAST_RETRY`: a file closed during an outage goes up when the store is back,
+    /// without waiting for an fsync or the unmount.
+    fn retry_later(self: &Arc<Self>, ino: u64, token: u64, pause: std::time::Duration) {
+        // Weak while it sleeps: a retry never keeps a finished mount (and its staging
+        // lock) alive.
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let jittered = pause.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+            tokio::time::sleep(jittered).await;
+            let Some(fs) = weak.upgrade() else {
+                return;
+            };
+            if fs.wb.retry_due(ino, token) {
+                tracing::info!(ino, "sending a failed upload again");
+                fs.upload(ino, (pause * 2).min(LAST_RETRY)).await;
+            }
+        });
     }
 
     /// Waits until every file closed so far below `dir` (but `except`) is durable.
@@ -214,7 +240,8 @@ impl Fs {
 
     /// The upload task of `ino` (its phase is `Queued`): uploads until the bucket holds
     /// what is staged, or it fails, or the file changes under an open writer.
-    pub(super) async fn upload(self: Arc<Self>, ino: u64) {
+    /// `retry`: the pause before a background retry if this upload fails retryably.
+    pub(super) async fn upload(self: Arc<Self>, ino: u64, retry: std::time::Duration) {
         // A completion marker goes last: whoever sees it may read the task's outputs.
         let marker = {
             let t = self.inodes.lock();
@@ -242,6 +269,9 @@ impl Fs {
                 Err(_) => None,
             };
             let fin = self.finish_upload(ino, &job, &key, r, mtime);
+            if let Some(token) = fin.retry {
+                self.retry_later(ino, token, retry);
+            }
             if fin.stray {
                 if let Err(e) = self.client.delete(&key).await {
                     tracing::warn!(%key, "cannot delete an object uploaded under a name that was given up: {e}");
@@ -295,6 +325,10 @@ impl Fs {
             &self.slots,
             metadata,
             one_part,
+            Note {
+                path: job.file.whole_upload_note_path(),
+                bucket: &self.cfg.bucket,
+            },
         )
         .await
     }
@@ -312,7 +346,10 @@ impl Fs {
         let named = t.path(ino).map(|p| self.key(&p)).as_deref() == Some(key);
         let result = match &r {
             Ok(_) => Ok(()),
-            Err(e) => Err(format!("{key}: upload failed: {e}")),
+            Err(e) => Err(UploadFailure {
+                error: format!("{key}: upload failed: {e}"),
+                retryable: e.is_retryable(),
+            }),
         };
         let fin = self.wb.finish_upload(ino, job, result, named);
         if let Some(e) = &fin.error {
@@ -467,6 +504,10 @@ impl Fs {
                     &self.slots,
                     &metadata,
                     o.symlink,
+                    Note {
+                        path: o.upload_note_path(),
+                        bucket: &self.cfg.bucket,
+                    },
                 )
                 .await
             }

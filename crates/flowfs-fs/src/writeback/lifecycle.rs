@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::{Durability, Early, EarlyState, Finished, Phase, StagedFile, UploadJob, WriteBack};
+use super::{
+    Durability, Early, EarlyState, Finished, Phase, StagedFile, UploadFailure, UploadJob, WriteBack,
+};
 
 impl WriteBack {
     /// `fsync`, unmount: the content as of now must go up. Returns the generation to wait
@@ -14,11 +16,11 @@ impl WriteBack {
         let mut t = self.table.lock();
         let f = t.files.get_mut(&ino)?;
         let spawn = match &f.phase {
-            Phase::Idle | Phase::Failed(_) if f.dirty() => {
+            Phase::Idle | Phase::Failed { .. } if f.dirty() => {
                 f.phase = Phase::Queued;
                 true
             }
-            Phase::Failed(_) => {
+            Phase::Failed { .. } => {
                 f.phase = Phase::Idle;
                 false
             }
@@ -43,7 +45,7 @@ impl WriteBack {
         };
         match &f.phase {
             Phase::Retired => Durability::Done,
-            Phase::Failed(e) => Durability::Failed(e.clone()),
+            Phase::Failed { error, .. } => Durability::Failed(error.clone()),
             Phase::Idle if f.durable_gen >= target => Durability::Done,
             Phase::Idle => Durability::Stalled,
             _ => Durability::Pending,
@@ -89,7 +91,7 @@ impl WriteBack {
             let Some(f) = t.files.get_mut(&ino).filter(|f| f.phase == Phase::Queued) else {
                 return;
             };
-            f.phase = error.map_or(Phase::Idle, Phase::Failed);
+            f.phase = error.map_or(Phase::Idle, |error| Phase::Failed { error, retry: None });
             f.file.clone()
         };
         file.done.notify_waiters();
@@ -101,7 +103,7 @@ impl WriteBack {
         &self,
         ino: u64,
         job: &UploadJob,
-        result: Result<(), String>,
+        result: Result<(), UploadFailure>,
         named: bool,
     ) -> Finished {
         let mut t = self.table.lock();
@@ -131,11 +133,23 @@ impl WriteBack {
             // The file changed while it was read for the upload (a rewrite with O_TRUNC
             // shrinks it under the reader): that upload is moot, the next one carries it.
             Err(_) if f.gen != job.gen && !retired => out.again = again,
-            Err(e) => out.error = Some(e),
+            Err(e) => {
+                if e.retryable && !retired {
+                    t.retries += 1;
+                    out.retry = Some(t.retries);
+                }
+                out.error = Some(e.error);
+            }
         }
+        let Some(f) = t.files.get_mut(&ino) else {
+            return out;
+        };
         if !retired {
             f.phase = match (&out.error, out.again) {
-                (Some(e), _) => Phase::Failed(e.clone()),
+                (Some(e), _) => Phase::Failed {
+                    error: e.clone(),
+                    retry: out.retry,
+                },
                 (None, true) => Phase::Queued,
                 (None, false) => Phase::Idle,
             };
@@ -248,9 +262,24 @@ impl WriteBack {
             .filter(|f| Arc::ptr_eq(&f.file, file))?
             .phase
         {
-            Phase::Failed(e) => Some(e.clone()),
+            Phase::Failed { error, .. } => Some(error.clone()),
             _ => None,
         }
+    }
+
+    /// The background retry `token` of `ino`'s failed upload is due: queues the upload
+    /// if the file still waits for that retry (an fsync or a new write may have
+    /// queued it meanwhile). The caller then runs the upload.
+    pub fn retry_due(&self, ino: u64, token: u64) -> bool {
+        let mut t = self.table.lock();
+        let Some(f) = t.files.get_mut(&ino) else {
+            return false;
+        };
+        if !matches!(f.phase, Phase::Failed { retry: Some(r), .. } if r == token) {
+            return false;
+        }
+        f.phase = Phase::Queued;
+        true
     }
 
     /// A staged file of a dead mount that recovery could not upload.
@@ -268,7 +297,7 @@ impl WriteBack {
     pub fn failures(&self) -> Vec<String> {
         let t = self.table.lock();
         let files = t.files.values().filter_map(|f| match &f.phase {
-            Phase::Failed(e) => Some(e.clone()),
+            Phase::Failed { error, .. } => Some(error.clone()),
             _ => None,
         });
         let recovered = t.failed.iter().map(|(k, e)| format!("{k}: {e}"));

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 pub use early::{Aborts, Early};
 pub use lifecycle::send_early;
 pub use staging::{OpenUpload, Orphan, StagedFile, Staging};
-pub use transfer::{download_into, upload_file, UploadSlots};
+pub use transfer::{download_into, upload_file, Note, UploadSlots};
 
 /// Where a staged file stands on its way to the bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +37,10 @@ pub enum Phase {
     Queued,
     /// An upload of generation `gen` is in flight; `rerun`: asked for again meanwhile.
     Uploading { gen: u64, rerun: bool },
-    /// The last upload failed with this error; kept until an upload is asked for again.
-    Failed(String),
+    /// The last upload failed with `error`; kept until an upload is asked for again.
+    /// `retry`: the token of the background retry scheduled for a failure that may go
+    /// away (the store was down or throttling), `None` for one that will not by itself.
+    Failed { error: String, retry: Option<u64> },
     /// Its name was removed or replaced: never uploaded again.
     Retired,
 }
@@ -117,6 +119,8 @@ struct Table {
     files: HashMap<u64, FileWb>,
     /// Keys a recovery could not upload: key -> error, for `flowfs unmount`.
     failed: BTreeMap<String, String>,
+    /// The last token handed to a background retry.
+    retries: u64,
 }
 
 /// How a new staged file starts.
@@ -168,6 +172,15 @@ pub struct Finished {
     /// Upload again (the file changed, or was renamed, while this upload ran).
     pub again: bool,
     pub error: Option<String>,
+    /// A background retry is due for this failure: the token `retry_due` takes.
+    pub retry: Option<u64>,
+}
+
+/// Why an upload failed, and whether sending it again later may succeed.
+#[derive(Debug, Clone)]
+pub struct UploadFailure {
+    pub error: String,
+    pub retryable: bool,
 }
 
 pub struct WriteBack {
@@ -272,7 +285,7 @@ impl WriteBack {
         let out = match &f.phase {
             Phase::Retired if closed => Released::Dropped,
             Phase::Idle if closed && !f.dirty() => Released::Dropped,
-            Phase::Idle | Phase::Failed(_) if f.writers == 0 && f.dirty() => {
+            Phase::Idle | Phase::Failed { .. } if f.writers == 0 && f.dirty() => {
                 f.phase = Phase::Queued;
                 Released::Upload
             }

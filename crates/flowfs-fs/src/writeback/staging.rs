@@ -47,6 +47,13 @@ impl StagedFile {
         self.rec.with_extension("mpu")
     }
 
+    /// Where the id of one whole-file multipart upload of this file is noted while it is
+    /// open: a path of its own for each upload, so that the note of one never replaces
+    /// another's (an early upload's abort may still be in flight).
+    pub fn whole_upload_note_path(&self) -> PathBuf {
+        whole_note(&self.rec)
+    }
+
     /// Up to `len` bytes at `off` of a file `size` bytes long.
     pub fn read_at(&self, off: u64, len: usize, size: u64) -> io::Result<Vec<u8>> {
         if off >= size {
@@ -115,6 +122,11 @@ pub fn note_upload(path: &Path, bucket: &str, key: &str, upload_id: &str) -> io:
     fs::rename(tmp, path)
 }
 
+fn whole_note(rec: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    rec.with_extension(format!("w{}.mpu", NEXT.fetch_add(1, Ordering::Relaxed)))
+}
+
 /// Removes a staging directory of a dead mount once nothing but its lock is left in it.
 fn remove_if_done(dir: &Path) {
     let busy = fs::read_dir(dir).map_or(true, |r| r.flatten().any(|f| f.file_name() != "lock"));
@@ -153,6 +165,11 @@ pub struct Orphan {
 }
 
 impl Orphan {
+    /// As `StagedFile::whole_upload_note_path`, for the upload that recovers it.
+    pub fn upload_note_path(&self) -> PathBuf {
+        whole_note(&self.rec)
+    }
+
     pub fn forget(&self) {
         let _ = fs::remove_file(&self.rec);
         let _ = fs::remove_file(&self.data);

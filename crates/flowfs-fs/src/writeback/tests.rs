@@ -4,6 +4,13 @@
 use super::transfer::read_part;
 use super::*;
 
+fn failure(e: flowfs_client::ClientError) -> UploadFailure {
+    UploadFailure {
+        error: e.to_string(),
+        retryable: e.is_retryable(),
+    }
+}
+
 fn with_closed_file(content: &[u8]) -> (tempfile::TempDir, WriteBack, Arc<StagedFile>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let wb = WriteBack::new(Staging::open(dir.path()).expect("staging"));
@@ -24,7 +31,7 @@ fn an_upload_begun_during_a_truncation_reads_only_bytes_that_are_there() {
     let job = wb.begin_upload(7, "k").expect("the queued upload starts");
     file.file.set_len(0).expect("truncate");
     let read = read_part(&job.file.file, "k", 0, job.size).map(|_| ());
-    let fin = wb.finish_upload(7, &job, read.map_err(|e| e.to_string()), true);
+    let fin = wb.finish_upload(7, &job, read.map_err(failure), true);
     wb.resize_end(7, 0, before, true);
     assert_eq!(fin.error, None);
     assert_eq!(wb.error(7, &file), None);
@@ -38,7 +45,7 @@ fn an_upload_that_reads_across_a_truncation_is_run_again_not_failed() {
     wb.set_len(7, &file, 0).expect("truncate");
     let read = read_part(&job.file.file, "k", 0, job.size).map(|_| ());
     assert!(read.is_err(), "the old size is no longer there to read");
-    let fin = wb.finish_upload(7, &job, read.map_err(|e| e.to_string()), true);
+    let fin = wb.finish_upload(7, &job, read.map_err(failure), true);
     assert_eq!(fin.error, None);
     assert!(fin.again, "the truncated content still has to go up");
 }

@@ -6,11 +6,14 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use flowfs_client::{AlignedBuf, ClientError, CompletedPart, ObjectClient};
 use tokio::sync::Semaphore;
+
+use super::staging::note_upload;
 
 /// Bytes of small files (one PUT each) held in memory by uploads at once, over the mount.
 const SMALL_BUDGET_KIB: u32 = 64 << 10;
@@ -68,10 +71,37 @@ pub async fn upload_single_part(
     }
 }
 
+/// Where a multipart upload's id is noted while it is open, so that if this process
+/// dies the next mount with the cache dir aborts it (an open upload keeps its parts,
+/// billed, until aborted).
+pub struct Note<'a> {
+    pub path: PathBuf,
+    pub bucket: &'a str,
+}
+
+impl Note<'_> {
+    /// Off the async workers: a small file write, but a file write.
+    async fn write(&self, key: &str, upload_id: &str) {
+        let (path, bucket) = (self.path.clone(), self.bucket.to_string());
+        let (key, id) = (key.to_string(), upload_id.to_string());
+        let r = tokio::task::spawn_blocking(move || note_upload(&path, &bucket, &key, &id)).await;
+        if !matches!(r, Ok(Ok(()))) {
+            tracing::warn!("cannot note an open multipart upload: {r:?}");
+        }
+    }
+
+    async fn remove(&self) {
+        let path = self.path.clone();
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
+    }
+}
+
 /// Uploads `size` bytes of `file` to `key`. Parts of a large file go in parallel, each
 /// holding a permit of `parts` while its bytes are in memory; a small file holds its
 /// weight of the small-file budget until its PUT is answered: memory stays bounded.
-/// `one_part` (symlinks, which are tiny) makes it a single-part multipart upload.
+/// `one_part` (symlinks, which are tiny) makes it a single-part multipart upload. A
+/// multipart upload is noted at `note` while open; a note stays when the upload failed
+/// (its abort may have failed too), and the next mount aborts it if it is still open.
 #[allow(clippy::too_many_arguments)]
 pub async fn upload_file(
     client: &Arc<dyn ObjectClient>,
@@ -82,6 +112,7 @@ pub async fn upload_file(
     slots: &UploadSlots,
     metadata: &HashMap<String, String>,
     one_part: bool,
+    note: Note<'_>,
 ) -> Result<String, ClientError> {
     let parts = &slots.parts;
     let read = |off: u64, len: u64| read_part(file, key, off, len);
@@ -101,7 +132,8 @@ pub async fn upload_file(
         return Ok(client.put(key, body, metadata).await?.etag);
     }
     let upload_id = client.create_multipart(key, metadata).await?;
-    upload_parts(
+    note.write(key, &upload_id).await;
+    let r = upload_parts(
         client,
         key,
         &upload_id,
@@ -111,7 +143,11 @@ pub async fn upload_file(
         parts,
         Vec::new(),
     )
-    .await
+    .await;
+    if r.is_ok() {
+        note.remove().await;
+    }
+    r
 }
 
 /// Reads `len` staged bytes at `off` into one buffer, for a PUT or a part.

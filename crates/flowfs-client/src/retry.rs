@@ -1,0 +1,295 @@
+//! Retries that outlast a bad minute: every request to the store goes through
+//! [`Retrying`], which sends it again after a retryable failure (503 SlowDown, 5xx, a
+//! reset, a timeout) with exponential backoff and full jitter, until it succeeds, fails
+//! for good (403, 404, a refused key), or its time budget is spent. Throttling also
+//! slows the whole mount down for a while ([`Limiter`]), as the AWS SDKs' adaptive
+//! mode does, so that thousands of tasks do not keep a throttled prefix throttled.
+//!
+//! The SDK underneath makes one attempt per call: one policy, here, decides them all.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::limiter::Limiter;
+use crate::{ClientError, CompletedPart, ListPage, ObjectClient, ObjectMeta, PutResult, Result};
+
+/// When to send a failed request again.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Time from the first attempt after which no new attempt starts.
+    pub budget: Duration,
+    /// Attempts at most, the first included.
+    pub max_attempts: u32,
+    /// Backoff before the second attempt, at most (full jitter picks 0..=this).
+    pub base: Duration,
+    /// The longest backoff between two attempts.
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            budget: Duration::from_secs(60),
+            max_attempts: 100,
+            base: Duration::from_millis(50),
+            cap: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The pause before attempt `attempt + 1` (attempt counts from 1): uniform in
+    /// `[0, min(cap, base·2^(attempt-1))]`, "full jitter", which spreads the retries of
+    /// many clients failed together instead of sending them again in waves.
+    pub fn backoff(&self, attempt: u32, rng: &mut impl Rng) -> Duration {
+        let exp = self
+            .base
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
+        let top = exp.min(self.cap);
+        top.mul_f64(rng.gen::<f64>())
+    }
+}
+
+/// What the retries of a mount have done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryStats {
+    /// Attempts sent again after a retryable failure.
+    pub retries: u64,
+    /// Failures that were throttling (503 SlowDown, 429).
+    pub throttled: u64,
+    /// Requests that failed although retryable: budget or attempts spent.
+    pub gave_up: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    retries: AtomicU64,
+    throttled: AtomicU64,
+    gave_up: AtomicU64,
+}
+
+/// An [`ObjectClient`] that retries the one it wraps.
+pub struct Retrying {
+    inner: Arc<dyn ObjectClient>,
+    policy: RetryPolicy,
+    limiter: Limiter,
+    counters: Counters,
+}
+
+impl Retrying {
+    pub fn new(inner: Arc<dyn ObjectClient>, policy: RetryPolicy) -> Retrying {
+        Retrying {
+            inner,
+            policy,
+            limiter: Limiter::default(),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn stats(&self) -> RetryStats {
+        RetryStats {
+            retries: self.counters.retries.load(Ordering::Relaxed),
+            throttled: self.counters.throttled.load(Ordering::Relaxed),
+            gave_up: self.counters.gave_up.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Sends `attempt` until it succeeds, fails for good, or the policy says stop.
+    async fn run<T, F, Fut>(&self, what: &str, budget: Duration, mut attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let start = Instant::now();
+        let mut n = 0u32;
+        loop {
+            self.limiter.acquire().await;
+            n += 1;
+            let e = match attempt().await {
+                Ok(v) => {
+                    self.limiter.succeeded();
+                    return Ok(v);
+                }
+                Err(e) if !e.is_retryable() => return Err(e),
+                Err(e) => e,
+            };
+            if matches!(e, ClientError::Throttled(_)) {
+                self.counters.throttled.fetch_add(1, Ordering::Relaxed);
+                self.limiter.throttled();
+            }
+            let pause = self.policy.backoff(n, &mut rand::thread_rng());
+            if n >= self.policy.max_attempts || start.elapsed() + pause > budget {
+                self.counters.gave_up.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("{what}: giving up after {n} attempts: {e}");
+                return Err(e);
+            }
+            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("{what}: attempt {n} failed, again in {pause:?}: {e}");
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    async fn retry<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        self.run(what, self.policy.budget, attempt).await
+    }
+}
+
+/// How long the check at mount time keeps trying: a person is waiting for the answer,
+/// and an endpoint that refuses connections is more often wrong than down.
+const CHECK_BUDGET: Duration = Duration::from_secs(10);
+
+#[async_trait]
+impl ObjectClient for Retrying {
+    async fn check_bucket(&self, prefix: &str) -> Result<()> {
+        let budget = self.policy.budget.min(CHECK_BUDGET);
+        self.run("bucket check", budget, || self.inner.check_bucket(prefix))
+            .await
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.retry(key, || self.inner.head(key)).await
+    }
+
+    async fn get_range(
+        &self,
+        key: &str,
+        start: u64,
+        end: u64,
+        etag: Option<&str>,
+    ) -> Result<Bytes> {
+        self.retry(key, || self.inner.get_range(key, start, end, etag))
+            .await
+    }
+
+    /// A retry asks only for the pieces not delivered yet: a reader is never handed
+    /// the same piece twice, and a body cut near its end is not fetched again whole.
+    async fn get_range_pieces(
+        &self,
+        key: &str,
+        start: u64,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        let done = Mutex::new(0usize);
+        let sink = Mutex::new(sink);
+        self.retry(key, || {
+            let from = *done.lock();
+            let begin = if from == 0 { start } else { cuts[from - 1] };
+            let (done, sink) = (&done, &sink);
+            async move {
+                let mut relay = |i: usize, b: Bytes| {
+                    let mut s = sink.lock();
+                    (*s)(from + i, b);
+                    *done.lock() = from + i + 1;
+                };
+                self.inner
+                    .get_range_pieces(key, begin, &cuts[from..], etag, &mut relay)
+                    .await
+            }
+        })
+        .await
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<String>,
+        max_keys: Option<i32>,
+    ) -> Result<ListPage> {
+        self.retry(prefix, || {
+            self.inner
+                .list_page(prefix, delimiter, token.clone(), max_keys)
+        })
+        .await
+    }
+
+    async fn list_after(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        token: Option<String>,
+    ) -> Result<ListPage> {
+        self.retry(prefix, || {
+            self.inner.list_after(prefix, start_after, token.clone())
+        })
+        .await
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        metadata: &HashMap<String, String>,
+    ) -> Result<PutResult> {
+        self.retry(key, || self.inner.put(key, body.clone(), metadata))
+            .await
+    }
+
+    /// Not idempotent: an attempt whose answer was lost leaves an upload nobody
+    /// completes. It is retried anyway (a create that fails fails the whole file), and
+    /// such an upload costs only its (empty) record until the bucket's lifecycle rule.
+    async fn create_multipart(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+    ) -> Result<String> {
+        self.retry(key, || self.inner.create_multipart(key, metadata))
+            .await
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Bytes,
+    ) -> Result<String> {
+        self.retry(key, || {
+            self.inner
+                .upload_part(key, upload_id, part_number, body.clone())
+        })
+        .await
+    }
+
+    /// An attempt that completed the upload but whose answer was lost makes the next
+    /// one fail with NoSuchUpload: the file is then uploaded again whole, never lost.
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletedPart>,
+    ) -> Result<PutResult> {
+        self.retry(key, || {
+            self.inner.complete_multipart(key, upload_id, parts.clone())
+        })
+        .await
+    }
+
+    async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
+        self.retry(key, || self.inner.abort_multipart(key, upload_id))
+            .await
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
+        self.retry(to, || self.inner.copy(from, to)).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        self.retry(key, || self.inner.delete(key)).await
+    }
+}
