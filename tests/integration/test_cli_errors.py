@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from flowfs_mount import flowfs_bin, is_mounted, mount_args
+from seaweed import clean_env
 from test_lifecycle import _assert_clean_failure, _fail_mount
 
 
@@ -166,3 +167,19 @@ def test_every_file_flowfs_creates_is_its_owners_only(mount, s3, bucket, seaweed
     assert r.returncode == 0, r.stderr
     log = m.log_file.read_text(errors="replace")
     assert seaweed.creds.secret_key not in log and seaweed.creds.access_key not in log
+
+
+def test_flowfs_run_keeps_the_callers_umask_for_its_command(flowfs_binary, seaweed, bucket, work_dir):
+    """The mount process's umask of 077 is its own: the task command keeps the caller's."""
+    mnt = work_dir / "run-mnt"
+    args = [flowfs_bin(), "run", "--mount", f"s3://{bucket}={mnt}", "--cache-dir", str(work_dir / "rc"),
+            "--endpoint-url", seaweed.endpoint, "--", "sh", "-c", "umask"]
+    old = os.umask(0o022)
+    try:
+        r = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                           env=clean_env(seaweed.env()), check=False)
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0022", r.stdout
+    assert not is_mounted(mnt)

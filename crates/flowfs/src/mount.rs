@@ -32,10 +32,6 @@ impl Ready {
 }
 
 pub fn mount(args: MountArgs) -> Result<()> {
-    // Everything this process creates (log, journal, cache files, pid file) is its
-    // user's alone: logs and journal records name buckets, keys and paths.
-    // SAFETY: umask cannot fail.
-    unsafe { libc::umask(0o077) };
     let (bucket, prefix) = parse_source(&args.source).map_err(|e| anyhow!(e))?;
     check_endpoint(&args)?;
     let dir = check_mountpoint(&args.dir)?;
@@ -273,6 +269,11 @@ fn describe(e: &ClientError, bucket: &str, endpoint: &str) -> String {
 }
 
 fn serve(args: &MountArgs, cfg: FsConfig, dir: &Path, mut ready: Ready) -> Result<()> {
+    // Everything the mount process creates (log, journal, cache files, pid file) is its
+    // user's alone: logs and journal records name buckets, keys and paths. Set here, in
+    // the mount process only: `flowfs run` must not hand this umask to its command.
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(0o077) };
     init_logging(args, &cfg.cache_dir);
     let r = serve_inner(args, cfg, dir, &mut ready);
     if let Err(e) = &r {
