@@ -19,6 +19,17 @@ pub enum ClientError {
     Transient(String),
     #[error("cannot reach the endpoint: {0}")]
     Unreachable(String),
+    /// No source of the credential chain had credentials (nothing set, no profile).
+    #[error(
+        "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with a profile in ~/.aws/credentials or ~/.aws/config, or run where a container or instance role is available"
+    )]
+    NoCredentials,
+    /// A configured credential source failed (an expired SSO session, a broken profile).
+    #[error("cannot load AWS credentials: {0}")]
+    Credentials(String),
+    /// The endpoint answered, but not as an S3 server does (a web server, a proxy page).
+    #[error("the endpoint does not answer like an S3 server: {0}")]
+    NotS3(String),
     #[error("{0}")]
     Other(String),
 }

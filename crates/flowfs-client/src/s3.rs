@@ -9,7 +9,11 @@ use async_trait::async_trait;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
-use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_credential_types::provider::error::CredentialsError;
+use aws_sdk_s3::config::{
+    ProvideCredentials, RequestChecksumCalculation, ResponseChecksumValidation,
+    SharedCredentialsProvider,
+};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart as SdkPart};
@@ -33,6 +37,9 @@ pub struct S3Config {
 pub struct S3Client {
     client: aws_sdk_s3::Client,
     bucket: String,
+    /// The chain the SDK signs with, asked once at mount so that "no credentials" is
+    /// said as such rather than as a request that could not be sent.
+    credentials: Option<SharedCredentialsProvider>,
 }
 
 impl S3Client {
@@ -65,7 +72,49 @@ impl S3Client {
         S3Client {
             client: aws_sdk_s3::Client::from_conf(builder.build()),
             bucket: cfg.bucket.clone(),
+            credentials: shared.credentials_provider(),
         }
+    }
+
+    /// Whether the credential chain yields credentials; never returns or logs them.
+    pub async fn check_credentials(&self) -> Result<()> {
+        let Some(provider) = &self.credentials else {
+            return Err(ClientError::NoCredentials);
+        };
+        match provider.provide_credentials().await {
+            Ok(_) => Ok(()),
+            Err(CredentialsError::CredentialsNotLoaded(_)) => Err(ClientError::NoCredentials),
+            Err(e) => Err(ClientError::Credentials(
+                aws_sdk_s3::error::DisplayErrorContext(&e).to_string(),
+            )),
+        }
+    }
+}
+
+/// An answer to the bucket check that no S3 server gives: an error without an S3 error
+/// code, or a body that is not S3 XML. A web server or a proxy's page at the endpoint
+/// would otherwise read as "no such bucket". 5xx answers are left alone: an S3 server
+/// in trouble may send them bare.
+fn not_s3<E>(err: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> Option<ClientError>
+where
+    E: ProvideErrorMetadata,
+{
+    match err {
+        SdkError::ResponseError(ctx) if ctx.raw().status().as_u16() < 500 => {
+            Some(ClientError::NotS3(format!(
+                "HTTP {} with a body that is not S3 XML",
+                ctx.raw().status().as_u16()
+            )))
+        }
+        SdkError::ServiceError(ctx)
+            if ctx.raw().status().as_u16() < 500 && ctx.err().code().is_none_or(str::is_empty) =>
+        {
+            Some(ClientError::NotS3(format!(
+                "HTTP {} without an S3 error code",
+                ctx.raw().status().as_u16()
+            )))
+        }
+        _ => None,
     }
 }
 
@@ -211,15 +260,24 @@ impl S3Client {
 #[async_trait]
 impl ObjectClient for S3Client {
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
-        self.client
+        let r = self
+            .client
             .list_objects_v2()
             .bucket(&self.bucket)
             .prefix(prefix)
             .max_keys(1)
             .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| map_err(&format!("bucket {}", self.bucket), e))
+            .await;
+        match r {
+            // Every S3 ListBucketResult names its bucket.
+            Ok(out) if out.name().is_none() => Err(ClientError::NotS3(
+                "its answer to ListObjectsV2 is not a ListBucketResult".into(),
+            )),
+            Ok(_) => Ok(()),
+            Err(e) => {
+                Err(not_s3(&e).unwrap_or_else(|| map_err(&format!("bucket {}", self.bucket), e)))
+            }
+        }
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -6,6 +6,7 @@
 
 mod namespace;
 mod open;
+mod status;
 mod upload;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,10 +25,12 @@ use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
 use crate::read::SeqState;
 use crate::stamp::Stamps;
+pub use crate::writeback::PendingState;
 use crate::writeback::{
     download_into, send_early, upload_file, Early, NewFile, StagedFile, Staging, UploadSlots,
     WriteBack,
 };
+pub use status::{Failure, PendingFile, Recovery, Status};
 
 /// What the kernel may skip for an open handle.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -13,5 +13,5 @@ pub mod writeback;
 
 pub use config::FsConfig;
 pub use error::{FsError, Result};
-pub use fs::{Attr, DirItem, Fs, OpenHints};
+pub use fs::{Attr, DirItem, Failure, Fs, OpenHints, PendingFile, PendingState, Recovery, Status};
 pub use inode::Kind;

@@ -28,6 +28,8 @@ pub enum Command {
     Mount(MountArgs),
     /// Flush everything the mount at DIR still holds, then unmount it
     Unmount(UnmountArgs),
+    /// Show what the mount at DIR holds that is not in the bucket yet, and what failed
+    Status(StatusArgs),
     /// Mount, run a task command, flush its outputs, unmount (a task wrapper)
     Run(RunArgs),
 }
@@ -232,10 +234,76 @@ pub struct MountOptions {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Exit status: 0 when everything was uploaded and DIR is unmounted; 1 otherwise,\n\
+    naming the files not uploaded (they stay in the journal for the next mount with the same\n\
+    cache dir)."
+)]
 pub struct UnmountArgs {
     /// Mount point
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
+    /// Unmount at once without waiting for uploads: files not uploaded stay in the journal
+    /// and the next mount with the same cache dir uploads them
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Exit status: 0 when everything written is in the bucket and nothing failed,\n\
+    1 when something is pending or failed, 2 when the mount could not be asked."
+)]
+pub struct StatusArgs {
+    /// Mount point
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Print JSON (stable field names; see docs/CONFIGURATION.md)
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A custom endpoint: `http(s)://HOST[:PORT][/PATH]`. Checked before anything else, so a
+/// typo is named as such rather than surfacing as a request that could not be sent. The
+/// URL is not echoed: it could carry credentials (`user:secret@host`).
+pub fn parse_endpoint(s: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "malformed endpoint URL: {why} (expected e.g. https://s3.example.org or http://127.0.0.1:8333)"
+        ))
+    };
+    let Some(rest) = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+    else {
+        return bad("it must start with http:// or https://");
+    };
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("it contains spaces or control characters");
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return bad("credentials do not belong in the URL; use the AWS credential chain");
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        // [IPv6]:port
+        Some(v6) => match v6.split_once(']') {
+            Some((h, p)) => (h, p.strip_prefix(':')),
+            None => return bad("an IPv6 address without its closing ]"),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    let host_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':');
+    if host.is_empty() || !host.chars().all(host_ok) {
+        return bad("no valid host name");
+    }
+    if port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return bad("the port is not a number from 0 to 65535");
+    }
+    Ok(())
 }
 
 /// `512K`, `8M`, `10G`, `1T` or plain bytes.
@@ -315,6 +383,34 @@ mod tests {
         assert_eq!(parse_size("4096"), Ok(4096));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("3X").is_err());
+    }
+
+    #[test]
+    fn endpoints() {
+        for ok in [
+            "http://127.0.0.1:8333",
+            "https://s3.eu-west-1.amazonaws.com",
+            "https://minio.example.org:9000/",
+            "http://[::1]:9000",
+            "http://localhost",
+        ] {
+            assert_eq!(parse_endpoint(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "not a url",
+            "127.0.0.1:8333",
+            "ftp://host",
+            "http://",
+            "http://host:port",
+            "http://host:99999",
+            "http://a b",
+            "http://[::1:9000",
+        ] {
+            let e = parse_endpoint(bad).unwrap_err();
+            assert!(e.starts_with("malformed endpoint URL"), "{bad}: {e}");
+        }
+        let e = parse_endpoint("https://key:secret@host").unwrap_err();
+        assert!(!e.contains("secret"), "{e}");
     }
 
     #[test]

@@ -1,12 +1,17 @@
 //! The control socket of a running mount: `flowfs unmount` asks the mount process to
-//! flush and unmount, and waits for its answer. One socket per mount point, in a
-//! directory private to the user.
+//! flush and unmount (or, with `--force`, to unmount without waiting for uploads) and
+//! waits for its answer; `flowfs status` asks what is not durable yet. One socket per
+//! mount point, in a directory private to the user; only that user and root are answered.
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::status;
+use crate::stop::Ending;
 
 pub fn runtime_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR") {
@@ -57,4 +62,202 @@ pub fn request(mountpoint: &Path, cmd: &str, timeout: Option<Duration>) -> io::R
         ));
     }
     Ok(line.trim_end().to_string())
+}
+
+/// Answers the control socket of a mount, one thread per connection, so that `status`
+/// and `unmount --force` are answered while an unmount waits for uploads.
+pub fn serve(listener: UnixListener, ending: Arc<Ending>) -> io::Result<()> {
+    // SAFETY: getuid cannot fail.
+    let owner = unsafe { libc::getuid() };
+    std::thread::Builder::new()
+        .name("flowfs-control".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let ending = ending.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("flowfs-control".into())
+                    .spawn(move || answer(conn, &ending, owner));
+                if let Err(e) = spawned {
+                    tracing::error!("cannot answer a control request: {e}");
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn answer(mut conn: UnixStream, ending: &Ending, owner: u32) {
+    let mut line = String::new();
+    let _ = BufReader::new(&conn).read_line(&mut line);
+    let cmd = line.trim();
+    let peer = peer_uid(&conn);
+    if !may_control(peer, owner) {
+        let who = peer.map_or_else(|| "an unknown user".to_string(), user_name);
+        tracing::warn!("refused control request {cmd:?} from {who}");
+        let msg = format!(
+            "ERR this mount belongs to {}; {who} may not control it\n",
+            user_name(owner)
+        );
+        let _ = conn.write_all(msg.as_bytes());
+        return;
+    }
+    let unmount = cmd == "unmount" || cmd == "unmount --force";
+    if unmount {
+        ending.answering(1);
+    }
+    let answer = match cmd {
+        "unmount" => unmount_answer(ending, false),
+        "unmount --force" => unmount_answer(ending, true),
+        "status" => match serde_json::to_string(&status::report(ending)) {
+            Ok(j) => format!("OK {j}"),
+            Err(e) => format!("ERR {e}"),
+        },
+        "ping" => "OK".to_string(),
+        other => format!("ERR unknown command {other:?}"),
+    };
+    let _ = conn.write_all(format!("{answer}\n").as_bytes());
+    if unmount {
+        ending.answering(-1);
+    }
+}
+
+/// Ends the mount and says how: `NOTE` lines for recovered files, then `OK` or `ERR`.
+fn unmount_answer(ending: &Ending, force: bool) -> String {
+    let notes: String = ending
+        .fs
+        .recovered()
+        .iter()
+        .map(|k| {
+            format!("NOTE recovered {k} from the journal of an earlier mount and uploaded it\n")
+        })
+        .collect();
+    let r = ending.end(force);
+    // Once unmounted, the answer waits for the session to end.
+    let gone =
+        crate::mount::mount_type(&ending.dir).is_none() && ending.wait(Duration::from_secs(60));
+    let last = match r {
+        Ok(()) if gone => "OK".to_string(),
+        Ok(()) => "ERR the file system did not stop within 60 s".to_string(),
+        Err(e) => format!("ERR {e}"),
+    };
+    format!("{notes}{last}")
+}
+
+/// The user at the other end of a control connection (SO_PEERCRED).
+pub fn peer_uid(s: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt fills `cred` of the size given.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+/// Who may control a mount: the user who mounted it, and root. The socket's directory is
+/// private already; this holds even when XDG_RUNTIME_DIR points somewhere shared.
+pub fn may_control(peer: Option<u32>, owner: u32) -> bool {
+    peer.is_some_and(|p| p == owner || p == 0)
+}
+
+/// Why nobody answered on the control socket of `dir`, decided from the mount table.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NoAnswer {
+    NotMounted,
+    /// Another kind of mount is there.
+    Foreign(String),
+    /// A flowfs mount of another user: its socket is in that user's directory, and its
+    /// process may well be alive. Never removed from here.
+    OtherUser(u32),
+    /// A flowfs mount of this user whose process does not answer: it died.
+    Dead,
+}
+
+/// `fstype` and `owner` (the `user_id=` of a FUSE mount) of what is mounted at the
+/// directory, for a caller running as `me`.
+pub fn no_answer(fstype: Option<&str>, owner: Option<u32>, me: u32) -> NoAnswer {
+    match fstype {
+        None => NoAnswer::NotMounted,
+        Some(t) if t != "fuse.flowfs" && t != "fuse" => NoAnswer::Foreign(t.to_string()),
+        Some(_) => match owner {
+            Some(o) if o != me => NoAnswer::OtherUser(o),
+            _ => NoAnswer::Dead,
+        },
+    }
+}
+
+/// A user's name for messages, or their uid.
+pub fn user_name(uid: u32) -> String {
+    // SAFETY: getpwuid returns static storage or null; read at once, one thread here.
+    unsafe {
+        let pw = libc::getpwuid(uid);
+        if pw.is_null() || (*pw).pw_name.is_null() {
+            return format!("uid {uid}");
+        }
+        let name = std::ffi::CStr::from_ptr((*pw).pw_name).to_string_lossy();
+        format!("{name} (uid {uid})")
+    }
+}
+
+/// One line for a failed request to `dir`'s socket (`flowfs status`).
+pub fn why_no_answer(dir: &Path, e: &io::Error) -> String {
+    let (t, owner) = crate::mount::mount_entry(dir).unzip();
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    match no_answer(t.as_deref(), owner.flatten(), me) {
+        NoAnswer::NotMounted => format!("{} is not mounted", dir.display()),
+        NoAnswer::Foreign(t) => format!("{} is a {t} mount, not a flowfs mount", dir.display()),
+        NoAnswer::OtherUser(o) => format!(
+            "{} is a flowfs mount of {}; ask as that user",
+            dir.display(),
+            user_name(o)
+        ),
+        NoAnswer::Dead => format!("its process does not answer ({e}); it may have died"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_owner_and_root_control_a_mount() {
+        assert!(may_control(Some(1000), 1000));
+        assert!(may_control(Some(0), 1000));
+        assert!(!may_control(Some(1001), 1000));
+        assert!(!may_control(None, 1000));
+    }
+
+    #[test]
+    fn a_silent_socket_is_a_dead_mount_only_for_its_own_user() {
+        use NoAnswer::*;
+        assert_eq!(no_answer(None, None, 0), NotMounted);
+        assert_eq!(no_answer(Some("ext4"), None, 0), Foreign("ext4".into()));
+        assert_eq!(no_answer(Some("fuse.flowfs"), Some(1000), 1000), Dead);
+        assert_eq!(no_answer(Some("fuse.flowfs"), None, 1000), Dead);
+        // Root's socket is not where another user's mount listens: never "gone".
+        assert_eq!(
+            no_answer(Some("fuse.flowfs"), Some(1000), 0),
+            OtherUser(1000)
+        );
+        assert_eq!(no_answer(Some("fuse"), Some(0), 1000), OtherUser(0));
+    }
+
+    #[test]
+    fn peer_credentials_name_the_connecting_user() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        // SAFETY: getuid cannot fail.
+        assert_eq!(peer_uid(&a), Some(unsafe { libc::getuid() }));
+    }
 }

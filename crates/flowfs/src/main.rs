@@ -4,6 +4,8 @@ mod cli;
 mod control;
 mod mount;
 mod run;
+mod status;
+mod stop;
 
 use clap::Parser;
 
@@ -11,7 +13,8 @@ fn main() {
     let cli = cli::Cli::parse();
     let r = match cli.command {
         cli::Command::Mount(args) => mount::mount(args),
-        cli::Command::Unmount(args) => mount::unmount(&args.dir),
+        cli::Command::Unmount(args) => mount::unmount(&args.dir, args.force),
+        cli::Command::Status(args) => std::process::exit(status::status(&args.dir, args.json)),
         cli::Command::Run(args) => std::process::exit(run::run(args)),
     };
     if let Err(e) = r {

@@ -6,7 +6,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -17,8 +17,9 @@ use flowfs_fs::cache::disk_space;
 use flowfs_fs::fuse::FuseAdapter;
 use flowfs_fs::{Fs, FsConfig};
 
-use crate::cli::{parse_min_free, parse_size, parse_source, MountArgs};
-use crate::control;
+use crate::cli::{parse_endpoint, parse_min_free, parse_size, parse_source, MountArgs};
+use crate::control::{self, NoAnswer};
+use crate::stop::{spawn_signal_task, Ending};
 
 /// Where a daemon tells the waiting parent that the mount is ready, or why not.
 struct Ready(Option<File>);
@@ -33,6 +34,7 @@ impl Ready {
 
 pub fn mount(args: MountArgs) -> Result<()> {
     let (bucket, prefix) = parse_source(&args.source).map_err(|e| anyhow!(e))?;
+    check_endpoint(&args)?;
     let dir = check_mountpoint(&args.dir)?;
     if !Path::new("/dev/fuse").exists() {
         bail!(
@@ -120,6 +122,20 @@ pub fn mount(args: MountArgs) -> Result<()> {
     }
 }
 
+/// The endpoint, from the option or the environment, before anything touches the disk
+/// or the network: a typo is named as such, not as a request that could not be sent.
+fn check_endpoint(args: &MountArgs) -> Result<()> {
+    if let Some(url) = &args.opts.endpoint_url {
+        parse_endpoint(url).map_err(|e| anyhow!("--endpoint-url: {e}"))?;
+    } else if let Some(url) = std::env::var("AWS_ENDPOINT_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        parse_endpoint(&url).map_err(|e| anyhow!("AWS_ENDPOINT_URL: {e}"))?;
+    }
+    Ok(())
+}
+
 /// A daemon must not keep the caller's terminal or pipes open.
 fn detach_stdio() {
     if let Ok(null) = OpenOptions::new().read(true).write(true).open("/dev/null") {
@@ -169,12 +185,24 @@ fn unescape_mountinfo(s: &str) -> String {
 
 /// File system type of the mount at exactly `dir`, if one is there.
 pub fn mount_type(dir: &Path) -> Option<String> {
+    mount_entry(dir).map(|(t, _)| t)
+}
+
+/// Type and, for a FUSE mount, owner (its `user_id=` option) of the mount at `dir`.
+pub fn mount_entry(dir: &Path) -> Option<(String, Option<u32>)> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = dir.to_string_lossy();
     info.lines().rev().find_map(|l| {
         let f: Vec<&str> = l.split(' ').collect();
         let sep = f.iter().position(|x| *x == "-")?;
-        (f.len() > sep + 1 && unescape_mountinfo(f.get(4)?) == want).then(|| f[sep + 1].to_string())
+        if f.len() <= sep + 1 || unescape_mountinfo(f.get(4)?) != want {
+            return None;
+        }
+        let owner = f.get(sep + 3).and_then(|opts| {
+            opts.split(',')
+                .find_map(|o| o.strip_prefix("user_id=")?.parse().ok())
+        });
+        Some((f[sep + 1].to_string(), owner))
     })
 }
 
@@ -239,98 +267,20 @@ fn describe(e: &ClientError, bucket: &str, endpoint: &str) -> String {
             "access to bucket {bucket} denied ({m}); check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...) and the bucket policy"
         ),
         ClientError::Unreachable(m) => format!("cannot reach the S3 endpoint {endpoint}: {m}"),
+        ClientError::NotS3(m) => format!(
+            "the endpoint {endpoint} does not look like an S3 server ({m}); check --endpoint-url or AWS_ENDPOINT_URL"
+        ),
+        ClientError::NoCredentials | ClientError::Credentials(_) => e.to_string(),
         other => format!("cannot use bucket {bucket} at {endpoint}: {other}"),
     })
 }
 
-/// Coordinates the end of the mount between the control socket, signals and the
-/// session loop.
-#[derive(Default)]
-struct Shutdown {
-    /// (the session has ended, `flowfs unmount` requests not answered yet)
-    state: Mutex<(bool, u32)>,
-    cv: Condvar,
-}
-
-impl Shutdown {
-    fn finish(&self) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = true;
-        self.cv.notify_all();
-    }
-    fn wait(&self, timeout: Duration) -> bool {
-        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (g, _) = self
-            .cv
-            .wait_timeout_while(g, timeout, |s| !s.0)
-            .unwrap_or_else(|e| e.into_inner());
-        g.0
-    }
-    fn answering(&self, delta: i32) {
-        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        g.1 = g.1.saturating_add_signed(delta);
-        self.cv.notify_all();
-    }
-    /// The process must not exit before `flowfs unmount` has its answer: it would take
-    /// the lost answer for a mount that died.
-    fn wait_answered(&self, timeout: Duration) {
-        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = self.cv.wait_timeout_while(g, timeout, |s| s.1 > 0);
-    }
-}
-
-/// Flushes and unmounts `dir`; the session loop then ends by itself. Files that could
-/// not be uploaded stay in the journal, and are named in the error.
-fn unmount_now(
-    fs: &Arc<Fs>,
-    rt: &tokio::runtime::Handle,
-    dir: &Path,
-) -> std::result::Result<(), String> {
-    let failed = rt.block_on(fs.flush_all());
-    umount(dir)?;
-    if failed.is_empty() {
-        return Ok(());
-    }
-    Err(format!(
-        "unmounted, but {} file(s) could not be uploaded; they are kept in the journal under {}/staging and the next mount with this cache dir uploads them: {}",
-        failed.len(),
-        fs.config().cache_dir.display(),
-        failed.join("; ")
-    ))
-}
-
-fn umount(dir: &Path) -> std::result::Result<(), String> {
-    let c =
-        std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: umount2 on a path we own.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::EBUSY) => Err(format!(
-            "{} is busy: a process still uses it (see `fuser -m {}`)",
-            dir.display(),
-            dir.display()
-        )),
-        Some(libc::EPERM) => {
-            let st = std::process::Command::new("fusermount3")
-                .arg("-u")
-                .arg(dir)
-                .status();
-            match st {
-                Ok(s) if s.success() => Ok(()),
-                Ok(_) => Err(format!(
-                    "fusermount3 -u {} failed (is it busy?)",
-                    dir.display()
-                )),
-                Err(e) => Err(format!("cannot run fusermount3: {e}")),
-            }
-        }
-        _ => Err(format!("cannot unmount {}: {err}", dir.display())),
-    }
-}
-
 fn serve(args: &MountArgs, cfg: FsConfig, dir: &Path, mut ready: Ready) -> Result<()> {
+    // Everything the mount process creates (log, journal, cache files, pid file) is its
+    // user's alone: logs and journal records name buckets, keys and paths. Set here, in
+    // the mount process only: `flowfs run` must not hand this umask to its command.
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(0o077) };
     init_logging(args, &cfg.cache_dir);
     let r = serve_inner(args, cfg, dir, &mut ready);
     if let Err(e) = &r {
@@ -339,12 +289,12 @@ fn serve(args: &MountArgs, cfg: FsConfig, dir: &Path, mut ready: Ready) -> Resul
     r
 }
 
-fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .thread_name("flowfs-io")
-        .enable_all()
-        .build()?;
+/// The S3 client, once credentials and the bucket are checked (within 30 s).
+fn connect(
+    rt: &tokio::runtime::Runtime,
+    args: &MountArgs,
+    cfg: &FsConfig,
+) -> Result<Arc<Retrying>> {
     let s3cfg = S3Config {
         bucket: cfg.bucket.clone(),
         endpoint_url: args.opts.endpoint_url.clone(),
@@ -363,28 +313,27 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
         max_attempts: args.opts.max_attempts.max(1),
         ..RetryPolicy::default()
     };
-    let s3: Arc<dyn ObjectClient> = Arc::new(rt.block_on(S3Client::new(&s3cfg)));
-    let client = Arc::new(Retrying::new(s3, policy));
+    let s3 = Arc::new(rt.block_on(S3Client::new(&s3cfg)));
+    let client = Arc::new(Retrying::new(s3.clone(), policy));
+    // Credentials first: without them the bucket check fails as a request that could
+    // not be sent, which says nothing about what to set.
     let check = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(30), client.check_bucket(&cfg.prefix)).await
+        tokio::time::timeout(Duration::from_secs(30), async {
+            s3.check_credentials().await?;
+            client.check_bucket(&cfg.prefix).await
+        })
+        .await
     });
     match check {
         Err(_) => bail!("no answer from the S3 endpoint {endpoint} within 30 s"),
         Ok(Err(e)) => bail!("{}", describe(&e, &cfg.bucket, &endpoint)),
         Ok(Ok(())) => {}
     }
-    let read_only = cfg.read_only;
-    let fs = Arc::new(Fs::new(cfg, client.clone())?);
-    // What a killed mount left staged goes up before this one serves anything.
-    let (recovered, unrecovered) = rt.block_on(fs.recover());
-    for k in &recovered {
-        tracing::warn!(key = %k, "recovered from the journal of an earlier mount and uploaded");
-    }
-    for k in &unrecovered {
-        tracing::error!("could not recover {k}; it stays in the journal");
-    }
-    let adapter = FuseAdapter::new(fs.clone(), rt.handle().clone());
+    Ok(client)
+}
 
+/// Mount options and session settings for fuser.
+fn fuse_config(args: &MountArgs, read_only: bool) -> Result<fuser::Config> {
     let mut opts = vec![
         fuser::MountOption::FSName(format!("flowfs:{}", args.source)),
         fuser::MountOption::Subtype("flowfs".into()),
@@ -419,6 +368,29 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
     fcfg.mount_options = opts;
     fcfg.n_threads = Some(args.opts.fuse_threads);
     fcfg.clone_fd = true;
+    Ok(fcfg)
+}
+
+fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_name("flowfs-io")
+        .enable_all()
+        .build()?;
+    let client = connect(&rt, args, &cfg)?;
+    let read_only = cfg.read_only;
+    let fs = Arc::new(Fs::new(cfg, client.clone())?);
+    // What a killed mount left staged goes up before this one serves anything.
+    let (recovered, unrecovered) = rt.block_on(fs.recover());
+    for k in &recovered {
+        tracing::warn!(key = %k, "recovered from the journal of an earlier mount and uploaded");
+    }
+    for k in &unrecovered {
+        tracing::error!("could not recover {k}; it stays in the journal");
+    }
+    let adapter = FuseAdapter::new(fs.clone(), rt.handle().clone());
+
+    let fcfg = fuse_config(args, read_only)?;
 
     control::ensure_runtime_dir().context("cannot create the control socket directory")?;
     let sock = control::socket_path(dir);
@@ -431,85 +403,11 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
     let session = fuser::Session::new(adapter, dir, &fcfg)
         .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
 
-    let shutdown = Arc::new(Shutdown::default());
-    {
-        let (fs, dir, shutdown, handle) = (
-            fs.clone(),
-            dir.to_path_buf(),
-            shutdown.clone(),
-            rt.handle().clone(),
-        );
-        std::thread::Builder::new()
-            .name("flowfs-control".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    let Ok(mut conn) = conn else { continue };
-                    let mut line = String::new();
-                    let _ =
-                        std::io::BufRead::read_line(&mut std::io::BufReader::new(&conn), &mut line);
-                    let unmount = line.trim() == "unmount";
-                    if unmount {
-                        shutdown.answering(1);
-                    }
-                    let answer = match line.trim() {
-                        "unmount" => {
-                            let notes: String = fs
-                                .recovered()
-                                .iter()
-                                .map(|k| format!("NOTE recovered {k} from the journal of an earlier mount and uploaded it\n"))
-                                .collect();
-                            let r = unmount_now(&fs, &handle, &dir);
-                            // Once unmounted, the answer waits for the session to end.
-                            let gone = mount_type(&dir).is_none()
-                                && shutdown.wait(Duration::from_secs(60));
-                            let last = match r {
-                                Ok(()) if gone => "OK".to_string(),
-                                Ok(()) => "ERR the file system did not stop within 60 s".to_string(),
-                                Err(e) => format!("ERR {e}"),
-                            };
-                            format!("{notes}{last}")
-                        }
-                        "ping" => "OK".to_string(),
-                        other => format!("ERR unknown command {other:?}"),
-                    };
-                    let _ = conn.write_all(format!("{answer}\n").as_bytes());
-                    if unmount {
-                        shutdown.answering(-1);
-                    }
-                }
-            })?;
-    }
-    {
-        let (fs, dir, handle) = (fs.clone(), dir.to_path_buf(), rt.handle().clone());
-        rt.spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) else {
-                return;
-            };
-            loop {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-                let (fs2, dir2, handle2) = (fs.clone(), dir.clone(), handle.clone());
-                let r =
-                    tokio::task::spawn_blocking(move || unmount_now(&fs2, &handle2, &dir2)).await;
-                match r {
-                    Ok(Ok(())) => break,
-                    Ok(Err(e)) => {
-                        tracing::error!("{e}");
-                        if mount_type(&dir).is_none() {
-                            break;
-                        }
-                    }
-                    Err(e) => tracing::error!("{e}"),
-                }
-            }
-        });
-    }
+    let mut ending = Ending::new(fs.clone(), rt.handle().clone(), dir, &args.source);
+    ending.retries = Some(client);
+    let ending = Arc::new(ending);
+    control::serve(listener, ending.clone()).context("cannot start the control thread")?;
+    spawn_signal_task(ending.clone());
     if let Some(p) = &args.opts.pid_file {
         std::fs::write(p, format!("{}\n", std::process::id()))
             .with_context(|| format!("cannot write pid file {}", p.display()))?;
@@ -522,16 +420,22 @@ fn serve_inner(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -
     if let Some(p) = &args.opts.pid_file {
         let _ = std::fs::remove_file(p);
     }
-    shutdown.finish();
-    shutdown.wait_answered(Duration::from_secs(10));
+    ending.finish();
+    ending.wait_answered(Duration::from_secs(10));
     rt.shutdown_timeout(Duration::from_secs(2));
-    result.map_err(|e| anyhow!("FUSE session: {e}"))
+    result.map_err(|e| anyhow!("FUSE session: {e}"))?;
+    // Files left in the journal make the process fail too (seen by a --foreground caller).
+    match ending.outcome() {
+        Some(Err(e)) => bail!("{e}"),
+        _ => Ok(()),
+    }
 }
 
-pub fn unmount(dir: &Path) -> Result<()> {
+pub fn unmount(dir: &Path, force: bool) -> Result<()> {
     let abs = std::path::absolute(dir)?;
     let dir = abs.canonicalize().unwrap_or(abs);
-    match control::request(&dir, "unmount", None) {
+    let cmd = if force { "unmount --force" } else { "unmount" };
+    match control::request(&dir, cmd, None) {
         Ok(a) => {
             let mut last = "";
             for line in a.lines() {
@@ -546,23 +450,40 @@ pub fn unmount(dir: &Path) -> Result<()> {
                 bail!("{}", last.trim_start_matches("ERR "))
             }
         }
-        Err(_) => match mount_type(&dir) {
-            Some(t) if t == "fuse.flowfs" || t == "fuse" => {
-                let st = std::process::Command::new("fusermount3")
-                    .arg("-u")
-                    .arg("-z")
-                    .arg(&dir)
-                    .status();
-                match st {
-                    Ok(s) if s.success() => bail!(
-                        "the flowfs process of {} was gone; removed its dead mount (what it had not uploaded is in its cache dir journal)",
-                        dir.display()
-                    ),
-                    _ => bail!("the flowfs process of {} is gone and fusermount3 -u failed", dir.display()),
-                }
+        Err(_) => unmount_silent(&dir),
+    }
+}
+
+/// Nobody answers on the control socket of `dir`: a dead mount of this user is removed;
+/// another user's mount is left alone (its socket is in that user's directory).
+fn unmount_silent(dir: &Path) -> Result<()> {
+    let (t, owner) = mount_entry(dir).unzip();
+    // SAFETY: getuid cannot fail.
+    let me = unsafe { libc::getuid() };
+    match control::no_answer(t.as_deref(), owner.flatten(), me) {
+        NoAnswer::NotMounted => bail!("{} is not mounted", dir.display()),
+        NoAnswer::Foreign(t) => bail!("{} is a {t} mount, not a flowfs mount", dir.display()),
+        NoAnswer::OtherUser(o) => bail!(
+            "{} is a flowfs mount of {}, not of this user: run `flowfs unmount` as that user (with the environment it mounted with)",
+            dir.display(),
+            control::user_name(o)
+        ),
+        NoAnswer::Dead => {
+            let st = std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(dir)
+                .status();
+            match st {
+                Ok(s) if s.success() => bail!(
+                    "the flowfs process of {} was gone; removed its dead mount (what it had not uploaded is in its cache dir journal)",
+                    dir.display()
+                ),
+                _ => bail!(
+                    "the flowfs process of {} is gone and fusermount3 -u failed",
+                    dir.display()
+                ),
             }
-            Some(t) => bail!("{} is a {t} mount, not a flowfs mount", dir.display()),
-            None => bail!("{} is not mounted", dir.display()),
-        },
+        }
     }
 }

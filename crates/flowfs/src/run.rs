@@ -27,7 +27,7 @@ extern "C" fn forward(sig: libc::c_int) {
 fn unmount_all(dirs: &[PathBuf]) -> bool {
     let mut ok = true;
     for d in dirs.iter().rev() {
-        if let Err(e) = mount::unmount(d) {
+        if let Err(e) = mount::unmount(d, false) {
             eprintln!("flowfs: {}", format!("{e:#}").replace('\n', " "));
             ok = false;
         }

@@ -12,6 +12,7 @@
 //! decided under one lock and the new open counted under another.
 
 mod early;
+mod report;
 mod staging;
 mod transfer;
 
@@ -25,6 +26,7 @@ use parking_lot::Mutex;
 
 pub use early::{Aborts, Early};
 pub use lifecycle::send_early;
+pub use report::{PendingReport, PendingState};
 pub use staging::{OpenUpload, Orphan, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};
 

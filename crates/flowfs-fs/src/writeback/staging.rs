@@ -72,6 +72,11 @@ impl StagedFile {
         Ok(buf)
     }
 
+    /// The journal record's path (present while the bucket lacks the file).
+    pub(super) fn record_path(&self) -> &Path {
+        &self.rec
+    }
+
     /// Where the staged bytes are, for the disk cache to take them over after upload.
     pub fn data_path(&self) -> &Path {
         &self.data

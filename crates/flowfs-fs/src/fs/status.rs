@@ -1,0 +1,139 @@
+//! What the mount holds that is not durable yet, for `flowfs status` and for an unmount
+//! that gives up on uploads (`--force`): pending files with their size, age and upload
+//! state, failed uploads with their reason, and what the recovery of a dead mount's
+//! journal did. A plain snapshot; the binary renders it.
+
+use super::*;
+use crate::writeback::PendingState;
+
+/// A staged file whose content the bucket does not hold yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingFile {
+    pub key: String,
+    pub bytes: u64,
+    /// Since when the bucket lacks this content.
+    pub since: SystemTime,
+    /// A handle still has it open for writing (its upload starts at the last close).
+    pub open_for_writing: bool,
+    pub state: PendingState,
+}
+
+/// An upload that failed, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub key: String,
+    pub reason: String,
+}
+
+/// A file found in the journal of a dead mount at start, and whether it went up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    pub key: String,
+    pub uploaded: bool,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    /// Oldest first.
+    pub pending: Vec<PendingFile>,
+    /// Failed uploads of this mount's files and failed recoveries.
+    pub failures: Vec<Failure>,
+    pub recovery: Vec<Recovery>,
+}
+
+impl Status {
+    /// Everything written through the mount is in the bucket and nothing failed.
+    pub fn durable(&self) -> bool {
+        self.pending.is_empty() && self.failures.is_empty()
+    }
+
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.iter().map(|p| p.bytes).sum()
+    }
+
+    /// When the oldest pending content was written.
+    pub fn oldest(&self) -> Option<SystemTime> {
+        self.pending.iter().map(|p| p.since).min()
+    }
+}
+
+impl Fs {
+    /// A snapshot of what is not durable yet, what failed and what recovery did.
+    pub fn status(&self) -> Status {
+        let report = self.wb.pending_report();
+        let mut pending: Vec<PendingFile> = {
+            let t = self.inodes.lock();
+            report
+                .into_iter()
+                .map(|r| PendingFile {
+                    // An open file whose name is gone is retired and not listed, so a
+                    // missing path is a race with a rename: say which file it is.
+                    key: t
+                        .path(r.ino)
+                        .map_or_else(|| format!("(inode {})", r.ino), |p| self.key(&p)),
+                    bytes: r.size,
+                    since: r.since,
+                    open_for_writing: r.writers > 0,
+                    state: r.state,
+                })
+                .collect()
+        };
+        pending.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.key.cmp(&b.key)));
+        let mut failures: Vec<Failure> = pending
+            .iter()
+            .filter_map(|p| match &p.state {
+                PendingState::Failed(e) => Some(Failure {
+                    key: p.key.clone(),
+                    // The upload's error starts with the key it went to.
+                    reason: e
+                        .strip_prefix(&format!("{}: ", p.key))
+                        .unwrap_or(e)
+                        .to_string(),
+                }),
+                _ => None,
+            })
+            .collect();
+        let lost = self.wb.recovery_failures();
+        let mut recovery: Vec<Recovery> = self
+            .recovered()
+            .into_iter()
+            .map(|key| Recovery {
+                key,
+                uploaded: true,
+                error: None,
+            })
+            .collect();
+        for (key, reason) in lost {
+            recovery.push(Recovery {
+                key: key.clone(),
+                uploaded: false,
+                error: Some(reason.clone()),
+            });
+            failures.push(Failure { key, reason });
+        }
+        Status {
+            pending,
+            failures,
+            recovery,
+        }
+    }
+
+    /// The files an unmount that does not wait leaves in the journal: `KEY (N bytes)`,
+    /// and the recoveries that failed, `KEY: reason`.
+    pub fn not_uploaded(&self) -> Vec<String> {
+        let s = self.status();
+        let pending = s
+            .pending
+            .iter()
+            .map(|p| format!("{} ({} bytes)", p.key, p.bytes));
+        let lost = s.recovery.iter().filter(|r| !r.uploaded).map(|r| {
+            format!(
+                "{}: {}",
+                r.key,
+                r.error.as_deref().unwrap_or("not uploaded")
+            )
+        });
+        pending.chain(lost).collect()
+    }
+}
