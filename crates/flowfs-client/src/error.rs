@@ -30,6 +30,10 @@ pub enum ClientError {
     /// The endpoint answered, but not as an S3 server does (a web server, a proxy page).
     #[error("the endpoint does not answer like an S3 server: {0}")]
     NotS3(String),
+    /// The store refuses this request for what it is (a key too long, an object too
+    /// large): sending it again can never succeed.
+    #[error("refused by the store: {0}")]
+    Refused(String),
     #[error("{0}")]
     Other(String),
 }

@@ -165,7 +165,11 @@ fn classify(what: &str, status: u16, code: &str, detail: &str) -> ClientError {
         (503, _) | (429, _) | (_, "SlowDown") => {
             ClientError::Throttled(format!("{what}: {detail}"))
         }
-        (500..=599, _) => ClientError::Transient(format!("{what}: HTTP {status} {detail}")),
+        (500..=599, _) | (_, "RequestTimeout") => {
+            ClientError::Transient(format!("{what}: HTTP {status} {detail}"))
+        }
+        (_, "KeyTooLongError" | "EntityTooLarge" | "MetadataTooLarge" | "InvalidObjectName")
+        | (413 | 414, _) => ClientError::Refused(format!("{what}: HTTP {status} {detail}")),
         _ => ClientError::Other(format!("{what}: HTTP {status} {detail}")),
     }
 }
@@ -579,5 +583,10 @@ mod tests {
         assert!(classify("k", 503, "SlowDown", "").is_retryable());
         assert!(classify("k", 500, "InternalError", "").is_retryable());
         assert!(!classify("k", 400, "InvalidRequest", "").is_retryable());
+        assert!(classify("k", 400, "RequestTimeout", "").is_retryable());
+        assert!(matches!(
+            classify("k", 400, "KeyTooLongError", ""),
+            ClientError::Refused(_)
+        ));
     }
 }

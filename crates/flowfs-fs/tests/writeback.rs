@@ -134,3 +134,62 @@ fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
     assert_eq!(mock.open_uploads(), 0, "the dead mount's upload is aborted");
     assert!(mock.object("big.bin").expect("uploaded")[..] == new[..]);
 }
+
+/// A file a crashed mount left in the journal that the store refuses for good (a key
+/// too long for it) is moved to CACHE/failed/ with a note, reported once, and not tried
+/// again by every later mount; its bytes are kept.
+#[test]
+fn a_recovery_the_store_refuses_for_good_is_set_aside_not_retried_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let rt = current_thread();
+    {
+        let _e = rt.enter();
+        let fs = common::fs_on(&mock, dir.path(), "");
+        mock.fail(Op::Put, 0, ClientError::Transient("down".into()), u64::MAX);
+        rt.block_on(async {
+            let (_, fh) = fs.create(ROOT, "refused.txt", 0o644).await.unwrap();
+            fs.write(fh, 0, b"precious").unwrap();
+            fs.release(fh).unwrap();
+        });
+    }
+    drop(rt);
+    mock.clear_faults();
+    mock.fail(
+        Op::Put,
+        0,
+        ClientError::Refused("KeyTooLongError".into()),
+        1,
+    );
+    let rt = current_thread();
+    let fs = {
+        let _e = rt.enter();
+        common::fs_on(&mock, dir.path(), "")
+    };
+    let (ok, failed) = rt.block_on(fs.recover());
+    assert!(ok.is_empty());
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(failed[0].contains("not tried again"), "{failed:?}");
+    let kept: Vec<_> = std::fs::read_dir(dir.path().join("failed"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let data = kept
+        .iter()
+        .find(|p| p.extension().is_none_or(|e| e != "why"))
+        .expect("the data is kept");
+    assert_eq!(std::fs::read(data).unwrap(), b"precious");
+    let why = std::fs::read_to_string(data.with_extension("why")).unwrap();
+    assert!(why.contains("key: refused.txt"), "{why}");
+    drop(fs);
+    drop(rt);
+    let puts = mock.count(Op::Put);
+    let rt = current_thread();
+    let fs = {
+        let _e = rt.enter();
+        common::fs_on(&mock, dir.path(), "")
+    };
+    assert_eq!(rt.block_on(fs.recover()), (vec![], vec![]));
+    assert_eq!(mock.count(Op::Put), puts, "not tried again");
+}

@@ -518,16 +518,27 @@ impl Fs {
                     ok.push(o.key.clone());
                 }
                 Err(e) => {
-                    self.wb.fail_key(
-                        &o.key,
-                        format!("recovery from the journal of an earlier mount failed: {e}"),
-                    );
-                    failed.push(format!("{}: {e}", o.key))
+                    let why = self.set_aside(&o, &e);
+                    self.wb.fail_key(&o.key, why.clone());
+                    failed.push(format!("{}: {why}", o.key))
                 }
             }
         }
         self.recovered.lock().extend(ok.iter().cloned());
         (ok, failed)
+    }
+
+    /// What became of an orphan whose recovery failed: one the store refuses for good
+    /// goes to `CACHE/failed/` (else every later mount would fail on it again); any
+    /// other stays in the journal for the next mount.
+    fn set_aside(&self, o: &crate::writeback::Orphan, e: &ClientError) -> String {
+        if !matches!(e, ClientError::Refused(_)) {
+            return format!("recovery from the journal of an earlier mount failed: {e}");
+        }
+        match o.set_aside(&self.cfg.cache_dir, &self.cfg.bucket, &e.to_string()) {
+            Ok(p) => format!("{e}; not tried again: its data is kept at {}", p.display()),
+            Err(io) => format!("{e}; it stays in the journal (cannot set it aside: {io})"),
+        }
     }
 
     pub fn recovered(&self) -> Vec<String> {

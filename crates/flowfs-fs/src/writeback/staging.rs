@@ -10,11 +10,12 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -173,6 +174,36 @@ impl Orphan {
     /// As `StagedFile::whole_upload_note_path`, for the upload that recovers it.
     pub fn upload_note_path(&self) -> PathBuf {
         whole_note(&self.rec)
+    }
+
+    /// Moves the data of a file the store refuses for good out of the journal, into
+    /// `CACHE/failed/`, with a note of where it belonged and why it is there: later
+    /// mounts stop trying it, and nothing written is deleted. Returns the data's path.
+    pub fn set_aside(&self, cache_dir: &Path, bucket: &str, why: &str) -> io::Result<PathBuf> {
+        let dir = cache_dir.join("failed");
+        fs::create_dir_all(&dir)?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))?;
+        let secs = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let name: String = self
+            .key
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || ".-_".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(150)
+            .collect();
+        let data = dir.join(format!("{secs}-{}-{name}", std::process::id()));
+        fs::rename(&self.data, &data)?;
+        let note = format!("bucket: {bucket}\nkey: {}\nwhy: {why}\n", self.key);
+        fs::write(data.with_extension("why"), note)?;
+        self.forget();
+        Ok(data)
     }
 
     pub fn forget(&self) {
