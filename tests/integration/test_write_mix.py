@@ -191,8 +191,14 @@ def _dirs(root: Path) -> list[str]:
                          if not os.path.islink(os.path.join(d, x)))
 
 
-def run_mix(t: Twin, rng: random.Random, dir_rename: bool = True) -> None:
+def run_mix(t: Twin, rng: random.Random, dir_rename: bool = True, scale: float = 1.0) -> None:
+    """`scale` shrinks the repeated parts (small files, appends, the random tail) for runs
+    that are slow per operation (under injected faults); 1.0 is the full mix."""
     local = t.local
+
+    def scaled(k: int) -> int:
+        return max(1, round(k * scale))
+
     # --- layout, and an empty directory that must survive everything
     for d in ["logs", "data/raw", "data/proc", "work/a/b/c", "work/a/empty_sub", "results", "links", "tmp"]:
         t(op_makedirs, d)
@@ -200,19 +206,19 @@ def run_mix(t: Twin, rng: random.Random, dir_rename: bool = True) -> None:
 
     # --- hundreds of small files
     small_dirs = ["data/raw", "data/proc", "work/a", "work/a/b", "work/a/b/c", "tmp", "results", ""]
-    for i in range(240):
+    for i in range(scaled(240)):
         d = small_dirs[i % len(small_dirs)]
         size = rng.choice([0, 1, 17, 400, 4096, 8191, rng.randrange(0, 20000)])
         t(op_write, os.path.join(d, f"s{i:04d}.dat"), rng.randbytes(size))
 
     # --- logs written in many small appends, each reopening the file, round robin
     logs = [f"logs/task{i:02d}.log" for i in range(24)]
-    for _round in range(15):
+    for _round in range(scaled(15)):
         for lg in logs:
             t(op_append, lg, _text(rng, rng.randrange(10, 160)))
     # ... and loggers that keep their file open
     for i in range(4):
-        t(op_append_many, f"logs/stream{i}.log", [_text(rng, rng.randrange(5, 120)) for _ in range(150)])
+        t(op_append_many, f"logs/stream{i}.log", [_text(rng, rng.randrange(5, 120)) for _ in range(scaled(150))])
 
     # --- a 40 MiB file patched in place at random offsets (incl. across 8 MiB part edges)
     t(op_write, "data/big.bin", rng.randbytes(BIG), 1 * MiB)
@@ -285,7 +291,7 @@ def run_mix(t: Twin, rng: random.Random, dir_rename: bool = True) -> None:
     t(op_utime, "results/out1.txt", 1_600_000_000)
 
     # --- a random tail of the same kinds of operations
-    for n in range(220):
+    for n in range(scaled(220)):
         files = _files(local)
         kind = rng.choices(
             ["append", "patch", "trunc", "new", "wtr", "unlink", "mvfile", "mkdir", "rmdir", "symlink", "sparse"],
