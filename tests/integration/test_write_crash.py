@@ -116,7 +116,9 @@ def test_unmount_with_server_down_reports_and_loses_nothing(flowfs_binary, sessi
     try:
         s3 = server.client()
         bucket = create_bucket(s3, "server-down")
-        m = factory(bucket, "p")
+        # A short retry budget: each request to the stopped server gives up after 20 s
+        # instead of 60 s (the default), which is what this test would otherwise wait for.
+        m = factory(bucket, "p", extra=["--retry-budget", "20"])
         cache = m.cache_dir
         os.makedirs(m / "out/deep")
         files = {

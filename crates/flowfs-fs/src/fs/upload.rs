@@ -426,9 +426,18 @@ impl Fs {
         let mut set = tokio::task::JoinSet::new();
         for (ino, s) in self.wb.staged(false) {
             let fs = self.clone();
-            set.spawn(async move { fs.wait_durable(ino, &s).await });
+            set.spawn(async move { fs.wait_durable(ino, &s).await.err().map(|e| (ino, e)) });
         }
-        let all = async { while set.join_next().await.is_some() {} };
+        // What each wait ended with, not what the table says afterwards: a background
+        // retry may have queued a failed file again by then, and it is not durable.
+        let mut failed = Vec::new();
+        let all = async {
+            while let Some(r) = set.join_next().await {
+                if let Ok(Some((ino, e))) = r {
+                    failed.push(self.named_failure(ino, e));
+                }
+            }
+        };
         let limit = self.cfg.unmount_timeout;
         if tokio::time::timeout(limit, all).await.is_err() {
             return self.not_durable(limit);
@@ -438,7 +447,20 @@ impl Fs {
         if tokio::time::timeout(ABORT_WAIT, aborts).await.is_err() {
             tracing::warn!("early multipart uploads not aborted yet; the next mount aborts them");
         }
-        self.wb.failures()
+        let recovery = self.wb.recovery_failures().into_iter();
+        failed.extend(recovery.map(|(k, e)| format!("{k}: {e}")));
+        failed
+    }
+
+    /// An upload's error as `KEY: reason` (the write-back error already starts so).
+    fn named_failure(&self, ino: u64, e: FsError) -> String {
+        match e {
+            FsError::Io(msg) => msg,
+            other => {
+                let key = self.inodes.lock().path(ino).map(|p| self.key(&p));
+                format!("{}: {other}", key.unwrap_or_else(|| format!("inode {ino}")))
+            }
+        }
     }
 
     /// Every staged file not in the bucket yet, named, for an unmount that gave up.
