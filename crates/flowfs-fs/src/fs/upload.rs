@@ -4,7 +4,9 @@
 //! transitions call for and keeps the namespace in step.
 
 use super::*;
-use crate::writeback::{Durability, Finished, Note, Released, UploadFailure, UploadJob};
+use crate::writeback::{
+    Durability, Finished, Note, PendingState, Released, UploadFailure, UploadJob,
+};
 
 /// The pause before the first background retry of a failed upload, and the longest
 /// between two: each failure already spent the client's retry budget (a minute).
@@ -447,8 +449,7 @@ impl Fs {
         if tokio::time::timeout(ABORT_WAIT, aborts).await.is_err() {
             tracing::warn!("early multipart uploads not aborted yet; the next mount aborts them");
         }
-        let recovery = self.wb.recovery_failures().into_iter();
-        failed.extend(recovery.map(|(k, e)| format!("{k}: {e}")));
+        failed.extend(self.recovery_failures());
         failed
     }
 
@@ -463,21 +464,30 @@ impl Fs {
         }
     }
 
-    /// Every staged file not in the bucket yet, named, for an unmount that gave up.
+    /// Every staged file not in the bucket yet, named once (with its failure when its
+    /// last upload failed), for an unmount that gave up.
     fn not_durable(&self, waited: std::time::Duration) -> Vec<String> {
-        let pending = self.wb.pending();
+        let pending = self.wb.pending_report();
         let t = self.inodes.lock();
         let mut out: Vec<String> = pending
-            .iter()
-            .filter_map(|ino| t.path(*ino))
-            .map(|p| {
-                let key = self.key(&p);
-                format!("{key}: not uploaded after {} s", waited.as_secs())
+            .into_iter()
+            .filter_map(|p| match p.state {
+                PendingState::Failed(error) => Some(error),
+                _ => t.path(p.ino).map(|path| {
+                    let key = self.key(&path);
+                    format!("{key}: not uploaded after {} s", waited.as_secs())
+                }),
             })
             .collect();
         drop(t);
-        out.extend(self.wb.failures());
+        out.extend(self.recovery_failures());
         out
+    }
+
+    /// Keys a recovery of a dead mount's journal could not upload, as `KEY: reason`.
+    fn recovery_failures(&self) -> impl Iterator<Item = String> {
+        let failed = self.wb.recovery_failures().into_iter();
+        failed.map(|(k, e)| format!("{k}: {e}"))
     }
 
     /// Uploads what a dead mount left in the journal; returns the keys it recovered.

@@ -243,16 +243,6 @@ impl WriteBack {
             .collect()
     }
 
-    /// Inodes whose staged content the bucket does not hold yet (not given up).
-    pub fn pending(&self) -> Vec<u64> {
-        let t = self.table.lock();
-        t.files
-            .iter()
-            .filter(|(_, f)| f.dirty() && f.phase != Phase::Retired)
-            .map(|(i, _)| *i)
-            .collect()
-    }
-
     /// The error of the last upload of `file`, reported at close and fsync.
     pub fn error(&self, ino: u64, file: &Arc<StagedFile>) -> Option<String> {
         let t = self.table.lock();
@@ -289,19 +279,6 @@ impl WriteBack {
 
     pub fn forget_key(&self, key: &str) {
         self.table.lock().failed.remove(key);
-    }
-
-    /// Every file whose last upload failed, and every key a recovery could not upload:
-    /// `name: error`. A file's failure is its own state, not its name's: renamed after
-    /// a failure and uploaded under the new name, it is no failure any more.
-    pub fn failures(&self) -> Vec<String> {
-        let t = self.table.lock();
-        let files = t.files.values().filter_map(|f| match &f.phase {
-            Phase::Failed { error, .. } => Some(error.clone()),
-            _ => None,
-        });
-        let recovered = t.failed.iter().map(|(k, e)| format!("{k}: {e}"));
-        files.chain(recovered).collect()
     }
 
     /// Parts a front-to-back writer has left a whole part behind, claimed for the early

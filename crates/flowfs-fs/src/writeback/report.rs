@@ -15,7 +15,8 @@ pub enum PendingState {
     Queued,
     /// An upload is in flight.
     Uploading,
-    /// The last upload failed with this error; the next fsync, close or unmount retries.
+    /// The last upload failed with this error; retried in the background if it may go
+    /// away, and by the next fsync, close or unmount.
     Failed(String),
 }
 
