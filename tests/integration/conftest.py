@@ -40,6 +40,7 @@ from helpers import MiB, payload, put_many, sha256, upload_large  # noqa: E402
 from faultproxy import FaultProxy  # noqa: E402
 from s3proxy import CountingProxy  # noqa: E402
 from seaweed import SeaweedServer, _kill_live_groups  # noqa: E402
+from workflow_helpers import ENGINE_TIMEOUT, data_dir, need_tools, nextflow_cmd, run_engine, tool_env, upload_data, vcf_records  # noqa: E402,E501
 
 
 
@@ -265,3 +266,36 @@ def big_object(s3):
     head = s3.head_object(Bucket=b, Key="data/big.bin")
     assert head["ContentLength"] == len(data)
     return BigObject(b, "data/big.bin", data, sha256(data))
+
+
+# ------------------------------------------------------------------ the test pipeline (workflows/)
+
+@pytest.fixture(scope="session")
+def wf_data():
+    """The ci data set on local disk (generated once, then cached under FLOWFS_DEPS_DIR)."""
+    miss = [t for t in ("wgsim", "bgzip", "tabix") if shutil.which(t) is None]
+    if miss:
+        pytest.skip(f"{', '.join(miss)} missing: run `make workflow-deps`")
+    return data_dir("ci")
+
+
+@pytest.fixture(scope="session")
+def wf_bucket(s3, wf_data):
+    """A bucket holding the inputs under data/."""
+    b = create_bucket(s3, "workflows")
+    upload_data(s3, b, wf_data, "data/")
+    return b
+
+
+@pytest.fixture(scope="session")
+def local_reference(wf_data, session_dir):
+    """The pipeline run by Nextflow on plain local disk: the records every other run must match."""
+    need_tools("nextflow")
+    d = session_dir / "wf-local-nextflow"
+    run = run_engine(nextflow_cmd(wf_data, d / "work", d / "results"), cwd=d,
+                     env=tool_env({"NXF_HOME": str(d / "nxf-home")}), timeout=ENGINE_TIMEOUT)
+    assert run.ok, f"Nextflow on local disk failed: {run.describe()}"
+    recs = vcf_records(d / "results" / "annotated.vcf.gz")
+    assert len(recs) > 100, f"only {len(recs)} variant records: the data set or the pipeline is broken"
+    print(f"\nlocal Nextflow run: {run.wall_s:.1f}s, {len(recs)} records")
+    return recs

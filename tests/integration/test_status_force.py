@@ -50,7 +50,7 @@ def test_status_shows_a_pending_file_until_it_lands(mount, bucket, s3, slow):
     (m / "out").mkdir()
     with open(m / "out/held.bin", "wb") as f:
         f.write(data)
-    time.sleep(0.5)  # the upload has started and is held in the proxy
+    assert slow.wait_held(s3proxy.PUT, "p/out/held.bin", 30), "the upload never reached the proxy"
 
     r = _status(m)
     assert r.returncode == 1, r.stdout + r.stderr
@@ -106,7 +106,7 @@ def test_unmount_force_keeps_the_journal_for_the_next_mount(mount, bucket, s3, s
     data = payload(200_000, "forced")
     with open(m / "forced.bin", "wb") as f:
         f.write(data)
-    time.sleep(0.5)
+    assert slow.wait_held(s3proxy.PUT, key, 30), "the upload never reached the proxy"
     t0 = time.monotonic()
     r = subprocess.run([flowfs_bin(), "unmount", "--force", str(m.path)], capture_output=True, text=True,
                        timeout=60, stdin=subprocess.DEVNULL, env=m.env, check=False)
@@ -131,10 +131,10 @@ def test_a_second_sigterm_ends_a_waiting_unmount_at_once(flowfs_binary, seaweed,
         data = payload(100_000, "sig")
         with open(mp / "sig.bin", "wb") as f:
             f.write(data)
-        time.sleep(0.5)
+        assert slow.wait_held(s3proxy.PUT, key, 30), "the upload never reached the proxy"
         m.proc.send_signal(signal.SIGTERM)
-        time.sleep(1.0)
-        assert m.proc.poll() is None, "the first SIGTERM waits for the upload"
+        with pytest.raises(subprocess.TimeoutExpired):  # the first SIGTERM waits for the upload
+            m.proc.wait(timeout=1.0)
         t0 = time.monotonic()
         m.proc.send_signal(signal.SIGTERM)
         try:

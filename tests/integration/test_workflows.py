@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -32,65 +31,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MountFactory, create_bucket
+from conftest import MountFactory
 from helpers import MiB
 from s3proxy import CountingProxy
-from workflow_helpers import (EngineRun, bytes_fetched, data_dir, manifest, missing_tools, nextflow_cmd,
-                              run_engine, snakemake_cmd, tool_env, upload_data, vcf_records, vcf_records_bytes)
+from workflow_helpers import (ENGINE_TIMEOUT, EngineRun, bytes_fetched, diff_records, manifest, need_tools,
+                              nextflow_cmd, run_engine, snakemake_cmd, tool_env, vcf_records, vcf_records_bytes)
 
 pytestmark = [pytest.mark.workflows]
 
 PART = 8 * MiB  # flowfs's default --part-size
-ENGINE_TIMEOUT = 900
-
-
-def _need(*engines: str) -> None:
-    miss = missing_tools(engines)
-    if miss:
-        pytest.skip(f"workflow tools missing ({', '.join(miss)}): run `make workflow-deps`")
-
-
-# ------------------------------------------------------------------ shared, once per module
-
-
-@pytest.fixture(scope="module")
-def wf_data():
-    """The ci data set on local disk (generated once, then cached under FLOWFS_DEPS_DIR)."""
-    miss = [t for t in ("wgsim", "bgzip", "tabix") if shutil.which(t) is None]
-    if miss:
-        pytest.skip(f"{', '.join(miss)} missing: run `make workflow-deps`")
-    return data_dir("ci")
-
-
-@pytest.fixture(scope="module")
-def wf_bucket(s3, wf_data):
-    """A bucket holding the inputs under data/."""
-    b = create_bucket(s3, "workflows")
-    upload_data(s3, b, wf_data, "data/")
-    return b
-
-
-@pytest.fixture(scope="module")
-def local_reference(wf_data, session_dir):
-    """The pipeline run by Nextflow on plain local disk: the records every other run must match."""
-    _need("nextflow")
-    d = session_dir / "wf-local-nextflow"
-    run = run_engine(nextflow_cmd(wf_data, d / "work", d / "results"), cwd=d,
-                     env=tool_env({"NXF_HOME": str(d / "nxf-home")}), timeout=ENGINE_TIMEOUT)
-    assert run.ok, f"Nextflow on local disk failed: {run.describe()}"
-    recs = vcf_records(d / "results" / "annotated.vcf.gz")
-    assert len(recs) > 100, f"only {len(recs)} variant records: the data set or the pipeline is broken"
-    print(f"\nlocal Nextflow run: {run.wall_s:.1f}s, {len(recs)} records")
-    return recs
-
-
-def _diff(a: list[str], b: list[str]) -> str:
-    if len(a) != len(b):
-        return f"{len(a)} records vs {len(b)} expected"
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return f"record {i} differs:\n  got      {x[:300]}\n  expected {y[:300]}"
-    return "identical"
 
 
 def _annotation_budget(m: dict) -> int:
@@ -121,13 +70,13 @@ def _annotation_reads(proxy, m: dict, what: str) -> tuple[bool, str]:
 
 def test_local_engines_agree(wf_data, local_reference, work_dir):
     """Snakemake on local disk gives the same records as Nextflow on local disk (same steps)."""
-    _need("snakemake")
+    need_tools("snakemake")
     d = work_dir / "smk-local"
     d.mkdir()
     run = run_engine(snakemake_cmd(wf_data, d), cwd=work_dir, timeout=ENGINE_TIMEOUT)
     assert run.ok, f"Snakemake on local disk failed: {run.describe()}"
     recs = vcf_records(d / "results" / "annotated.vcf.gz")
-    assert recs == local_reference, _diff(recs, local_reference)
+    assert recs == local_reference, diff_records(recs, local_reference)
 
 
 @dataclass
@@ -153,7 +102,7 @@ def nextflow_on_flowfs(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):
     """Nextflow, inputs on a read-only mount of s3://B/data, `-w` on a mount of s3://B/work;
     the launch dir, .nextflow/ and NXF_HOME on local disk. Unmounted at the end (the durability
     point), so the bucket can be checked."""
-    _need("nextflow")
+    need_tools("nextflow")
     base = Path(tempfile.mkdtemp(prefix="wf-nextflow-", dir=session_dir))
     factory = MountFactory(seaweed, base)
     proxy = CountingProxy(seaweed.endpoint).start()
@@ -187,7 +136,7 @@ def nextflow_on_flowfs(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):
 def test_nextflow_on_flowfs_matches_local(nextflow_on_flowfs, local_reference, seaweed):
     r = nextflow_on_flowfs
     assert r.run.ok, f"Nextflow with -w on flowfs failed: {r.run.describe()}\n{_logs(r.factory, seaweed.creds.secret_key)}"
-    assert r.records == local_reference, _diff(r.records or [], local_reference)
+    assert r.records == local_reference, diff_records(r.records or [], local_reference)
 
 
 def test_nextflow_on_flowfs_outputs_durable_in_bucket(nextflow_on_flowfs, s3, wf_bucket, wf_data, local_reference):
@@ -247,7 +196,7 @@ def test_nextflow_on_flowfs_reads_annotation_lazily(nextflow_on_flowfs):
 def snakemake_on_flowfs(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):  # noqa: ARG001
     """Snakemake with --directory on a mount of s3://B/smk (job outputs and .snakemake/ in the
     bucket), inputs on a read-only mount. Unmounted at the end."""
-    _need("snakemake")
+    need_tools("snakemake")
     base = Path(tempfile.mkdtemp(prefix="wf-snakemake-", dir=session_dir))
     factory = MountFactory(seaweed, base)
     proxy = CountingProxy(seaweed.endpoint).start()
@@ -271,7 +220,7 @@ def test_snakemake_on_flowfs_matches_local(snakemake_on_flowfs, local_reference,
     r = snakemake_on_flowfs
     assert r.run.ok, (f"Snakemake with --directory on flowfs failed: {r.run.describe()}\n"
                       f"{_logs(r.factory, seaweed.creds.secret_key)}")
-    assert r.records == local_reference, _diff(r.records or [], local_reference)
+    assert r.records == local_reference, diff_records(r.records or [], local_reference)
     assert r.unmount is not None and r.unmount.returncode == 0, \
         f"flowfs unmount: exit {r.unmount.returncode}: {r.unmount.stderr}"
 

@@ -44,6 +44,18 @@ def snakemake_bin() -> str:
     return os.environ.get("SNAKEMAKE_BIN") or str(deps_dir() / "snakemake-venv" / "bin" / "snakemake")
 
 
+ENGINE_TIMEOUT = 900  # seconds, one engine run
+
+
+def need_tools(*engines: str) -> None:
+    """Skips the calling test unless the engines and the tools are installed."""
+    import pytest
+
+    miss = missing_tools(engines)
+    if miss:
+        pytest.skip(f"workflow tools missing ({', '.join(miss)}): run `make workflow-deps`")
+
+
 def missing_tools(engines: tuple[str, ...] = ("nextflow", "snakemake")) -> list[str]:
     """What is missing to run the pipeline (empty when all is there)."""
     miss = [t for t in BIO_TOOLS if shutil.which(t) is None]
@@ -193,6 +205,16 @@ def vcf_records(path: Path) -> list[str]:
 def vcf_records_bytes(data: bytes) -> list[str]:
     text = gzip.decompress(data).decode()
     return [line for line in text.splitlines() if not line.startswith("#")]
+
+
+def diff_records(a: list[str], b: list[str]) -> str:
+    """What differs between two record lists, in one line (or "identical")."""
+    if len(a) != len(b):
+        return f"{len(a)} records vs {len(b)} expected"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"record {i} differs:\n  got      {x[:300]}\n  expected {y[:300]}"
+    return "identical"
 
 
 def bytes_fetched(records, key_suffix: str) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import threading
 import time
 from pathlib import Path
 from urllib.parse import unquote
@@ -184,7 +185,8 @@ def delaying_proxy(upstream_endpoint: str):
     every request of operation `op` (s3proxy.PUT, s3proxy.DELETE, ...) on exactly `key` wait
     that long before it is forwarded; `p.delay_answer(op, key, seconds)` holds the answer
     back instead (the server has done the request; the client learns it late). A LIST has
-    the key "". Widens real-world latency windows deterministically."""
+    the key "". Widens real-world latency windows deterministically. `p.wait_held(op, key,
+    timeout)` waits until a delayed request of `op` on `key` has reached the proxy."""
     from s3proxy import CountingProxy, _Handler, classify
 
     class _DelayHandler(_Handler):
@@ -193,6 +195,7 @@ def delaying_proxy(upstream_endpoint: str):
             self._answer_wait = self.server.answer_delays.get((op, key), 0)
             wait = self.server.delays.get((op, key))
             if wait:
+                self.server.arrived.setdefault((op, key), threading.Event()).set()
                 time.sleep(wait)
             super()._proxy()
 
@@ -207,10 +210,15 @@ def delaying_proxy(upstream_endpoint: str):
             super().__init__(upstream)
             self._server.delays = {}
             self._server.answer_delays = {}
+            self._server.arrived = {}
             self._server.RequestHandlerClass = _DelayHandler
 
         def delay(self, op: str, key: str, seconds: float) -> None:
+            self._server.arrived.setdefault((op, key), threading.Event())
             self._server.delays[(op, key)] = seconds
+
+        def wait_held(self, op: str, key: str, timeout: float) -> bool:
+            return self._server.arrived.setdefault((op, key), threading.Event()).wait(timeout)
 
         def delay_answer(self, op: str, key: str, seconds: float) -> None:
             self._server.answer_delays[(op, key)] = seconds
