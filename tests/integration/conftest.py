@@ -5,6 +5,7 @@ Environment:
   FLOWFS_BIN        the flowfs binary (default: target/release/flowfs of this repo)
   FLOWFS_IT_KEEP=1  keep the session temp dir (server data, flowfs logs) for debugging
   FLOWFS_FAULT_SEED the seed of the fault proxy (default 14)
+  FLOWFS_WF_MODE    data set of the pipeline tests: ci (default) or bench (the data of B7)
 """
 
 from __future__ import annotations
@@ -272,11 +273,12 @@ def big_object(s3):
 
 @pytest.fixture(scope="session")
 def wf_data():
-    """The ci data set on local disk (generated once, then cached under FLOWFS_DEPS_DIR)."""
+    """The ci data set on local disk (generated once, then cached under FLOWFS_DEPS_DIR);
+    FLOWFS_WF_MODE=bench: the larger data of benchmark B7."""
     miss = [t for t in ("wgsim", "bgzip", "tabix") if shutil.which(t) is None]
     if miss:
         pytest.skip(f"{', '.join(miss)} missing: run `make workflow-deps`")
-    return data_dir("ci")
+    return data_dir(os.environ.get("FLOWFS_WF_MODE", "ci"))
 
 
 @pytest.fixture(scope="session")

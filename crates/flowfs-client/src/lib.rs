@@ -79,6 +79,13 @@ pub struct PutResult {
     pub etag: String,
 }
 
+/// A multipart upload open on a key, as ListMultipartUploads tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadInfo {
+    pub upload_id: String,
+    pub initiated: SystemTime,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletedPart {
     pub part_number: i32,
@@ -153,6 +160,9 @@ pub trait ObjectClient: Send + Sync + 'static {
         parts: Vec<CompletedPart>,
     ) -> Result<PutResult>;
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()>;
+    /// The multipart uploads open on exactly `key`: how an upload whose id never reached
+    /// its creator (it died while CreateMultipartUpload was answered) is found again.
+    async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>>;
     async fn copy(&self, from: &str, to: &str) -> Result<PutResult>;
     async fn delete(&self, key: &str) -> Result<()>;
 }

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 
 use crate::{
     AlignedBuf, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
-    PutResult, Result,
+    PutResult, Result, UploadInfo,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,6 +24,7 @@ pub enum Op {
     UploadPart,
     CompleteMultipart,
     AbortMultipart,
+    ListUploads,
     Copy,
     Delete,
 }
@@ -38,6 +39,7 @@ struct Obj {
 
 struct Upload {
     key: String,
+    initiated: SystemTime,
     metadata: HashMap<String, String>,
     /// part number -> (ETag, body)
     parts: BTreeMap<i32, (String, Bytes)>,
@@ -411,6 +413,7 @@ impl ObjectClient for MockClient {
             id.clone(),
             Upload {
                 key: key.to_string(),
+                initiated: SystemTime::now(),
                 metadata: metadata.clone(),
                 parts: BTreeMap::new(),
             },
@@ -474,6 +477,19 @@ impl ObjectClient for MockClient {
         self.enter(Op::AbortMultipart).await?;
         self.uploads.lock().remove(upload_id);
         Ok(())
+    }
+
+    async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>> {
+        self.enter(Op::ListUploads).await?;
+        let mut out: Vec<UploadInfo> = (self.uploads.lock().iter())
+            .filter(|(_, u)| u.key == key)
+            .map(|(id, u)| UploadInfo {
+                upload_id: id.clone(),
+                initiated: u.initiated,
+            })
+            .collect();
+        out.sort_by(|a, b| a.upload_id.cmp(&b.upload_id));
+        Ok(out)
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {

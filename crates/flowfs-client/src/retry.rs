@@ -20,7 +20,9 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::limiter::Limiter;
-use crate::{ClientError, CompletedPart, ListPage, ObjectClient, ObjectMeta, PutResult, Result};
+use crate::{
+    ClientError, CompletedPart, ListPage, ObjectClient, ObjectMeta, PutResult, Result, UploadInfo,
+};
 
 /// When to send a failed request again.
 #[derive(Debug, Clone)]
@@ -283,6 +285,10 @@ impl ObjectClient for Retrying {
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
         self.retry(key, || self.inner.abort_multipart(key, upload_id))
             .await
+    }
+
+    async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>> {
+        self.retry(key, || self.inner.list_uploads(key)).await
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {

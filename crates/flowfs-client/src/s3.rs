@@ -21,7 +21,7 @@ use bytes::Bytes;
 
 use crate::{
     short_body, AlignedBuf, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo,
-    ObjectMeta, PutResult, Result,
+    ObjectMeta, PutResult, Result, UploadInfo,
 };
 
 #[derive(Debug, Clone)]
@@ -512,6 +512,38 @@ impl ObjectClient for S3Client {
             .await
             .map(|_| ())
             .map_err(|e| map_err(key, e))
+    }
+
+    async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>> {
+        let mut out = Vec::new();
+        let mut marker: Option<(String, String)> = None;
+        loop {
+            let mut req = self
+                .client
+                .list_multipart_uploads()
+                .bucket(&self.bucket)
+                .prefix(key);
+            if let Some((k, id)) = &marker {
+                req = req.key_marker(k).upload_id_marker(id);
+            }
+            let page = req.send().await.map_err(|e| map_err(key, e))?;
+            for u in page.uploads() {
+                if let (Some(k), Some(id)) = (u.key(), u.upload_id()) {
+                    if k == key {
+                        out.push(UploadInfo {
+                            upload_id: id.to_string(),
+                            initiated: to_system_time(u.initiated()),
+                        });
+                    }
+                }
+            }
+            marker = match (page.next_key_marker(), page.next_upload_id_marker()) {
+                (Some(k), Some(id)) if page.is_truncated() == Some(true) => {
+                    Some((k.to_string(), id.to_string()))
+                }
+                _ => return Ok(out),
+            };
+        }
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {

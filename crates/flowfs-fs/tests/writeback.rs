@@ -135,6 +135,145 @@ fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
     assert!(mock.object("big.bin").expect("uploaded")[..] == new[..]);
 }
 
+/// Notes of multipart uploads under `cache`'s staging directories, with their lines.
+fn upload_notes(cache: &std::path::Path) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(cache.join("staging"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            if f.path().extension().is_some_and(|e| e == "mpu") {
+                let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+                out.push(text.lines().map(str::to_string).collect());
+            }
+        }
+    }
+    out
+}
+
+/// A mount that dies while CreateMultipartUpload is on its way never learns the id of
+/// the upload the server may have created (kill -9 while the answer is in flight). The
+/// create is noted before it is sent, and the next mount aborts the uploads of that key
+/// begun since. (Before: the note was written after the answer, and the upload stayed
+/// open for good.)
+#[test]
+fn the_next_mount_aborts_an_upload_whose_create_was_never_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    mock.insert("big.bin", "old");
+    let new = common::data(3 << 20, 4);
+    let rt = current_thread();
+    let fs = {
+        let _e = rt.enter();
+        common::fs_on(&mock, dir.path(), "")
+    };
+    rt.block_on(async {
+        let ino = common::path_ino(&fs, "big.bin").await.unwrap();
+        let (fh, _) = fs.open(ino, true, true).await.unwrap();
+        fs.write(fh, 0, &new).unwrap();
+        // Every request from now on takes an hour: the create is sent, never answered.
+        mock.set_latency(Duration::from_secs(3600));
+        fs.release(fh).unwrap();
+        let t0 = Instant::now();
+        while mock.count(Op::CreateMultipart) == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no create was sent");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let notes = upload_notes(dir.path());
+    assert_eq!(
+        notes.len(),
+        1,
+        "the create is noted before it is sent: {notes:?}"
+    );
+    assert_eq!(
+        (notes[0][1].as_str(), notes[0][2].as_str()),
+        ("big.bin", "")
+    );
+    drop(rt);
+    drop(fs);
+    // The server had created the upload; its answer died with the mount.
+    mock.set_latency(Duration::ZERO);
+    let rt = current_thread();
+    rt.block_on(async {
+        use flowfs_client::ObjectClient;
+        mock.create_multipart("big.bin", &Default::default())
+            .await
+            .unwrap();
+    });
+    assert_eq!(mock.open_uploads(), 1);
+    let fs = {
+        let _e = rt.enter();
+        common::fs_on(&mock, dir.path(), "")
+    };
+    let (recovered, failed) = rt.block_on(fs.recover());
+    assert_eq!((recovered, failed), (vec!["big.bin".to_string()], vec![]));
+    assert_eq!(
+        mock.open_uploads(),
+        0,
+        "the upload created for the dead mount is aborted"
+    );
+    assert!(mock.object("big.bin").expect("uploaded")[..] == new[..]);
+    assert!(
+        upload_notes(dir.path()).is_empty(),
+        "notes left: {:?}",
+        upload_notes(dir.path())
+    );
+}
+
+/// A journal record whose data is gone (the mount died after the upload succeeded and
+/// the data moved to the cache, before the record was removed) has nothing to upload:
+/// the next mount removes it and the dead staging directory. (Before: it stayed, and so
+/// did the directory, for every later mount.)
+#[test]
+fn a_record_without_data_is_removed_by_the_next_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let rt = current_thread();
+    let fs = {
+        let _e = rt.enter();
+        common::fs_on(&mock, dir.path(), "")
+    };
+    mock.set_latency(Duration::from_secs(3600)); // the upload never ends
+    rt.block_on(async {
+        let (_, fh) = fs.create(ROOT, "out.txt", 0o644).await.unwrap();
+        fs.write(fh, 0, b"done").unwrap();
+        fs.release(fh).unwrap();
+    });
+    drop(rt);
+    drop(fs);
+    let staging = dir.path().join("staging");
+    let dead: Vec<_> = std::fs::read_dir(&staging)
+        .unwrap()
+        .flatten()
+        .map(|d| d.path())
+        .collect();
+    assert_eq!(dead.len(), 1);
+    let data: Vec<_> = std::fs::read_dir(&dead[0])
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "data"))
+        .collect();
+    assert_eq!(data.len(), 1, "{data:?}");
+    std::fs::remove_file(&data[0]).unwrap(); // as if adopted by the cache
+    mock.set_latency(Duration::ZERO);
+    let rt = current_thread();
+    let fs = {
+        let _e = rt.enter();
+        common::fs_on(&mock, dir.path(), "")
+    };
+    let (recovered, failed) = rt.block_on(fs.recover());
+    assert_eq!((recovered, failed), (vec![], vec![]));
+    assert!(
+        !dead[0].exists(),
+        "the dead staging directory is left: {:?}",
+        dead[0]
+    );
+}
+
 /// A file a crashed mount left in the journal that the store refuses for good (a key
 /// too long for it) is moved to CACHE/failed/ with a note, reported once, and not tried
 /// again by every later mount; its bytes are kept.

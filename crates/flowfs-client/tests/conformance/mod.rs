@@ -68,6 +68,7 @@ pub fn all() -> Vec<Behaviour> {
         behaviour!(writes::delete_removes_the_object),
         behaviour!(writes::multipart_round_trip),
         behaviour!(writes::multipart_abort_forgets_the_upload),
+        behaviour!(writes::list_uploads_names_the_open_uploads_of_one_key),
         behaviour!(writes::multipart_unknown_upload_id_is_not_found),
         behaviour!(writes::multipart_complete_with_wrong_etag_fails),
         behaviour!(writes::copy_keeps_content_and_metadata),

@@ -101,6 +101,48 @@ pub async fn multipart_abort_forgets_the_upload(c: &dyn ObjectClient, p: &str) {
     assert_not_found(c.head(&key).await, "no object from an aborted upload");
 }
 
+/// `list_uploads` names the open uploads of exactly one key (not of keys it prefixes),
+/// with a start time from the server's clock, and forgets an aborted or completed one.
+pub async fn list_uploads_names_the_open_uploads_of_one_key(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}open");
+    let no_meta = HashMap::new();
+    let a = c.create_multipart(&key, &no_meta).await.expect("create a");
+    let b = c.create_multipart(&key, &no_meta).await.expect("create b");
+    let other = c
+        .create_multipart(&format!("{key}2"), &no_meta)
+        .await
+        .expect("create other");
+    let mut ids: Vec<_> = c
+        .list_uploads(&key)
+        .await
+        .expect("list")
+        .into_iter()
+        .collect();
+    ids.sort_by(|x, y| x.upload_id.cmp(&y.upload_id));
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    let got: Vec<_> = ids.iter().map(|u| u.upload_id.clone()).collect();
+    assert_eq!(got, want);
+    let now = std::time::SystemTime::now();
+    for u in &ids {
+        let age = now.duration_since(u.initiated).unwrap_or_default();
+        assert!(
+            age.as_secs() < 600,
+            "initiated {:?}, now {now:?}",
+            u.initiated
+        );
+    }
+    c.abort_multipart(&key, &a).await.expect("abort a");
+    let part = upload(c, &key, &b, 1, data(1000, 5)).await;
+    c.complete_multipart(&key, &b, vec![part])
+        .await
+        .expect("complete b");
+    assert!(c.list_uploads(&key).await.expect("list").is_empty());
+    c.abort_multipart(&format!("{key}2"), &other)
+        .await
+        .expect("abort other");
+}
+
 pub async fn multipart_unknown_upload_id_is_not_found(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
     let real = c

@@ -5,13 +5,18 @@
 
 use super::*;
 use crate::writeback::{
-    Durability, Finished, Note, PendingState, Released, UploadFailure, UploadJob,
+    Durability, Finished, Note, OpenUpload, PendingState, Released, UploadFailure, UploadJob,
 };
+use std::time::{Duration, UNIX_EPOCH};
 
 /// The pause before the first background retry of a failed upload, and the longest
 /// between two: each failure already spent the client's retry budget (a minute).
 const FIRST_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
 const LAST_RETRY: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How far the store's clock may be behind ours when the uploads a dead mount created
+/// without learning their ids are told apart from older ones by their start time.
+const CLOCK_SKEW: u64 = 120;
 
 /// How long an unmount waits for the aborts of early uploads given up.
 const ABORT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -490,18 +495,42 @@ impl Fs {
         failed.map(|(k, e)| format!("{k}: {e}"))
     }
 
+    /// Aborts the uploads of `u.key` that a dead mount may have created without learning
+    /// their ids: those initiated since it sent the create (less `CLOCK_SKEW`, for the
+    /// server's clock). Another writer's upload of the same key begun in that window
+    /// would be aborted too; two writers of one key at once lose one's data anyway.
+    async fn abort_unnamed(&self, u: &OpenUpload) -> std::result::Result<(), ClientError> {
+        let Some(since) = u.since else {
+            return Ok(()); // a note of an older flowfs always has its id
+        };
+        let from = UNIX_EPOCH + Duration::from_secs(since.saturating_sub(CLOCK_SKEW));
+        for up in self.client.list_uploads(&u.key).await? {
+            if up.initiated >= from {
+                match self.client.abort_multipart(&u.key, &up.upload_id).await {
+                    Ok(()) | Err(ClientError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Uploads what a dead mount left in the journal; returns the keys it recovered.
     pub async fn recover(&self) -> (Vec<String>, Vec<String>) {
         let mut ok = Vec::new();
         let mut failed = Vec::new();
-        // Early uploads of files a dead mount was writing: their files (if journaled)
-        // go up whole below; the parts they had sent are dropped.
+        // Multipart uploads a dead mount left open: their files (if journaled) go up
+        // whole below; the parts they had sent are dropped.
         for u in self
             .wb
             .staging()
             .open_uploads(&self.cfg.cache_dir, &self.cfg.bucket)
         {
-            match self.client.abort_multipart(&u.key, &u.upload_id).await {
+            let r = match &u.upload_id {
+                Some(id) => self.client.abort_multipart(&u.key, id).await,
+                None => self.abort_unnamed(&u).await,
+            };
+            match r {
                 Ok(()) | Err(ClientError::NotFound(_)) => u.forget(),
                 Err(e) => tracing::warn!(
                     key = %u.key,

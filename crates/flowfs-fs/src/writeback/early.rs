@@ -18,8 +18,8 @@ use parking_lot::Mutex;
 use tokio::sync::{Notify, OnceCell, Semaphore};
 use tokio::task::JoinHandle;
 
-use super::staging::{note_upload, StagedFile};
-use super::transfer::{read_part, upload_parts};
+use super::staging::StagedFile;
+use super::transfer::{create_noted, read_part, upload_parts};
 
 /// Counts early uploads alive and the aborts of those given up, so that an unmount
 /// waits for them: an abort left unsent at exit would leave the upload's parts billed
@@ -135,12 +135,8 @@ impl Early {
                 let id = e
                     .upload_id
                     .get_or_try_init(|| async {
-                        let id = e.client.create_multipart(&e.key, &no_metadata).await?;
-                        // If this process dies now, the next mount aborts the upload.
-                        if let Err(err) = note_upload(&e.note, &e.bucket, &e.key, &id) {
-                            tracing::warn!(key = %e.key, "cannot note an open upload: {err}");
-                        }
-                        Ok::<String, ClientError>(id)
+                        // If this process dies from now on, the next mount aborts the upload.
+                        create_noted(&e.client, &e.note, &e.bucket, &e.key, &no_metadata).await
                     })
                     .await?
                     .clone();

@@ -121,10 +121,21 @@ fn write_record(path: &Path, bucket: &str, key: &str, symlink: bool) -> io::Resu
     fs::rename(tmp, path)
 }
 
-/// Notes `upload_id` of `key` in `path` (see `StagedFile::upload_note_path`).
-pub fn note_upload(path: &Path, bucket: &str, key: &str, upload_id: &str) -> io::Result<()> {
+/// Notes a multipart upload of `key` in `path` (see `StagedFile::upload_note_path`):
+/// before CreateMultipartUpload is sent (`upload_id` None) and again once it answered.
+/// A note without an id is found again by key and by `since` (seconds since the epoch
+/// when the create was sent): if this mount dies while the server creates the upload,
+/// its answer, the only place the id would be, is lost.
+pub fn note_upload(
+    path: &Path,
+    bucket: &str,
+    key: &str,
+    upload_id: Option<&str>,
+    since: u64,
+) -> io::Result<()> {
     let tmp = path.with_extension("mpu.tmp");
-    fs::write(&tmp, format!("{bucket}\n{key}\n{upload_id}\n"))?;
+    let id = upload_id.unwrap_or("");
+    fs::write(&tmp, format!("{bucket}\n{key}\n{id}\n{since}\n"))?;
     fs::rename(tmp, path)
 }
 
@@ -147,7 +158,10 @@ fn remove_if_done(dir: &Path) {
 #[derive(Debug)]
 pub struct OpenUpload {
     pub key: String,
-    pub upload_id: String,
+    /// None: the mount died before CreateMultipartUpload answered.
+    pub upload_id: Option<String>,
+    /// When the create was sent (seconds since the epoch), if noted.
+    pub since: Option<u64>,
     note: PathBuf,
 }
 
@@ -279,7 +293,8 @@ impl Staging {
                     if b == bucket {
                         out.push(OpenUpload {
                             key: k.to_string(),
-                            upload_id: id.to_string(),
+                            upload_id: (!id.is_empty()).then(|| id.to_string()),
+                            since: lines.next().and_then(|t| t.parse().ok()),
                             note: p,
                         });
                     }
@@ -327,14 +342,23 @@ impl Staging {
                     };
                     let mut lines = text.lines();
                     if let (Some(b), Some(k)) = (lines.next(), lines.next()) {
-                        if b == bucket && p.with_extension("data").exists() {
-                            out.push(Orphan {
-                                key: k.to_string(),
-                                data: p.with_extension("data"),
-                                symlink: lines.next() == Some("symlink"),
-                                rec: p,
-                            });
+                        if b != bucket {
+                            continue;
                         }
+                        if !p.with_extension("data").exists() {
+                            // Nothing to upload: the mount died after its upload had
+                            // succeeded and the data went to the cache, before the
+                            // record was removed (or before the data file was made).
+                            let _ = fs::remove_file(&p);
+                            recs -= 1;
+                            continue;
+                        }
+                        out.push(Orphan {
+                            key: k.to_string(),
+                            data: p.with_extension("data"),
+                            symlink: lines.next() == Some("symlink"),
+                            rec: p,
+                        });
                     }
                 }
             }

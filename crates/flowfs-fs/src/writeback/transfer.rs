@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use flowfs_client::{AlignedBuf, ClientError, CompletedPart, ObjectClient};
@@ -80,19 +81,51 @@ pub struct Note<'a> {
 }
 
 impl Note<'_> {
-    /// Off the async workers: a small file write, but a file write.
-    async fn write(&self, key: &str, upload_id: &str) {
-        let (path, bucket) = (self.path.clone(), self.bucket.to_string());
-        let (key, id) = (key.to_string(), upload_id.to_string());
-        let r = tokio::task::spawn_blocking(move || note_upload(&path, &bucket, &key, &id)).await;
-        if !matches!(r, Ok(Ok(()))) {
-            tracing::warn!("cannot note an open multipart upload: {r:?}");
-        }
+    /// Creates a multipart upload of `key`, noted before it is asked for and again with
+    /// its id (see `note_upload`).
+    async fn create(
+        &self,
+        client: &Arc<dyn ObjectClient>,
+        key: &str,
+        metadata: &HashMap<String, String>,
+    ) -> Result<String, ClientError> {
+        create_noted(client, &self.path, self.bucket, key, metadata).await
     }
 
     async fn remove(&self) {
         let path = self.path.clone();
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
+    }
+}
+
+/// CreateMultipartUpload of `key`, noted at `note` first without the id and then with it,
+/// so that the next mount finds the upload even if this one dies before the answer.
+/// The notes are written off the async workers: small file writes, but file writes.
+pub async fn create_noted(
+    client: &Arc<dyn ObjectClient>,
+    note: &Path,
+    bucket: &str,
+    key: &str,
+    metadata: &HashMap<String, String>,
+) -> Result<String, ClientError> {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    write_note(note, bucket, key, None, since).await;
+    let id = client.create_multipart(key, metadata).await?;
+    write_note(note, bucket, key, Some(&id), since).await;
+    Ok(id)
+}
+
+async fn write_note(path: &Path, bucket: &str, key: &str, id: Option<&str>, since: u64) {
+    let (path, bucket, key) = (path.to_path_buf(), bucket.to_string(), key.to_string());
+    let id = id.map(str::to_string);
+    let r = tokio::task::spawn_blocking(move || {
+        note_upload(&path, &bucket, &key, id.as_deref(), since)
+    })
+    .await;
+    if !matches!(r, Ok(Ok(()))) {
+        tracing::warn!("cannot note a multipart upload: {r:?}");
     }
 }
 
@@ -131,8 +164,7 @@ pub async fn upload_file(
         let body = read(0, size)?;
         return Ok(client.put(key, body, metadata).await?.etag);
     }
-    let upload_id = client.create_multipart(key, metadata).await?;
-    note.write(key, &upload_id).await;
+    let upload_id = note.create(client, key, metadata).await?;
     let r = upload_parts(
         client,
         key,
