@@ -337,13 +337,14 @@ def run_mix(t: Twin, rng: random.Random, dir_rename: bool = True, scale: float =
             t(op_sparse, os.path.join(d, f"sp{n:04d}.bin"), [(rng.randrange(0, 3 * MiB), rng.randbytes(100))])
 
 
-def seed_trees(s3, bucket: str, local: Path) -> None:
-    """Objects already in the bucket, put by another S3 client (directories without marker
-    objects), and the same files in the local tree: the mix modifies some of them."""
+def seed_trees(s3, bucket: str, local: Path, prefix: str = PREFIX) -> None:
+    """Objects already in the bucket under `prefix`, put by another S3 client (directories
+    without marker objects), and the same files in the local tree: the mix modifies some of
+    them."""
     seeded = {f"data/raw/seeded{i}.dat": payload(size, f"seed-{i}")
               for i, size in enumerate([0, 10, 5000, 70000, 3 * MiB + 1])}
     seeded |= {"work/a/seeded/t.dat": b"seeded t\n", "work/a/seeded/deep/s.dat": payload(12345, "deep-s")}
-    put_many(s3, bucket, {f"{PREFIX}/{k}": v for k, v in seeded.items()})
+    put_many(s3, bucket, {f"{prefix}/{k}": v for k, v in seeded.items()})
     for k, v in seeded.items():
         (local / k).parent.mkdir(parents=True, exist_ok=True)
         (local / k).write_bytes(v)

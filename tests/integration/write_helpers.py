@@ -118,6 +118,15 @@ def check_objects(s3, bucket: str, prefix: str, want: dict[str, tuple]) -> list[
     return problems
 
 
+def journal_records(cache_dir: Path) -> list[str]:
+    """The journal records (`*.rec`) and multipart-upload notes (`*.mpu`) under
+    CACHE_DIR/staging/, as `<staging dir>/<name>`."""
+    root = Path(cache_dir) / "staging"
+    if not root.exists():
+        return []
+    return sorted(str(p.relative_to(root)) for pat in ("*/*.rec", "*/*.mpu") for p in root.glob(pat))
+
+
 def wait_settled(s3, bucket: str, prefix: str, want: dict[str, tuple], timeout: float = 120.0) -> bool:
     """Waits until the objects under `prefix` hold exactly the files and symlinks of the
     snapshot `want` (by key and size): every upload has landed and every removal is done."""
