@@ -3,8 +3,8 @@
 //!
 //! Keys are plain strings: nothing here rewrites `dir/`, `a//b` or unicode.
 
-pub mod buf;
-pub mod error;
+mod buf;
+mod error;
 mod limiter;
 pub mod mock;
 pub mod retry;
@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use buf::AlignedBuf;
+pub use buf::{AlignedBuf, ALIGN};
 pub use error::{ClientError, Result};
 
 /// The error of a body that ended before the range it was asked for.

@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use flowfs_client::buf::ALIGN;
+use flowfs_client::ALIGN;
 use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
@@ -450,6 +450,7 @@ impl DiskCache {
         self.evict_to(&mut inner, limit);
     }
 
+    #[cfg(test)]
     pub fn used(&self) -> u64 {
         self.inner.lock().used
     }

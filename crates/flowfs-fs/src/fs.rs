@@ -738,8 +738,4 @@ impl Fs {
         self.cache.persist_all();
         self.wb.staging().close();
     }
-
-    pub fn inode_count(&self) -> usize {
-        self.inodes.lock().len()
-    }
 }

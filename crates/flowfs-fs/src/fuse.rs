@@ -592,10 +592,3 @@ impl fuser::Filesystem for FuseAdapter {
         reply.ok();
     }
 }
-
-/// Seconds since the epoch, for logs.
-pub fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}

@@ -280,11 +280,6 @@ impl Inodes {
         }
     }
 
-    /// Makes `ino` the node of `parent/name` (a node this mount just created).
-    pub fn attach(&mut self, parent: u64, name: &str, ino: u64) {
-        self.children.insert((parent, name.to_string()), ino);
-    }
-
     pub fn new_node(&mut self, parent: u64, name: &str, entry: Entry) -> u64 {
         self.detach(parent, name);
         let ino = self.upsert(parent, name, &entry, None);
@@ -308,13 +303,5 @@ impl Inodes {
                 None => return false,
             }
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
     }
 }

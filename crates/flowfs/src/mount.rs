@@ -13,9 +13,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use flowfs_client::retry::{RetryPolicy, Retrying};
 use flowfs_client::s3::{S3Client, S3Config};
 use flowfs_client::{ClientError, ObjectClient};
-use flowfs_fs::cache::disk_space;
-use flowfs_fs::fuse::FuseAdapter;
-use flowfs_fs::{Fs, FsConfig};
+use flowfs_fs::{disk_space, Fs, FsConfig, FuseAdapter};
 
 use crate::cli::{parse_endpoint, parse_min_free, parse_size, parse_source, MountArgs};
 use crate::control::{self, NoAnswer};
