@@ -953,10 +953,13 @@ fn remove_dead_private(root: &Path) {
 
 /// Size of the file system holding `dir`, and the bytes on it available to us.
 pub struct DiskSpace {
+    /// Size of that file system in bytes.
     pub total: u64,
+    /// Bytes an unprivileged user may still write there.
     pub avail: u64,
 }
 
+/// Asks statvfs about the file system of `dir`; `None` if it cannot be asked.
 pub fn disk_space(dir: &Path) -> Option<DiskSpace> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;

@@ -55,25 +55,37 @@ const MAX_KEY: usize = 1024;
 /// Longest target a symlink may have (PATH_MAX).
 const MAX_SYMLINK: u64 = 4096;
 
+/// The attributes of one node, as getattr and lookup report them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attr {
+    /// Inode number.
     pub ino: u64,
+    /// File, directory or symlink.
     pub kind: Kind,
+    /// Bytes (the target's length for a symlink).
     pub size: u64,
+    /// Last modification (also shown as atime and ctime).
     pub mtime: SystemTime,
+    /// Permission bits.
     pub perm: u16,
+    /// Owner (the mounting user).
     pub uid: u32,
+    /// Group (the mounting user's).
     pub gid: u32,
     /// 0 for a file whose name was removed while it is open (fstat after unlink).
     pub nlink: u32,
 }
 
+/// One directory entry of a readdir answer.
 #[derive(Debug, Clone)]
 pub struct DirItem {
     /// Offset of the item after this one, as readdir wants it.
     pub next: u64,
+    /// Entry name.
     pub name: String,
+    /// Its inode number.
     pub ino: u64,
+    /// Its kind, for the d_type of readdir.
     pub kind: Kind,
     /// Set by `readdir(plus = true)`, which counts a lookup for every such item.
     pub attr: Option<Attr>,
@@ -107,6 +119,8 @@ struct DirHandle {
     at: Option<Instant>,
 }
 
+/// The file system over one bucket prefix: every FUSE operation is a method, with no FUSE
+/// or HTTP types.
 pub struct Fs {
     cfg: FsConfig,
     /// Directories have no time of their own in S3: they show the mount time.
@@ -216,6 +230,8 @@ fn meta_entry(meta: &ObjectMeta) -> Entry {
 }
 
 impl Fs {
+    /// Opens the cache and the staging directory of `cfg.cache_dir`; nothing is sent to the
+    /// store.
     pub fn new(cfg: FsConfig, client: Arc<dyn ObjectClient>) -> Result<Fs> {
         // Room for one sequential reader's whole read-ahead window, plus a part either side.
         let read_memory = cfg.max_readahead + 2 * cfg.part_size;
@@ -248,6 +264,7 @@ impl Fs {
         })
     }
 
+    /// The settings this mount was built with.
     pub fn config(&self) -> &FsConfig {
         &self.cfg
     }
@@ -398,6 +415,8 @@ impl Fs {
         Ok(entries)
     }
 
+    /// The attributes of `name` in `parent`, asking the store if the cached answer is older
+    /// than the TTL; counts a kernel reference.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
         let path = {
@@ -453,10 +472,13 @@ impl Fs {
         self.attr_of(t, ino)
     }
 
+    /// The kernel dropped `n` references to `ino`; a node neither referenced nor open goes.
     pub fn forget(&self, ino: u64, n: u64) {
         self.inodes.lock().forget(ino, n);
     }
 
+    /// The attributes of `ino`; a file not open is confirmed with the store once the TTL
+    /// has passed (a directory by the lookups of its parent).
     pub async fn getattr(&self, ino: u64) -> Result<Attr> {
         let path = {
             let t = self.inodes.lock();
@@ -498,6 +520,7 @@ impl Fs {
         }
     }
 
+    /// The target of symlink `ino`.
     pub async fn readlink(&self, ino: u64) -> Result<String> {
         let t = self.inodes.lock();
         let n = t.get(ino).ok_or(FsError::NotFound)?;
@@ -507,6 +530,7 @@ impl Fs {
         }
     }
 
+    /// A handle for reading directory `ino`; its listing is taken at the first readdir.
     pub fn opendir(&self, ino: u64) -> Result<u64> {
         let t = self.inodes.lock();
         let n = t.get(ino).ok_or(FsError::NotFound)?;
@@ -526,6 +550,7 @@ impl Fs {
         Ok(fh)
     }
 
+    /// Drops a directory handle and the listing it holds.
     pub fn releasedir(&self, fh: u64) {
         self.dirs.lock().remove(&fh);
     }

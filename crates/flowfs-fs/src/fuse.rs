@@ -20,6 +20,7 @@ use crate::error::FsError;
 use crate::fs::{Attr, Fs};
 use crate::inode::Kind;
 
+/// Answers the kernel's FUSE requests with the methods of `Fs`.
 pub struct FuseAdapter {
     fs: Arc<Fs>,
     rt: Handle,
@@ -65,6 +66,7 @@ fn name_str(name: &OsStr) -> Result<String, Errno> {
 }
 
 impl FuseAdapter {
+    /// An adapter over `fs` that runs what must wait on the runtime of `rt`.
     pub fn new(fs: Arc<Fs>, rt: Handle) -> FuseAdapter {
         let ttl = fs.config().metadata_ttl;
         FuseAdapter { fs, rt, ttl }

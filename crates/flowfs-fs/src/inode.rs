@@ -5,14 +5,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+/// The inode number of the mount's root directory (FUSE's fixed 1).
 pub const ROOT: u64 = 1;
 /// Negative entries kept per directory before the oldest are dropped.
 const MAX_NEGATIVE: usize = 4096;
 
+/// What a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A regular file: one object.
     File,
+    /// A directory: a common prefix, or a name this mount created.
     Dir,
+    /// A symbolic link: an object with its target in the metadata.
     Symlink,
 }
 

@@ -1,6 +1,8 @@
 //! flowfs-fs: the file system core (namespace, reads with read-ahead, disk cache) and
 //! its FUSE adapter. Only `fuse` names fuser; everything else is testable without it.
 
+#![warn(missing_docs)]
+
 mod cache;
 mod config;
 mod error;

@@ -15,6 +15,8 @@ impl Fs {
         Ok(a.ino)
     }
 
+    /// Creates an empty file (staged locally, uploaded at its last close) and opens it for
+    /// writing.
     pub async fn create(
         self: &Arc<Self>,
         parent: u64,
@@ -72,6 +74,8 @@ impl Fs {
         Ok(attr)
     }
 
+    /// Creates a directory as an empty marker object `name/`, so that it survives a remount
+    /// while empty.
     pub async fn mkdir(&self, parent: u64, name: &str, _mode: u32) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
@@ -119,6 +123,8 @@ impl Fs {
         self.counted(&mut t, ino)
     }
 
+    /// Creates a symlink: staged and uploaded like a file, as a small object whose metadata
+    /// holds the target.
     pub async fn symlink(self: &Arc<Self>, parent: u64, name: &str, target: &str) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
@@ -162,6 +168,8 @@ impl Fs {
         self.attr_of(&self.inodes.lock(), ino)
     }
 
+    /// Removes the name of a file or symlink and deletes its object; a staged copy is
+    /// never uploaded again.
     pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
@@ -209,6 +217,7 @@ impl Fs {
         Ok(!page.prefixes.is_empty() || page.objects.iter().any(|o| o.key != prefix))
     }
 
+    /// Removes an empty directory.
     pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
@@ -232,6 +241,8 @@ impl Fs {
         Ok(())
     }
 
+    /// Renames a file (copy and delete) or a directory (every key below it); `noreplace`
+    /// fails with EEXIST.
     pub async fn rename(
         self: &Arc<Self>,
         parent: u64,
@@ -431,6 +442,7 @@ impl Fs {
         Ok(())
     }
 
+    /// Changes mode bits, size (truncation, staged) or mtime.
     pub async fn setattr(
         self: &Arc<Self>,
         ino: u64,
