@@ -81,16 +81,17 @@ pub struct Note<'a> {
 
 impl Note<'_> {
     /// Off the async workers: a small file write, but a file write.
-    async fn write(&self, key: &str, upload_id: &str) {
+    pub(super) async fn write(&self, key: &str, upload_id: &str) {
         let (path, bucket) = (self.path.clone(), self.bucket.to_string());
-        let (key, id) = (key.to_string(), upload_id.to_string());
-        let r = tokio::task::spawn_blocking(move || note_upload(&path, &bucket, &key, &id)).await;
+        let (owned_key, id) = (key.to_string(), upload_id.to_string());
+        let r =
+            tokio::task::spawn_blocking(move || note_upload(&path, &bucket, &owned_key, &id)).await;
         if !matches!(r, Ok(Ok(()))) {
-            tracing::warn!("cannot note an open multipart upload: {r:?}");
+            tracing::warn!(%key, "cannot note an open multipart upload: {r:?}");
         }
     }
 
-    async fn remove(&self) {
+    pub(super) async fn remove(&self) {
         let path = self.path.clone();
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
     }
@@ -115,9 +116,9 @@ pub async fn upload_file(
     note: Note<'_>,
 ) -> Result<String, ClientError> {
     let parts = &slots.parts;
-    let read = |off: u64, len: u64| read_part(file, key, off, len);
     if one_part {
-        return upload_single_part(client, key, read(0, size)?, metadata).await;
+        let body = read_part_async(file, key, 0, size).await?;
+        return upload_single_part(client, key, body, metadata).await;
     }
     if size <= part_size {
         let kib = u32::try_from(size.div_ceil(1024))
@@ -128,7 +129,7 @@ pub async fn upload_file(
             .acquire_many(kib)
             .await
             .map_err(|e| ClientError::Other(e.to_string()))?;
-        let body = read(0, size)?;
+        let body = read_part_async(file, key, 0, size).await?;
         return Ok(client.put(key, body, metadata).await?.etag);
     }
     let upload_id = client.create_multipart(key, metadata).await?;
@@ -161,6 +162,23 @@ pub fn read_part(file: &File, key: &str, off: u64, len: u64) -> Result<Bytes, Cl
     Ok(buf.into_bytes())
 }
 
+/// `read_part` on tokio's blocking pool: a part is megabytes of `pread`, which must not
+/// hold up an async worker and every task queued behind it.
+pub async fn read_part_async(
+    file: &File,
+    key: &str,
+    off: u64,
+    len: u64,
+) -> Result<Bytes, ClientError> {
+    let file = file
+        .try_clone()
+        .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
+    let key = key.to_string();
+    tokio::task::spawn_blocking(move || read_part(&file, &key, off, len))
+        .await
+        .map_err(|e| ClientError::Other(e.to_string()))?
+}
+
 /// Uploads the parts of `[0, size)` not in `done` (which holds parts 1..=k, in order)
 /// and completes the upload; aborts it on failure, so nothing partial is ever visible.
 #[allow(clippy::too_many_arguments)]
@@ -186,7 +204,7 @@ pub async fn upload_parts(
             }
         };
         let off = i * part_size;
-        let body = match read_part(file, key, off, part_size.min(size - off)) {
+        let body = match read_part_async(file, key, off, part_size.min(size - off)).await {
             Ok(b) => b,
             Err(e) => {
                 failure = Some(e);
@@ -269,10 +287,16 @@ pub async fn download_into(
         });
         off = end;
     }
+    let staging = |e: std::io::Error| ClientError::Other(format!("staging {key}: {e}"));
+    // The writes go to the blocking pool, off the async workers, one at a time.
+    let file = Arc::new(file.try_clone().map_err(staging)?);
     while let Some(r) = set.join_next().await {
         let (off, data) = r.map_err(|e| ClientError::Other(e.to_string()))??;
-        file.write_all_at(&data, off)
-            .map_err(|e| ClientError::Other(format!("staging {key}: {e}")))?;
+        let f = file.clone();
+        tokio::task::spawn_blocking(move || f.write_all_at(&data, off))
+            .await
+            .map_err(|e| ClientError::Other(e.to_string()))?
+            .map_err(staging)?;
     }
     Ok(())
 }
