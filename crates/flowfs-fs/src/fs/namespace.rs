@@ -382,41 +382,35 @@ impl Fs {
             }
         }
         let objects: Vec<&String> = keys.iter().filter(|k| !k.ends_with('/')).collect();
-        for batch in objects.chunks(32) {
-            let mut set = tokio::task::JoinSet::new();
-            for k in batch {
-                let (client, k, nk) = (
-                    self.client.clone(),
-                    (*k).clone(),
-                    format!("{to}{}", &k[from.len()..]),
-                );
-                set.spawn(async move {
+        let client = &self.client;
+        batched(
+            &objects,
+            |k| {
+                let (client, k) = (client.clone(), (*k).clone());
+                let nk = format!("{to}{}", &k[from.len()..]);
+                async move {
                     client.copy(&k, &nk).await?;
                     client.delete(&k).await
-                });
-            }
-            while let Some(r) = set.join_next().await {
-                r.map_err(|e| FsError::Io(e.to_string()))??;
-            }
-        }
+                }
+            },
+            |r| r.map_err(FsError::from),
+        )
+        .await?;
         // Markers are empty (some servers cannot copy them) and keep empty directories.
         let markers: Vec<String> = keys
             .iter()
             .filter(|k| k.ends_with('/'))
             .map(|k| format!("{to}{}", &k[from.len()..]))
             .collect();
-        for batch in markers.chunks(32) {
-            let mut set = tokio::task::JoinSet::new();
-            for nk in batch {
-                let (client, nk) = (self.client.clone(), nk.clone());
-                set.spawn(
-                    async move { client.put(&nk, bytes::Bytes::new(), &HashMap::new()).await },
-                );
-            }
-            while let Some(r) = set.join_next().await {
-                r.map_err(|e| FsError::Io(e.to_string()))??;
-            }
-        }
+        batched(
+            &markers,
+            |nk| {
+                let (client, nk) = (client.clone(), nk.clone());
+                async move { client.put(&nk, bytes::Bytes::new(), &HashMap::new()).await }
+            },
+            |r| r.map(|_| ()).map_err(FsError::from),
+        )
+        .await?;
         // Servers with real folders (SeaweedFS) keep an emptied folder listed until it is
         // deleted, and cannot delete one that still holds a folder: deepest first, one
         // depth at a time. Elsewhere these are deletes of absent keys.
@@ -425,19 +419,18 @@ impl Fs {
             by_depth.entry(f.matches('/').count()).or_default().push(f);
         }
         for (_, level) in by_depth.into_iter().rev() {
-            for batch in level.chunks(32) {
-                let mut set = tokio::task::JoinSet::new();
-                for f in batch {
-                    let (client, f) = (self.client.clone(), f.clone());
-                    set.spawn(async move { client.delete(&f).await });
-                }
-                while let Some(r) = set.join_next().await {
-                    match r.map_err(|e| FsError::Io(e.to_string()))? {
-                        Ok(()) | Err(ClientError::NotFound(_)) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-            }
+            batched(
+                &level,
+                |f| {
+                    let (client, f) = (client.clone(), f.clone());
+                    async move { client.delete(&f).await }
+                },
+                |r| match r {
+                    Ok(()) | Err(ClientError::NotFound(_)) => Ok(()),
+                    Err(e) => Err(e.into()),
+                },
+            )
+            .await?;
         }
         Ok(())
     }
