@@ -5,6 +5,7 @@
 
 mod cache;
 mod config;
+mod dirlock;
 mod error;
 mod fs;
 mod fuse;
