@@ -44,6 +44,8 @@ fn class(n: usize) -> usize {
     }
 }
 
+/// A page-aligned byte buffer from a bounded pool of freed ones: download pieces that can
+/// be written to the cache with O_DIRECT, without faulting in fresh pages each time.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
@@ -56,6 +58,8 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
+    /// An empty buffer with room for at least `n` bytes, reused from the pool when one of
+    /// its size class is free.
     pub fn with_capacity(n: usize) -> AlignedBuf {
         let cap = class(n);
         {
@@ -76,6 +80,7 @@ impl AlignedBuf {
         AlignedBuf { ptr, len: 0, cap }
     }
 
+    /// A buffer holding a copy of `data`.
     pub fn from_slice(data: &[u8]) -> AlignedBuf {
         let mut b = AlignedBuf::with_capacity(data.len());
         b.extend_from_slice(data);
@@ -89,10 +94,12 @@ impl AlignedBuf {
         })
     }
 
+    /// Bytes written so far.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether nothing has been written yet.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -130,6 +137,8 @@ impl AlignedBuf {
         Ok(wrote)
     }
 
+    /// Hands the buffer over as `Bytes` without a copy; it goes back to the pool when the
+    /// last clone is dropped.
     pub fn into_bytes(self) -> Bytes {
         Bytes::from_owner(self)
     }

@@ -3,20 +3,28 @@
 
 use thiserror::Error;
 
+/// Why a request to the store failed, in the kinds a caller acts on differently.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ClientError {
+    /// The key does not exist (404 NoSuchKey).
     #[error("no such key: {0}")]
     NotFound(String),
+    /// The bucket does not exist.
     #[error("no such bucket: {0}")]
     NoSuchBucket(String),
+    /// The credentials are refused for this request (403).
     #[error("access denied ({0}): check the credentials and the bucket policy")]
     AccessDenied(String),
+    /// An If-Match did not hold: the object changed since its ETag was read.
     #[error("precondition failed (the object changed): {0}")]
     Precondition(String),
+    /// The store asks to slow down (503 SlowDown, 429): retried, and the rate is lowered.
     #[error("throttled by the server: {0}")]
     Throttled(String),
+    /// A failure that may pass (5xx, a connection reset, a body cut short): retried.
     #[error("transient failure: {0}")]
     Transient(String),
+    /// No connection to the endpoint (refused, DNS, timeout): retried.
     #[error("cannot reach the endpoint: {0}")]
     Unreachable(String),
     /// No source of the credential chain had credentials (nothing set, no profile).
@@ -34,6 +42,7 @@ pub enum ClientError {
     /// large): sending it again can never succeed.
     #[error("refused by the store: {0}")]
     Refused(String),
+    /// Anything else, with its message; never retried.
     #[error("{0}")]
     Other(String),
 }
@@ -48,4 +57,5 @@ impl ClientError {
     }
 }
 
+/// The result of every request to the store.
 pub type Result<T> = std::result::Result<T, ClientError>;

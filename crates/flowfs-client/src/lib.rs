@@ -3,8 +3,10 @@
 //!
 //! Keys are plain strings: nothing here rewrites `dir/`, `a//b` or unicode.
 
-pub mod buf;
-pub mod error;
+#![warn(missing_docs)]
+
+mod buf;
+mod error;
 mod limiter;
 pub mod mock;
 pub mod retry;
@@ -16,7 +18,7 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use buf::AlignedBuf;
+pub use buf::{AlignedBuf, ALIGN};
 pub use error::{ClientError, Result};
 
 /// The error of a body that ended before the range it was asked for.
@@ -51,51 +53,68 @@ pub fn split_pieces(
 /// What a listing or a HEAD tells about one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
+    /// The full key, prefix included.
     pub key: String,
+    /// Object size in bytes.
     pub size: u64,
+    /// The ETag as the server sends it (quoted); a multipart upload's ends in `-N`.
     pub etag: String,
+    /// When the object was last written.
     pub last_modified: SystemTime,
 }
 
 /// HEAD adds the user metadata (`x-amz-meta-*`) to what a listing gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {
+    /// What a listing would say about the object.
     pub info: ObjectInfo,
+    /// User metadata, keys without the `x-amz-meta-` prefix.
     pub metadata: HashMap<String, String>,
 }
 
 /// One page of ListObjectsV2 with a delimiter.
 #[derive(Debug, Clone, Default)]
 pub struct ListPage {
+    /// Objects directly below the prefix (or all of them without a delimiter).
     pub objects: Vec<ObjectInfo>,
     /// Full common prefixes, each ending in the delimiter.
     pub prefixes: Vec<String>,
+    /// Token for the next page; `None` on the last one.
     pub next_token: Option<String>,
 }
 
 /// Result of a completed upload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutResult {
+    /// ETag of the new object.
     pub etag: String,
 }
 
 /// A multipart upload open on a key, as ListMultipartUploads tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadInfo {
+    /// The id AbortMultipartUpload wants.
     pub upload_id: String,
+    /// When the server began it, by its clock.
     pub initiated: SystemTime,
 }
 
+/// One uploaded part of a multipart upload, as CompleteMultipartUpload wants it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletedPart {
+    /// Part number, from 1.
     pub part_number: i32,
+    /// ETag the store gave the part.
     pub etag: String,
 }
 
+/// The operations flowfs needs from an object store; every backend (S3, the mock, the retry
+/// layer) implements them with the same semantics, checked by the conformance suite.
 #[async_trait]
 pub trait ObjectClient: Send + Sync + 'static {
     /// Cheap request that proves the bucket exists and the credentials work.
     async fn check_bucket(&self, prefix: &str) -> Result<()>;
+    /// Size, ETag, time and user metadata of `key`; `NotFound` if absent.
     async fn head(&self, key: &str) -> Result<ObjectMeta>;
     /// Bytes `[start, end)` of `key`. With `etag`, fails with `Precondition` if the object
     /// changed since, so a reader never mixes two versions.
@@ -120,6 +139,7 @@ pub trait ObjectClient: Send + Sync + 'static {
         let data = self.get_range(key, start, end, etag).await?;
         split_pieces(key, start, cuts, &data, sink)
     }
+    /// One page of the keys below `prefix`, grouped at `delimiter` into common prefixes.
     async fn list_page(
         &self,
         prefix: &str,
@@ -135,17 +155,20 @@ pub trait ObjectClient: Send + Sync + 'static {
         start_after: &str,
         token: Option<String>,
     ) -> Result<ListPage>;
+    /// Writes `body` as `key` in one request; returns the new ETag.
     async fn put(
         &self,
         key: &str,
         body: Bytes,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult>;
+    /// Starts a multipart upload of `key` and returns its upload id.
     async fn create_multipart(
         &self,
         key: &str,
         metadata: &HashMap<String, String>,
     ) -> Result<String>;
+    /// Sends part `part_number` (from 1) of an open upload and returns its ETag.
     async fn upload_part(
         &self,
         key: &str,
@@ -153,16 +176,20 @@ pub trait ObjectClient: Send + Sync + 'static {
         part_number: i32,
         body: Bytes,
     ) -> Result<String>;
+    /// Makes the object of an upload visible from `parts` (sorted by number).
     async fn complete_multipart(
         &self,
         key: &str,
         upload_id: &str,
         parts: Vec<CompletedPart>,
     ) -> Result<PutResult>;
+    /// Drops an open upload and its parts (they are billed until then).
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()>;
     /// The multipart uploads open on exactly `key`: how an upload whose id never reached
     /// its creator (it died while CreateMultipartUpload was answered) is found again.
     async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>>;
+    /// Server-side copy of `from` to `to` (a rename is a copy and a delete).
     async fn copy(&self, from: &str, to: &str) -> Result<PutResult>;
+    /// Removes `key`; removing an absent key succeeds, as on S3.
     async fn delete(&self, key: &str) -> Result<()>;
 }

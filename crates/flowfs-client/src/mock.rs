@@ -14,18 +14,30 @@ use crate::{
     PutResult, Result, UploadInfo,
 };
 
+/// A kind of request, for counters and injected failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
+    /// HeadObject.
     Head,
+    /// GetObject (ranged or whole).
     Get,
+    /// ListObjectsV2 (a page).
     List,
+    /// PutObject.
     Put,
+    /// CreateMultipartUpload.
     CreateMultipart,
+    /// UploadPart.
     UploadPart,
+    /// CompleteMultipartUpload.
     CompleteMultipart,
+    /// AbortMultipartUpload.
     AbortMultipart,
+    /// ListMultipartUploads.
     ListUploads,
+    /// CopyObject.
     Copy,
+    /// DeleteObject.
     Delete,
 }
 
@@ -45,6 +57,7 @@ struct Upload {
     parts: BTreeMap<i32, (String, Bytes)>,
 }
 
+/// An in-memory bucket that counts requests and fails, cuts or delays them on demand.
 #[derive(Default)]
 pub struct MockClient {
     objects: Mutex<BTreeMap<String, Obj>>,
@@ -65,6 +78,7 @@ pub struct MockClient {
 }
 
 impl MockClient {
+    /// An empty bucket with no faults and no latency.
     pub fn new() -> MockClient {
         MockClient::default()
     }
@@ -83,30 +97,37 @@ impl MockClient {
         );
     }
 
+    /// Deletes an object as another client would (no request is counted).
     pub fn remove(&self, key: &str) {
         self.objects.lock().remove(key);
     }
 
+    /// The content of `key`, if present.
     pub fn object(&self, key: &str) -> Option<Bytes> {
         self.objects.lock().get(key).map(|o| o.data.clone())
     }
 
+    /// The user metadata of `key`, if present.
     pub fn metadata(&self, key: &str) -> Option<HashMap<String, String>> {
         self.objects.lock().get(key).map(|o| o.metadata.clone())
     }
 
+    /// Every key in the bucket, sorted.
     pub fn keys(&self) -> Vec<String> {
         self.objects.lock().keys().cloned().collect()
     }
 
+    /// Requests of kind `op` received since the start or the last `reset_counts`.
     pub fn count(&self, op: Op) -> u64 {
         self.counts.lock().get(&op).copied().unwrap_or(0)
     }
 
+    /// Body bytes returned by GETs so far.
     pub fn get_bytes(&self) -> u64 {
         self.get_bytes.load(Ordering::Relaxed)
     }
 
+    /// Sets the request and byte counters back to zero.
     pub fn reset_counts(&self) {
         self.counts.lock().clear();
         self.get_bytes.store(0, Ordering::Relaxed);
@@ -117,6 +138,7 @@ impl MockClient {
         self.visible.lock().clone()
     }
 
+    /// Multipart uploads created and neither completed nor aborted.
     pub fn open_uploads(&self) -> usize {
         self.uploads.lock().len()
     }
@@ -126,6 +148,7 @@ impl MockClient {
         self.faults.lock().push((op, skip, err, times));
     }
 
+    /// Drops every failure not yet injected.
     pub fn clear_faults(&self) {
         self.faults.lock().clear();
     }
@@ -136,6 +159,7 @@ impl MockClient {
         *self.cut.lock() = Some((after, times));
     }
 
+    /// Every later request waits `d` before it is served.
     pub fn set_latency(&self, d: Duration) {
         *self.latency.lock() = d;
     }

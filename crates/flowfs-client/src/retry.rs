@@ -88,6 +88,7 @@ pub struct Retrying {
 }
 
 impl Retrying {
+    /// Retries the requests of `inner` as `policy` says.
     pub fn new(inner: Arc<dyn ObjectClient>, policy: RetryPolicy) -> Retrying {
         Retrying {
             inner,
@@ -97,6 +98,7 @@ impl Retrying {
         }
     }
 
+    /// What the retries have done so far, for `flowfs status` and the unmount log.
     pub fn stats(&self) -> RetryStats {
         RetryStats {
             retries: self.counters.retries.load(Ordering::Relaxed),

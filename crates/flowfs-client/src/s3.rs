@@ -24,16 +24,20 @@ use crate::{
     ObjectMeta, PutResult, Result, UploadInfo,
 };
 
+/// Where and how to reach the bucket; credentials come from the AWS chain, never from here.
 #[derive(Debug, Clone)]
 pub struct S3Config {
+    /// Bucket name (no `s3://`).
     pub bucket: String,
     /// Overrides `AWS_ENDPOINT_URL`; either one switches to path-style requests.
     pub endpoint_url: Option<String>,
+    /// Overrides the region from the environment or profile.
     pub region: Option<String>,
     /// Attempts per request, the first included (exponential backoff with jitter between).
     pub max_attempts: u32,
 }
 
+/// The S3 backend (aws-sdk-s3): AWS, SeaweedFS, MinIO, Ceph.
 pub struct S3Client {
     client: aws_sdk_s3::Client,
     bucket: String,
@@ -43,6 +47,7 @@ pub struct S3Client {
 }
 
 impl S3Client {
+    /// Builds the SDK client from the environment, the AWS profiles and `cfg`.
     pub async fn new(cfg: &S3Config) -> S3Client {
         let mut loader = aws_config::defaults(BehaviorVersion::latest());
         if let Some(region) = &cfg.region {

@@ -20,11 +20,12 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use flowfs_client::buf::ALIGN;
+use flowfs_client::ALIGN;
 use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
+use crate::dirlock::{open_lock, private_name, try_lock};
 use crate::error::{FsError, Result};
 
 pub const CHUNK: u64 = 64 * 1024;
@@ -272,9 +273,14 @@ pub struct DiskCache {
     direct_ok: AtomicBool,
 }
 
-fn hash_of(ident: &str) -> String {
+/// What names an object version in the cache: its identity (bucket, key, ETag and size,
+/// kept in its `.meta`) and the hash of that, which names its files. A changed object is
+/// another version: it never reads the bytes of the old one.
+fn identity(bucket: &str, key: &str, etag: &str, size: u64) -> (String, String) {
+    let ident = format!("{bucket}\0{key}\0{etag}\0{size}");
     let d = Sha256::digest(ident.as_bytes());
-    d.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    let hash = d.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    (ident, hash)
 }
 
 fn read_meta(path: &Path) -> io::Result<(String, u64, Vec<u64>)> {
@@ -318,11 +324,7 @@ impl DiskCache {
         if try_lock(&lock) {
             return Self::open_dir(shared, lock, false, capacity, mem_cap);
         }
-        let dir = private_root.join(format!(
-            "{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
+        let dir = private_root.join(private_name());
         fs::create_dir_all(&dir)?;
         let lock = open_lock(&dir)?;
         if !try_lock(&lock) {
@@ -450,14 +452,14 @@ impl DiskCache {
         self.evict_to(&mut inner, limit);
     }
 
+    #[cfg(test)]
     pub fn used(&self) -> u64 {
         self.inner.lock().used
     }
 
     /// The cache entry of one object version, shared by every handle that reads it.
     pub fn entry(&self, bucket: &str, key: &str, etag: &str, size: u64) -> Result<Arc<CacheEntry>> {
-        let ident = format!("{bucket}\0{key}\0{etag}\0{size}");
-        let hash = hash_of(&ident);
+        let (ident, hash) = identity(bucket, key, etag, size);
         let mut inner = self.inner.lock();
         if let Some(id) = inner.by_hash.get(&hash) {
             if let Some(e) = inner.hot.get(id) {
@@ -543,8 +545,7 @@ impl DiskCache {
     /// read by the next task without downloading it again. Returns false (and leaves
     /// `src` alone) when it does not fit or the version is already cached.
     pub fn adopt(&self, bucket: &str, key: &str, etag: &str, size: u64, src: &Path) -> bool {
-        let ident = format!("{bucket}\0{key}\0{etag}\0{size}");
-        let hash = hash_of(&ident);
+        let (ident, hash) = identity(bucket, key, etag, size);
         let mut inner = self.inner.lock();
         // A file larger than half the cache would only push out everything else. Under a
         // free-space floor the cache may be smaller than `--cache-size`; the staged file
@@ -924,19 +925,6 @@ impl DiskCache {
     }
 }
 
-fn open_lock(dir: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("lock"))
-}
-
-fn try_lock(f: &File) -> bool {
-    // SAFETY: flock on an fd we own; the lock goes with the fd.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
-}
-
 /// Private caches of mounts that are gone (killed: their lock is free).
 fn remove_dead_private(root: &Path) {
     let Ok(dirs) = fs::read_dir(root) else {
@@ -952,10 +940,13 @@ fn remove_dead_private(root: &Path) {
 
 /// Size of the file system holding `dir`, and the bytes on it available to us.
 pub struct DiskSpace {
+    /// Size of that file system in bytes.
     pub total: u64,
+    /// Bytes an unprivileged user may still write there.
     pub avail: u64,
 }
 
+/// Asks statvfs about the file system of `dir`; `None` if it cannot be asked.
 pub fn disk_space(dir: &Path) -> Option<DiskSpace> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;

@@ -3,19 +3,26 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Settings of one mount, built once from the command line and read everywhere below.
 #[derive(Debug, Clone)]
 pub struct FsConfig {
+    /// Bucket name.
     pub bucket: String,
     /// Key prefix the mount shows, empty or ending in `/`.
     pub prefix: String,
+    /// Where the object cache, the staging files and the journal live.
     pub cache_dir: PathBuf,
+    /// Bytes of object data the cache keeps before it evicts.
     pub cache_size: u64,
     /// Free space the cache leaves on its file system for staged writes (0: no floor).
     pub cache_min_free: u64,
+    /// How long attributes, listings and negative entries are trusted without asking the
+    /// store.
     pub metadata_ttl: Duration,
     /// How long an unmount waits for pending uploads before it gives up on them (they
     /// stay in the journal) and names them.
     pub unmount_timeout: Duration,
+    /// Refuses every change with EROFS.
     pub read_only: bool,
     /// Ranged GET size for sequential reads and multipart part size for uploads.
     pub part_size: u64,
@@ -28,13 +35,19 @@ pub struct FsConfig {
     /// Names of files (like Nextflow's `.exitcode`) uploaded only after every file
     /// closed before them in their directory tree is durable.
     pub completion_markers: Vec<String>,
+    /// Owner every file shows.
     pub uid: u32,
+    /// Group every file shows.
     pub gid: u32,
+    /// Permission bits of files (until a chmod through this mount).
     pub file_mode: u16,
+    /// Permission bits of directories.
     pub dir_mode: u16,
 }
 
 impl FsConfig {
+    /// The defaults for `bucket` and `prefix` (slashes trimmed, one added), files owned by
+    /// the calling user.
     pub fn new(bucket: &str, prefix: &str, cache_dir: PathBuf) -> FsConfig {
         let prefix = prefix.trim_matches('/');
         FsConfig {

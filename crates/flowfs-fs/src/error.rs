@@ -3,39 +3,55 @@
 use flowfs_client::ClientError;
 use thiserror::Error;
 
+/// Why a file-system operation failed; each kind has one errno (`errno`).
 #[derive(Debug, Error, Clone)]
 pub enum FsError {
+    /// ENOENT.
     #[error("no such file or directory")]
     NotFound,
+    /// ENOTDIR: a path component is a file.
     #[error("not a directory")]
     NotDir,
+    /// EISDIR: a file operation on a directory.
     #[error("is a directory")]
     IsDir,
+    /// ENOTEMPTY: rmdir of a directory with entries.
     #[error("directory not empty")]
     NotEmpty,
+    /// EEXIST: the name is taken.
     #[error("file exists")]
     Exists,
+    /// EROFS: the mount is read-only.
     #[error("read-only file system")]
     ReadOnly,
+    /// ENOTSUP: something object storage cannot do (hard links, some flags).
     #[error("not supported: {0}")]
     NotSupported(&'static str),
+    /// EINVAL: an argument this file system cannot accept.
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
+    /// ENAMETOOLONG: the key would exceed S3's limit.
     #[error("file name too long")]
     NameTooLong,
+    /// EBADF: a handle the kernel should not have.
     #[error("bad file handle")]
     BadHandle,
+    /// ESTALE: the object changed on the server under an open reader.
     #[error("the object changed on the server while it was open")]
     Stale,
+    /// EACCES: the store refused the credentials.
     #[error("access denied: {0}")]
     AccessDenied(String),
+    /// ENOSPC: the local disk (staging) is full.
     #[error("no space left on the local disk: {0}")]
     NoSpace(String),
+    /// EIO: the store or the local disk failed otherwise.
     #[error("I/O error: {0}")]
     Io(String),
 }
 
 impl FsError {
+    /// The errno the kernel is answered with: the one place that decides it.
     pub fn errno(&self) -> i32 {
         match self {
             FsError::NotFound => libc::ENOENT,
@@ -77,6 +93,7 @@ impl From<std::io::Error> for FsError {
     }
 }
 
+/// The result of every file-system operation.
 pub type Result<T> = std::result::Result<T, FsError>;
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 mod namespace;
 mod open;
+mod remote;
 mod status;
 mod upload;
 
@@ -30,6 +31,7 @@ use crate::writeback::{
     download_into, send_early, upload_file, Early, NewFile, StagedFile, Staging, UploadSlots,
     WriteBack,
 };
+use remote::{batched, percent_encode};
 pub use status::{Failure, PendingFile, Recovery, Status};
 
 /// What the kernel may skip for an open handle.
@@ -55,25 +57,37 @@ const MAX_KEY: usize = 1024;
 /// Longest target a symlink may have (PATH_MAX).
 const MAX_SYMLINK: u64 = 4096;
 
+/// The attributes of one node, as getattr and lookup report them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attr {
+    /// Inode number.
     pub ino: u64,
+    /// File, directory or symlink.
     pub kind: Kind,
+    /// Bytes (the target's length for a symlink).
     pub size: u64,
+    /// Last modification (also shown as atime and ctime).
     pub mtime: SystemTime,
+    /// Permission bits.
     pub perm: u16,
+    /// Owner (the mounting user).
     pub uid: u32,
+    /// Group (the mounting user's).
     pub gid: u32,
     /// 0 for a file whose name was removed while it is open (fstat after unlink).
     pub nlink: u32,
 }
 
+/// One directory entry of a readdir answer.
 #[derive(Debug, Clone)]
 pub struct DirItem {
     /// Offset of the item after this one, as readdir wants it.
     pub next: u64,
+    /// Entry name.
     pub name: String,
+    /// Its inode number.
     pub ino: u64,
+    /// Its kind, for the d_type of readdir.
     pub kind: Kind,
     /// Set by `readdir(plus = true)`, which counts a lookup for every such item.
     pub attr: Option<Attr>,
@@ -107,6 +121,8 @@ struct DirHandle {
     at: Option<Instant>,
 }
 
+/// The file system over one bucket prefix: every FUSE operation is a method, with no FUSE
+/// or HTTP types.
 pub struct Fs {
     cfg: FsConfig,
     /// Directories have no time of their own in S3: they show the mount time.
@@ -152,70 +168,9 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if (0x21..0x7f).contains(&b) && b != b'%' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Only small objects written as single-part multipart uploads can be flowfs symlinks
-/// (that is how flowfs writes them), so a listing needs a HEAD for those alone.
-fn maybe_symlink(info: &ObjectInfo) -> bool {
-    info.size <= MAX_SYMLINK && info.etag.trim_matches('"').ends_with("-1")
-}
-
-fn file_entry(info: &ObjectInfo) -> Entry {
-    Entry {
-        kind: Kind::File,
-        size: info.size,
-        mtime: info.last_modified,
-        etag: Some(info.etag.clone()),
-        target: None,
-    }
-}
-
-/// ETags compared without the quotes some servers and SDKs keep around them.
-fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => a.trim_matches('"') == b.trim_matches('"'),
-        _ => false,
-    }
-}
-
-fn meta_entry(meta: &ObjectMeta) -> Entry {
-    let mut e = file_entry(&meta.info);
-    if let Some(t) = meta.metadata.get(SYMLINK_META) {
-        e.kind = Kind::Symlink;
-        e.target = Some(percent_decode(t));
-    }
-    e
-}
-
 impl Fs {
+    /// Opens the cache and the staging directory of `cfg.cache_dir`; nothing is sent to the
+    /// store.
     pub fn new(cfg: FsConfig, client: Arc<dyn ObjectClient>) -> Result<Fs> {
         // Room for one sequential reader's whole read-ahead window, plus a part either side.
         let read_memory = cfg.max_readahead + 2 * cfg.part_size;
@@ -248,6 +203,7 @@ impl Fs {
         })
     }
 
+    /// The settings this mount was built with.
     pub fn config(&self) -> &FsConfig {
         &self.cfg
     }
@@ -291,113 +247,8 @@ impl Fs {
         }
     }
 
-    /// What the server holds at `path`: a directory (a common prefix or a `dir/`
-    /// marker) wins over an object of the same name.
-    async fn stat_remote(&self, path: &str) -> Result<Option<Entry>> {
-        let key = self.key(path);
-        let dir = format!("{key}/");
-        let (head, list) = tokio::join!(
-            self.client.head(&key),
-            self.client.list_page(&dir, Some("/"), None, Some(1))
-        );
-        let list = list?;
-        if !list.objects.is_empty() || !list.prefixes.is_empty() {
-            return Ok(Some(Entry::dir(self.started)));
-        }
-        match head {
-            Ok(meta) => Ok(Some(meta_entry(&meta))),
-            Err(ClientError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Every entry of a directory, all listing pages, with symlinks resolved.
-    async fn list_remote(&self, ino: u64, path: &str) -> Result<BTreeMap<String, Entry>> {
-        let prefix = self.dir_prefix(path);
-        let mut entries = BTreeMap::new();
-        let mut candidates = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .client
-                .list_page(&prefix, Some("/"), token, None)
-                .await?;
-            for p in &page.prefixes {
-                let name = &p[prefix.len()..p.len() - 1];
-                if valid_name(name).is_ok() {
-                    entries.insert(name.to_string(), Entry::dir(self.started));
-                }
-            }
-            for o in &page.objects {
-                let name = &o.key[prefix.len()..];
-                if valid_name(name).is_err() {
-                    continue;
-                }
-                if entries
-                    .get(name)
-                    .is_some_and(|e: &Entry| e.kind == Kind::Dir)
-                {
-                    continue;
-                }
-                if maybe_symlink(o) {
-                    candidates.push((name.to_string(), o.key.clone()));
-                }
-                entries.insert(name.to_string(), file_entry(o));
-            }
-            token = page.next_token;
-            if token.is_none() {
-                break;
-            }
-        }
-        // An object listed before the prefix of the same name was replaced above only
-        // if the prefix came later; drop candidates that turned out to be directories.
-        candidates.retain(|(n, _)| entries.get(n).is_some_and(|e| e.kind != Kind::Dir));
-        // A symlink this mount already knows under the same ETag needs no HEAD: a
-        // pipeline's task directories hold many (Nextflow stages inputs as symlinks).
-        {
-            let t = self.inodes.lock();
-            candidates.retain(|(name, _)| {
-                let known = t
-                    .child(ino, name)
-                    .and_then(|c| t.get(c))
-                    .filter(|n| n.entry.kind == Kind::Symlink && n.entry.target.is_some())
-                    .map(|n| n.entry.clone());
-                let Some(listed) = entries.get_mut(name) else {
-                    return false;
-                };
-                match known {
-                    Some(k) if same_etag(k.etag.as_deref(), listed.etag.as_deref()) => {
-                        listed.kind = Kind::Symlink;
-                        listed.target = k.target;
-                        false
-                    }
-                    _ => true,
-                }
-            });
-        }
-        for batch in candidates.chunks(32) {
-            let mut set = tokio::task::JoinSet::new();
-            for (name, key) in batch {
-                let client = self.client.clone();
-                let (name, key) = (name.clone(), key.clone());
-                set.spawn(async move { (name, client.head(&key).await) });
-            }
-            while let Some(r) = set.join_next().await {
-                let (name, head) = r.map_err(|e| FsError::Io(e.to_string()))?;
-                match head {
-                    Ok(meta) => {
-                        entries.insert(name, meta_entry(&meta));
-                    }
-                    Err(ClientError::NotFound(_)) => {
-                        entries.remove(&name);
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        Ok(entries)
-    }
-
+    /// The attributes of `name` in `parent`, asking the store if the cached answer is older
+    /// than the TTL; counts a kernel reference.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
         let path = {
@@ -453,10 +304,13 @@ impl Fs {
         self.attr_of(t, ino)
     }
 
+    /// The kernel dropped `n` references to `ino`; a node neither referenced nor open goes.
     pub fn forget(&self, ino: u64, n: u64) {
         self.inodes.lock().forget(ino, n);
     }
 
+    /// The attributes of `ino`; a file not open is confirmed with the store once the TTL
+    /// has passed (a directory by the lookups of its parent).
     pub async fn getattr(&self, ino: u64) -> Result<Attr> {
         let path = {
             let t = self.inodes.lock();
@@ -498,6 +352,7 @@ impl Fs {
         }
     }
 
+    /// The target of symlink `ino`.
     pub async fn readlink(&self, ino: u64) -> Result<String> {
         let t = self.inodes.lock();
         let n = t.get(ino).ok_or(FsError::NotFound)?;
@@ -507,6 +362,7 @@ impl Fs {
         }
     }
 
+    /// A handle for reading directory `ino`; its listing is taken at the first readdir.
     pub fn opendir(&self, ino: u64) -> Result<u64> {
         let t = self.inodes.lock();
         let n = t.get(ino).ok_or(FsError::NotFound)?;
@@ -526,6 +382,7 @@ impl Fs {
         Ok(fh)
     }
 
+    /// Drops a directory handle and the listing it holds.
     pub fn releasedir(&self, fh: u64) {
         self.dirs.lock().remove(&fh);
     }
@@ -737,9 +594,5 @@ impl Fs {
     pub fn shutdown(&self) {
         self.cache.persist_all();
         self.wb.staging().close();
-    }
-
-    pub fn inode_count(&self) -> usize {
-        self.inodes.lock().len()
     }
 }

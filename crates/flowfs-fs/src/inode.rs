@@ -5,14 +5,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+/// The inode number of the mount's root directory (FUSE's fixed 1).
 pub const ROOT: u64 = 1;
 /// Negative entries kept per directory before the oldest are dropped.
 const MAX_NEGATIVE: usize = 4096;
 
+/// What a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A regular file: one object.
     File,
+    /// A directory: a common prefix, or a name this mount created.
     Dir,
+    /// A symbolic link: an object with its target in the metadata.
     Symlink,
 }
 
@@ -280,11 +285,6 @@ impl Inodes {
         }
     }
 
-    /// Makes `ino` the node of `parent/name` (a node this mount just created).
-    pub fn attach(&mut self, parent: u64, name: &str, ino: u64) {
-        self.children.insert((parent, name.to_string()), ino);
-    }
-
     pub fn new_node(&mut self, parent: u64, name: &str, entry: Entry) -> u64 {
         self.detach(parent, name);
         let ino = self.upsert(parent, name, &entry, None);
@@ -308,13 +308,5 @@ impl Inodes {
                 None => return false,
             }
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
-use flowfs_fs::inode::ROOT;
+use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError, Kind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use flowfs_client::mock::{MockClient, Op as MockOp};
 use flowfs_client::ClientError;
-use flowfs_fs::inode::ROOT;
+use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};
 use proptest::prelude::*;
 use tokio::runtime::Runtime;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use flowfs_client::mock::MockClient;
-use flowfs_fs::inode::ROOT;
+use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};
 
 fn fs_with_ttl(mock: &Arc<MockClient>, cache: &std::path::Path, ttl: Duration) -> Arc<Fs> {

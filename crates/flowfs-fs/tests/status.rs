@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use common::fs_on;
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
-use flowfs_fs::inode::ROOT;
 use flowfs_fs::PendingState;
+use flowfs_fs::ROOT;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_the_store_has_not_taken_is_pending_until_it_lands() {

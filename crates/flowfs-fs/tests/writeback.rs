@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
-use flowfs_fs::inode::ROOT;
+use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig};
 
 /// An unmount whose uploads do not finish gives up after `--unmount-timeout`, naming

@@ -43,6 +43,20 @@ pub fn ensure_runtime_dir() -> io::Result<PathBuf> {
     Ok(d)
 }
 
+/// Listens on the control socket of `mountpoint`, in place of a socket nobody answers on
+/// (left by a dead mount); returns the listener and the socket's path.
+pub fn listen(mountpoint: &Path) -> anyhow::Result<(UnixListener, PathBuf)> {
+    use anyhow::Context;
+    ensure_runtime_dir().context("cannot create the control socket directory")?;
+    let sock = socket_path(mountpoint);
+    if sock.exists() && UnixStream::connect(&sock).is_err() {
+        let _ = std::fs::remove_file(&sock);
+    }
+    let listener =
+        UnixListener::bind(&sock).with_context(|| format!("control socket {}", sock.display()))?;
+    Ok((listener, sock))
+}
+
 /// Sends one command and returns the answer: `NOTE` lines, then `OK` or `ERR why`.
 pub fn request(mountpoint: &Path, cmd: &str, timeout: Option<Duration>) -> io::Result<String> {
     let mut s = UnixStream::connect(socket_path(mountpoint))?;
@@ -134,7 +148,7 @@ fn unmount_answer(ending: &Ending, force: bool) -> String {
     let r = ending.end(force);
     // Once unmounted, the answer waits for the session to end.
     let gone =
-        crate::mount::mount_type(&ending.dir).is_none() && ending.wait(Duration::from_secs(60));
+        crate::mountinfo::mount_type(&ending.dir).is_none() && ending.wait(Duration::from_secs(60));
     let last = match r {
         Ok(()) if gone => "OK".to_string(),
         Ok(()) => "ERR the file system did not stop within 60 s".to_string(),
@@ -212,7 +226,7 @@ pub fn user_name(uid: u32) -> String {
 
 /// One line for a failed request to `dir`'s socket (`flowfs status`).
 pub fn why_no_answer(dir: &Path, e: &io::Error) -> String {
-    let (t, owner) = crate::mount::mount_entry(dir).unzip();
+    let (t, owner) = crate::mountinfo::mount_entry(dir).unzip();
     // SAFETY: getuid cannot fail.
     let me = unsafe { libc::getuid() };
     match no_answer(t.as_deref(), owner.flatten(), me) {

@@ -2,10 +2,15 @@
 
 mod cli;
 mod control;
+mod daemon;
+mod logging;
 mod mount;
+mod mountinfo;
 mod run;
+mod session;
 mod status;
 mod stop;
+mod unmount;
 
 use clap::Parser;
 
@@ -13,7 +18,7 @@ fn main() {
     let cli = cli::Cli::parse();
     let r = match cli.command {
         cli::Command::Mount(args) => mount::mount(args),
-        cli::Command::Unmount(args) => mount::unmount(&args.dir, args.force),
+        cli::Command::Unmount(args) => unmount::unmount(&args.dir, args.force),
         cli::Command::Status(args) => std::process::exit(status::status(&args.dir, args.json)),
         cli::Command::Run(args) => std::process::exit(run::run(args)),
     };

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::cli::{MountArgs, RunArgs};
 use crate::mount;
+use crate::unmount::unmount;
 
 /// A mount could not be set up; the command did not run.
 pub const EXIT_MOUNT_FAILED: i32 = 196;
@@ -27,7 +28,7 @@ extern "C" fn forward(sig: libc::c_int) {
 fn unmount_all(dirs: &[PathBuf]) -> bool {
     let mut ok = true;
     for d in dirs.iter().rev() {
-        if let Err(e) = mount::unmount(d, false) {
+        if let Err(e) = unmount(d, false) {
             eprintln!("flowfs: {}", format!("{e:#}").replace('\n', " "));
             ok = false;
         }

@@ -10,7 +10,7 @@ use flowfs_client::retry::Retrying;
 use flowfs_fs::Fs;
 use tokio::sync::watch;
 
-use crate::mount::mount_type;
+use crate::mountinfo::mount_type;
 
 /// What the parts that end a mount share: the control socket's threads, the signal
 /// task and the session loop.

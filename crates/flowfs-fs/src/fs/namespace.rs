@@ -15,6 +15,8 @@ impl Fs {
         Ok(a.ino)
     }
 
+    /// Creates an empty file (staged locally, uploaded at its last close) and opens it for
+    /// writing.
     pub async fn create(
         self: &Arc<Self>,
         parent: u64,
@@ -72,6 +74,8 @@ impl Fs {
         Ok(attr)
     }
 
+    /// Creates a directory as an empty marker object `name/`, so that it survives a remount
+    /// while empty.
     pub async fn mkdir(&self, parent: u64, name: &str, _mode: u32) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
@@ -119,6 +123,8 @@ impl Fs {
         self.counted(&mut t, ino)
     }
 
+    /// Creates a symlink: staged and uploaded like a file, as a small object whose metadata
+    /// holds the target.
     pub async fn symlink(self: &Arc<Self>, parent: u64, name: &str, target: &str) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
@@ -162,6 +168,8 @@ impl Fs {
         self.attr_of(&self.inodes.lock(), ino)
     }
 
+    /// Removes the name of a file or symlink and deletes its object; a staged copy is
+    /// never uploaded again.
     pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
@@ -209,6 +217,7 @@ impl Fs {
         Ok(!page.prefixes.is_empty() || page.objects.iter().any(|o| o.key != prefix))
     }
 
+    /// Removes an empty directory.
     pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
@@ -232,6 +241,8 @@ impl Fs {
         Ok(())
     }
 
+    /// Renames a file (copy and delete) or a directory (every key below it); `noreplace`
+    /// fails with EEXIST.
     pub async fn rename(
         self: &Arc<Self>,
         parent: u64,
@@ -371,41 +382,35 @@ impl Fs {
             }
         }
         let objects: Vec<&String> = keys.iter().filter(|k| !k.ends_with('/')).collect();
-        for batch in objects.chunks(32) {
-            let mut set = tokio::task::JoinSet::new();
-            for k in batch {
-                let (client, k, nk) = (
-                    self.client.clone(),
-                    (*k).clone(),
-                    format!("{to}{}", &k[from.len()..]),
-                );
-                set.spawn(async move {
+        let client = &self.client;
+        batched(
+            &objects,
+            |k| {
+                let (client, k) = (client.clone(), (*k).clone());
+                let nk = format!("{to}{}", &k[from.len()..]);
+                async move {
                     client.copy(&k, &nk).await?;
                     client.delete(&k).await
-                });
-            }
-            while let Some(r) = set.join_next().await {
-                r.map_err(|e| FsError::Io(e.to_string()))??;
-            }
-        }
+                }
+            },
+            |r| r.map_err(FsError::from),
+        )
+        .await?;
         // Markers are empty (some servers cannot copy them) and keep empty directories.
         let markers: Vec<String> = keys
             .iter()
             .filter(|k| k.ends_with('/'))
             .map(|k| format!("{to}{}", &k[from.len()..]))
             .collect();
-        for batch in markers.chunks(32) {
-            let mut set = tokio::task::JoinSet::new();
-            for nk in batch {
-                let (client, nk) = (self.client.clone(), nk.clone());
-                set.spawn(
-                    async move { client.put(&nk, bytes::Bytes::new(), &HashMap::new()).await },
-                );
-            }
-            while let Some(r) = set.join_next().await {
-                r.map_err(|e| FsError::Io(e.to_string()))??;
-            }
-        }
+        batched(
+            &markers,
+            |nk| {
+                let (client, nk) = (client.clone(), nk.clone());
+                async move { client.put(&nk, bytes::Bytes::new(), &HashMap::new()).await }
+            },
+            |r| r.map(|_| ()).map_err(FsError::from),
+        )
+        .await?;
         // Servers with real folders (SeaweedFS) keep an emptied folder listed until it is
         // deleted, and cannot delete one that still holds a folder: deepest first, one
         // depth at a time. Elsewhere these are deletes of absent keys.
@@ -414,23 +419,23 @@ impl Fs {
             by_depth.entry(f.matches('/').count()).or_default().push(f);
         }
         for (_, level) in by_depth.into_iter().rev() {
-            for batch in level.chunks(32) {
-                let mut set = tokio::task::JoinSet::new();
-                for f in batch {
-                    let (client, f) = (self.client.clone(), f.clone());
-                    set.spawn(async move { client.delete(&f).await });
-                }
-                while let Some(r) = set.join_next().await {
-                    match r.map_err(|e| FsError::Io(e.to_string()))? {
-                        Ok(()) | Err(ClientError::NotFound(_)) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-            }
+            batched(
+                &level,
+                |f| {
+                    let (client, f) = (client.clone(), f.clone());
+                    async move { client.delete(&f).await }
+                },
+                |r| match r {
+                    Ok(()) | Err(ClientError::NotFound(_)) => Ok(()),
+                    Err(e) => Err(e.into()),
+                },
+            )
+            .await?;
         }
         Ok(())
     }
 
+    /// Changes mode bits, size (truncation, staged) or mtime.
     pub async fn setattr(
         self: &Arc<Self>,
         ino: u64,

@@ -124,6 +124,7 @@ impl Fs {
         Ok(())
     }
 
+    /// Closes a handle; the last writer of a changed file starts its upload.
     pub fn release(self: &Arc<Self>, fh: u64) -> Result<()> {
         let h = self.files.lock().remove(&fh).ok_or(FsError::BadHandle)?;
         match h {
@@ -136,6 +137,8 @@ impl Fs {
         Ok(())
     }
 
+    /// Up to `len` bytes at `off` of an open file, from the staged copy, the cache or the
+    /// store (with read-ahead).
     pub async fn read(self: &Arc<Self>, fh: u64, off: u64, len: u32) -> Result<Bytes> {
         let h = match self.handle(fh)? {
             Handle::Remote(h) => h,

@@ -9,36 +9,46 @@ use crate::writeback::PendingState;
 /// A staged file whose content the bucket does not hold yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingFile {
+    /// The object's key.
     pub key: String,
+    /// Its staged size.
     pub bytes: u64,
     /// Since when the bucket lacks this content.
     pub since: SystemTime,
     /// A handle still has it open for writing (its upload starts at the last close).
     pub open_for_writing: bool,
+    /// Where its upload stands.
     pub state: PendingState,
 }
 
 /// An upload that failed, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
+    /// The object's key.
     pub key: String,
+    /// The store's or the disk's error.
     pub reason: String,
 }
 
 /// A file found in the journal of a dead mount at start, and whether it went up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {
+    /// The object's key.
     pub key: String,
+    /// Whether it is in the bucket now.
     pub uploaded: bool,
+    /// Why not, when it is not.
     pub error: Option<String>,
 }
 
+/// What is not durable yet, for `flowfs status` and for a forced unmount.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
     /// Oldest first.
     pub pending: Vec<PendingFile>,
     /// Failed uploads of this mount's files and failed recoveries.
     pub failures: Vec<Failure>,
+    /// What the recovery of a dead mount's journal did at start.
     pub recovery: Vec<Recovery>,
 }
 
@@ -48,6 +58,7 @@ impl Status {
         self.pending.is_empty() && self.failures.is_empty()
     }
 
+    /// Bytes the bucket does not hold yet.
     pub fn pending_bytes(&self) -> u64 {
         self.pending.iter().map(|p| p.bytes).sum()
     }

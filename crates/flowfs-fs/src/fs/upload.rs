@@ -99,6 +99,8 @@ impl Fs {
         t.remove_if_unreferenced(ino);
     }
 
+    /// Writes `data` at `off` to the staged copy (local disk only); returns the bytes
+    /// written.
     pub fn write(self: &Arc<Self>, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let (ino, staged) = match self.handle(fh)? {
             Handle::Local {
@@ -602,6 +604,7 @@ impl Fs {
         }
     }
 
+    /// Keys recovered from an earlier mount's journal and uploaded at start.
     pub fn recovered(&self) -> Vec<String> {
         self.recovered.lock().clone()
     }

@@ -19,7 +19,7 @@ use tokio::sync::{Notify, OnceCell, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::staging::StagedFile;
-use super::transfer::{create_noted, read_part, upload_parts};
+use super::transfer::{read_part_async, upload_parts, Note};
 
 /// Counts early uploads alive and the aborts of those given up, so that an unmount
 /// waits for them: an abort left unsent at exit would leave the upload's parts billed
@@ -112,6 +112,14 @@ impl Early {
         })
     }
 
+    /// Where this upload's id is noted while it is open.
+    fn note(&self) -> Note<'_> {
+        Note {
+            path: self.note.clone(),
+            bucket: &self.bucket,
+        }
+    }
+
     /// Uploads part `index` (from 0) of `staged` in the background, once a part slot is
     /// free (the slot bounds the memory it holds).
     pub fn send(
@@ -136,11 +144,12 @@ impl Early {
                     .upload_id
                     .get_or_try_init(|| async {
                         // If this process dies from now on, the next mount aborts the upload.
-                        create_noted(&e.client, &e.note, &e.bucket, &e.key, &no_metadata).await
+                        e.note().create(&e.client, &e.key, &no_metadata).await
                     })
                     .await?
                     .clone();
-                let body = read_part(&staged.file, &e.key, index * part_size, part_size)?;
+                let body =
+                    read_part_async(&staged.file, &e.key, index * part_size, part_size).await?;
                 let etag = e
                     .client
                     .upload_part(&e.key, &id, index as i32 + 1, body)
@@ -205,7 +214,7 @@ impl Early {
             done,
         )
         .await;
-        let _ = std::fs::remove_file(&self.note);
+        self.note().remove().await;
         Some(r)
     }
 }

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 
 pub use early::{Aborts, Early};
 pub use lifecycle::send_early;
-pub use report::{PendingReport, PendingState};
+pub use report::PendingState;
 pub use staging::{OpenUpload, Orphan, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};
 

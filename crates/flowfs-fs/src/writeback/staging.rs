@@ -11,7 +11,6 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,6 +18,8 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+
+use crate::dirlock::{open_lock, private_name, try_lock};
 
 /// The local file behind a staged file: its data, its journal record and the waiters
 /// for its uploads. What it holds and where it stands is `super::FileWb`'s to say.
@@ -106,11 +107,6 @@ pub struct Staging {
     dir: PathBuf,
     _lock: File,
     next: AtomicU64,
-}
-
-fn try_lock(f: &File) -> bool {
-    // SAFETY: flock on an fd we own.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 /// `bucket`, `key` and, for a symlink (whose data is its target), a third line `symlink`.
@@ -235,14 +231,9 @@ impl Staging {
     pub fn open(cache_dir: &Path) -> io::Result<Staging> {
         let root = cache_dir.join("staging");
         fs::create_dir_all(&root)?;
-        let name = format!("{}-{:08x}", std::process::id(), rand::random::<u32>());
-        let dir = root.join(name);
+        let dir = root.join(private_name());
         fs::create_dir(&dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("lock"))?;
+        let lock = open_lock(&dir)?;
         if !try_lock(&lock) {
             return Err(io::Error::other("cannot lock the staging directory"));
         }

@@ -83,7 +83,7 @@ pub struct Note<'a> {
 impl Note<'_> {
     /// Creates a multipart upload of `key`, noted before it is asked for and again with
     /// its id (see `note_upload`).
-    async fn create(
+    pub(super) async fn create(
         &self,
         client: &Arc<dyn ObjectClient>,
         key: &str,
@@ -92,7 +92,7 @@ impl Note<'_> {
         create_noted(client, &self.path, self.bucket, key, metadata).await
     }
 
-    async fn remove(&self) {
+    pub(super) async fn remove(&self) {
         let path = self.path.clone();
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
     }
@@ -101,7 +101,7 @@ impl Note<'_> {
 /// CreateMultipartUpload of `key`, noted at `note` first without the id and then with it,
 /// so that the next mount finds the upload even if this one dies before the answer.
 /// The notes are written off the async workers: small file writes, but file writes.
-pub async fn create_noted(
+async fn create_noted(
     client: &Arc<dyn ObjectClient>,
     note: &Path,
     bucket: &str,
@@ -148,9 +148,9 @@ pub async fn upload_file(
     note: Note<'_>,
 ) -> Result<String, ClientError> {
     let parts = &slots.parts;
-    let read = |off: u64, len: u64| read_part(file, key, off, len);
     if one_part {
-        return upload_single_part(client, key, read(0, size)?, metadata).await;
+        let body = read_part_async(file, key, 0, size).await?;
+        return upload_single_part(client, key, body, metadata).await;
     }
     if size <= part_size {
         let kib = u32::try_from(size.div_ceil(1024))
@@ -161,7 +161,7 @@ pub async fn upload_file(
             .acquire_many(kib)
             .await
             .map_err(|e| ClientError::Other(e.to_string()))?;
-        let body = read(0, size)?;
+        let body = read_part_async(file, key, 0, size).await?;
         return Ok(client.put(key, body, metadata).await?.etag);
     }
     let upload_id = note.create(client, key, metadata).await?;
@@ -193,6 +193,23 @@ pub fn read_part(file: &File, key: &str, off: u64, len: u64) -> Result<Bytes, Cl
     Ok(buf.into_bytes())
 }
 
+/// `read_part` on tokio's blocking pool: a part is megabytes of `pread`, which must not
+/// hold up an async worker and every task queued behind it.
+pub async fn read_part_async(
+    file: &File,
+    key: &str,
+    off: u64,
+    len: u64,
+) -> Result<Bytes, ClientError> {
+    let file = file
+        .try_clone()
+        .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
+    let key = key.to_string();
+    tokio::task::spawn_blocking(move || read_part(&file, &key, off, len))
+        .await
+        .map_err(|e| ClientError::Other(e.to_string()))?
+}
+
 /// Uploads the parts of `[0, size)` not in `done` (which holds parts 1..=k, in order)
 /// and completes the upload; aborts it on failure, so nothing partial is ever visible.
 #[allow(clippy::too_many_arguments)]
@@ -218,7 +235,7 @@ pub async fn upload_parts(
             }
         };
         let off = i * part_size;
-        let body = match read_part(file, key, off, part_size.min(size - off)) {
+        let body = match read_part_async(file, key, off, part_size.min(size - off)).await {
             Ok(b) => b,
             Err(e) => {
                 failure = Some(e);
@@ -301,10 +318,16 @@ pub async fn download_into(
         });
         off = end;
     }
+    let staging = |e: std::io::Error| ClientError::Other(format!("staging {key}: {e}"));
+    // The writes go to the blocking pool, off the async workers, one at a time.
+    let file = Arc::new(file.try_clone().map_err(staging)?);
     while let Some(r) = set.join_next().await {
         let (off, data) = r.map_err(|e| ClientError::Other(e.to_string()))??;
-        file.write_all_at(&data, off)
-            .map_err(|e| ClientError::Other(format!("staging {key}: {e}")))?;
+        let f = file.clone();
+        tokio::task::spawn_blocking(move || f.write_all_at(&data, off))
+            .await
+            .map_err(|e| ClientError::Other(e.to_string()))?
+            .map_err(staging)?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowfs_client::mock::MockClient;
-use flowfs_fs::inode::ROOT;
+use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};
 
 pub fn setup(cache: &std::path::Path, prefix: &str) -> (Arc<MockClient>, Arc<Fs>) {

@@ -1,0 +1,223 @@
+//! What the store says about names: an entry by HEAD and LIST together (`stat_remote`), a
+//! directory's entries from all its listing pages with the HEADs that tell symlinks
+//! (`list_remote`), the symlink encoding in object metadata, and `batched`, the one way
+//! many small requests are sent at once.
+
+use std::future::Future;
+
+use super::*;
+
+/// Requests in flight at once for a batch of small ones (HEADs, copies, deletes).
+const BATCH: usize = 32;
+
+/// Sends `request(item)` for every item, `BATCH` at a time (a batch waits for its
+/// slowest), and hands each answer to `each` as it comes; the first error `each` returns
+/// ends it, and the requests still in flight are dropped.
+pub(super) async fn batched<I, T, Fut>(
+    items: &[I],
+    request: impl Fn(&I) -> Fut,
+    mut each: impl FnMut(T) -> Result<()>,
+) -> Result<()>
+where
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    for batch in items.chunks(BATCH) {
+        let mut set = tokio::task::JoinSet::new();
+        for item in batch {
+            set.spawn(request(item));
+        }
+        while let Some(r) = set.join_next().await {
+            each(r.map_err(|e| FsError::Io(e.to_string()))?)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x21..0x7f).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Only small objects written as single-part multipart uploads can be flowfs symlinks
+/// (that is how flowfs writes them), so a listing needs a HEAD for those alone.
+fn maybe_symlink(info: &ObjectInfo) -> bool {
+    info.size <= MAX_SYMLINK && info.etag.trim_matches('"').ends_with("-1")
+}
+
+fn file_entry(info: &ObjectInfo) -> Entry {
+    Entry {
+        kind: Kind::File,
+        size: info.size,
+        mtime: info.last_modified,
+        etag: Some(info.etag.clone()),
+        target: None,
+    }
+}
+
+/// ETags compared without the quotes some servers and SDKs keep around them.
+fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.trim_matches('"') == b.trim_matches('"'),
+        _ => false,
+    }
+}
+
+fn meta_entry(meta: &ObjectMeta) -> Entry {
+    let mut e = file_entry(&meta.info);
+    if let Some(t) = meta.metadata.get(SYMLINK_META) {
+        e.kind = Kind::Symlink;
+        e.target = Some(percent_decode(t));
+    }
+    e
+}
+
+impl Fs {
+    /// What the server holds at `path`: a directory (a common prefix or a `dir/`
+    /// marker) wins over an object of the same name.
+    pub(super) async fn stat_remote(&self, path: &str) -> Result<Option<Entry>> {
+        let key = self.key(path);
+        let dir = format!("{key}/");
+        let (head, list) = tokio::join!(
+            self.client.head(&key),
+            self.client.list_page(&dir, Some("/"), None, Some(1))
+        );
+        let list = list?;
+        if !list.objects.is_empty() || !list.prefixes.is_empty() {
+            return Ok(Some(Entry::dir(self.started)));
+        }
+        match head {
+            Ok(meta) => Ok(Some(meta_entry(&meta))),
+            Err(ClientError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every entry of a directory, all listing pages, with symlinks resolved.
+    pub(super) async fn list_remote(
+        &self,
+        ino: u64,
+        path: &str,
+    ) -> Result<BTreeMap<String, Entry>> {
+        let prefix = self.dir_prefix(path);
+        let mut entries = BTreeMap::new();
+        let mut candidates = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self
+                .client
+                .list_page(&prefix, Some("/"), token, None)
+                .await?;
+            for p in &page.prefixes {
+                let name = &p[prefix.len()..p.len() - 1];
+                if valid_name(name).is_ok() {
+                    entries.insert(name.to_string(), Entry::dir(self.started));
+                }
+            }
+            for o in &page.objects {
+                let name = &o.key[prefix.len()..];
+                if valid_name(name).is_err() {
+                    continue;
+                }
+                if entries
+                    .get(name)
+                    .is_some_and(|e: &Entry| e.kind == Kind::Dir)
+                {
+                    continue;
+                }
+                if maybe_symlink(o) {
+                    candidates.push((name.to_string(), o.key.clone()));
+                }
+                entries.insert(name.to_string(), file_entry(o));
+            }
+            token = page.next_token;
+            if token.is_none() {
+                break;
+            }
+        }
+        self.resolve_symlinks(ino, candidates, &mut entries).await?;
+        Ok(entries)
+    }
+
+    /// Tells the symlinks among `candidates` (name, key) of a listing of directory `ino`:
+    /// a HEAD each, but for those this mount already knows under the same ETag.
+    async fn resolve_symlinks(
+        &self,
+        ino: u64,
+        mut candidates: Vec<(String, String)>,
+        entries: &mut BTreeMap<String, Entry>,
+    ) -> Result<()> {
+        // An object listed before the prefix of the same name was replaced above only
+        // if the prefix came later; drop candidates that turned out to be directories.
+        candidates.retain(|(n, _)| entries.get(n).is_some_and(|e| e.kind != Kind::Dir));
+        // A symlink this mount already knows under the same ETag needs no HEAD: a
+        // pipeline's task directories hold many (Nextflow stages inputs as symlinks).
+        {
+            let t = self.inodes.lock();
+            candidates.retain(|(name, _)| {
+                let known = t
+                    .child(ino, name)
+                    .and_then(|c| t.get(c))
+                    .filter(|n| n.entry.kind == Kind::Symlink && n.entry.target.is_some())
+                    .map(|n| n.entry.clone());
+                let Some(listed) = entries.get_mut(name) else {
+                    return false;
+                };
+                match known {
+                    Some(k) if same_etag(k.etag.as_deref(), listed.etag.as_deref()) => {
+                        listed.kind = Kind::Symlink;
+                        listed.target = k.target;
+                        false
+                    }
+                    _ => true,
+                }
+            });
+        }
+        let client = &self.client;
+        batched(
+            &candidates,
+            |(name, key)| {
+                let (client, name, key) = (client.clone(), name.clone(), key.clone());
+                async move { (name, client.head(&key).await) }
+            },
+            |(name, head)| {
+                match head {
+                    Ok(meta) => {
+                        entries.insert(name, meta_entry(&meta));
+                    }
+                    Err(ClientError::NotFound(_)) => {
+                        entries.remove(&name);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+}

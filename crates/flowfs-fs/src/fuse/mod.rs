@@ -1,0 +1,540 @@
+//! The fuser adapter. A request is answered on its FUSE thread when nothing has to be
+//! waited for; one that must wait (a GET, an upload) is handed to tokio and answered from
+//! there, so a FUSE worker thread never waits on the network while other requests queue
+//! behind it.
+//!
+//! Every request runs in a debug span named `fuse` with the operation and what it is about
+//! (inode, handle, parent and name), and every error reaches the kernel through
+//! `reply::answer`: the one place that maps an `FsError` to its errno and logs it, at
+//! debug level, inside that span.
+
+mod reply;
+
+use std::ffi::OsStr;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode,
+    OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+};
+use tokio::runtime::Handle;
+use tracing::{Instrument, Span};
+
+use crate::error::{FsError, Result};
+use crate::fs::Fs;
+use reply::{answer, file_type, open_flags, span, to_fuse, utf8, About, Replies};
+
+/// Answers the kernel's FUSE requests with the methods of `Fs`.
+pub struct FuseAdapter {
+    fs: Arc<Fs>,
+    rt: Handle,
+    ttl: Duration,
+}
+
+impl FuseAdapter {
+    /// An adapter over `fs` that runs what must wait on the runtime of `rt`.
+    pub fn new(fs: Arc<Fs>, rt: Handle) -> FuseAdapter {
+        let ttl = fs.config().metadata_ttl;
+        FuseAdapter { fs, rt, ttl }
+    }
+
+    /// Runs the operation `op` (given the file system) in `span` and answers `reply` with
+    /// its outcome (`ok` for a value, `answer` for an error).
+    fn run<R, T, F>(
+        &self,
+        span: Span,
+        reply: R,
+        op: impl FnOnce(Arc<Fs>) -> F,
+        ok: impl FnOnce(R, T) + Send + 'static,
+    ) where
+        R: Replies + Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        let fut = op(self.fs.clone());
+        self.poll_here(async move { answer(reply, fut.await, ok) }.instrument(span));
+    }
+
+    /// Answers a request on this FUSE thread when it needs no waiting (metadata in
+    /// memory, data already fetched): most requests of a warm or prefetched workload.
+    /// Only a request that must wait moves to the runtime. Handing every request to
+    /// another thread cost two context switches each, the largest single cost of
+    /// reading many small files on a small machine.
+    fn poll_here<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
+        let _rt = self.rt.enter();
+        let mut fut = Box::pin(fut);
+        let mut cx = Context::from_waker(Waker::noop());
+        // Polling again from the runtime registers its real waker: a resource first
+        // polled here with the no-op waker is then watched as usual.
+        if fut.as_mut().poll(&mut cx).is_pending() {
+            self.rt.spawn(fut);
+        }
+    }
+}
+
+impl fuser::Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Large requests: fewer round trips for sequential I/O.
+        if let Err(max) = config.set_max_readahead(1 << 20) {
+            let _ = config.set_max_readahead(max);
+        }
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        for flag in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+        ] {
+            if config.capabilities().contains(flag) {
+                let _ = config.add_capabilities(flag);
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.fs.shutdown();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let span = span("lookup", About::Entry(parent.0, name));
+        let (name, ttl) = (utf8(name), self.ttl);
+        self.run(
+            span,
+            reply,
+            |fs| async move { fs.lookup(parent.0, &name?).await },
+            move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
+        );
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let _span = span("forget", About::Ino(ino.0)).entered();
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let ttl = self.ttl;
+        self.run(
+            span("getattr", About::Ino(ino.0)),
+            reply,
+            |fs| async move { fs.getattr(ino.0).await },
+            move |r, a| r.attr(&ttl, &to_fuse(&a)),
+        );
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.run(
+            span("readlink", About::Ino(ino.0)),
+            reply,
+            |fs| async move { fs.readlink(ino.0).await },
+            |r, t| r.data(t.as_bytes()),
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let truncate = flags.0 & libc::O_TRUNC != 0;
+        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncate;
+        self.run(
+            span("open", About::Ino(ino.0)),
+            reply,
+            |fs| async move { fs.open(ino.0, write, truncate).await },
+            |r, (fh, hints)| r.opened(FileHandle(fh), open_flags(hints)),
+        );
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.run(
+            span("read", About::Handle(ino.0, fh.0)),
+            reply,
+            |fs| async move { fs.read(fh.0, offset, size).await },
+            |r, data| r.data(&data),
+        );
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _lo: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        let _span = span("flush", About::Handle(ino.0, fh.0)).entered();
+        // close() learns here that an earlier upload of this file failed.
+        answer(reply, self.fs.flush(fh.0), |r, ()| r.ok());
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _span = span("release", About::Handle(ino.0, fh.0)).entered();
+        // Release may start an upload, which runs on the runtime.
+        let _rt = self.rt.enter();
+        answer(reply, self.fs.release(fh.0), |r, ()| r.ok());
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _span = span("opendir", About::Ino(ino.0)).entered();
+        answer(reply, self.fs.opendir(ino.0), |r, fh| {
+            r.opened(FileHandle(fh), FopenFlags::empty())
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        self.run(
+            span("readdir", About::Handle(ino.0, fh.0)),
+            reply,
+            |fs| async move { fs.readdir(ino.0, fh.0, offset, false).await },
+            |mut r, items| {
+                for it in items {
+                    if r.add(INodeNo(it.ino), it.next, file_type(it.kind), &it.name) {
+                        break;
+                    }
+                }
+                r.ok()
+            },
+        );
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        let (nodes, ttl) = (self.fs.clone(), self.ttl);
+        self.run(
+            span("readdirplus", About::Handle(ino.0, fh.0)),
+            reply,
+            |fs| async move { fs.readdir(ino.0, fh.0, offset, true).await },
+            move |mut r, items| {
+                let mut full = false;
+                for it in items {
+                    let counted = it.name != "." && it.name != "..";
+                    if !full {
+                        if let Some(a) = &it.attr {
+                            let attr = to_fuse(a);
+                            let (ino, g) = (INodeNo(it.ino), Generation(0));
+                            full = r.add(ino, it.next, &it.name, &ttl, &attr, g);
+                        }
+                    }
+                    // The kernel takes a reference only on entries it received.
+                    if full && counted {
+                        nodes.forget(it.ino, 1);
+                    }
+                }
+                r.ok()
+            },
+        );
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _span = span("releasedir", About::Handle(ino.0, fh.0)).entered();
+        self.fs.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let _span = span("statfs", About::Ino(ino.0)).entered();
+        // Object storage has no fixed size: report plenty so that tools do not refuse.
+        let blocks = 1u64 << 40;
+        reply.statfs(blocks, blocks, blocks, 1 << 30, 1 << 30, 4096, 255, 4096);
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<fuser::TimeOrNow>,
+        mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mtime = mtime.map(|t| match t {
+            fuser::TimeOrNow::SpecificTime(t) => t,
+            fuser::TimeOrNow::Now => SystemTime::now(),
+        });
+        let (fh, ttl) = (fh.map(|f| f.0), self.ttl);
+        self.run(
+            span("setattr", About::Ino(ino.0)),
+            reply,
+            |fs| async move { fs.setattr(ino.0, mode, size, mtime, fh).await },
+            move |r, a| r.attr(&ttl, &to_fuse(&a)),
+        );
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let span = span("mknod", About::Entry(parent.0, name));
+        let (name, ttl) = (utf8(name), self.ttl);
+        self.run(
+            span,
+            reply,
+            |fs| async move { fs.mknod(parent.0, &name?, mode).await },
+            move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
+        );
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let span = span("mkdir", About::Entry(parent.0, name));
+        let (name, ttl) = (utf8(name), self.ttl);
+        self.run(
+            span,
+            reply,
+            |fs| async move { fs.mkdir(parent.0, &name?, mode).await },
+            move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let span = span("unlink", About::Entry(parent.0, name));
+        let name = utf8(name);
+        self.run(
+            span,
+            reply,
+            |fs| async move { fs.unlink(parent.0, &name?).await },
+            |r, ()| r.ok(),
+        );
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let span = span("rmdir", About::Entry(parent.0, name));
+        let name = utf8(name);
+        self.run(
+            span,
+            reply,
+            |fs| async move { fs.rmdir(parent.0, &name?).await },
+            |r, ()| r.ok(),
+        );
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let span = span("symlink", About::Entry(parent.0, link_name));
+        let (name, target, ttl) = (utf8(link_name), utf8(target.as_os_str()), self.ttl);
+        self.run(
+            span,
+            reply,
+            |fs| async move { fs.symlink(parent.0, &name?, &target?).await },
+            move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let span = span(
+            "rename",
+            About::Rename(parent.0, name, newparent.0, newname),
+        );
+        let (name, newname) = (utf8(name), utf8(newname));
+        let refused = fuser::RenameFlags::RENAME_EXCHANGE | fuser::RenameFlags::RENAME_WHITEOUT;
+        let exchange = flags.intersects(refused);
+        let noreplace = flags.contains(fuser::RenameFlags::RENAME_NOREPLACE);
+        self.run(
+            span,
+            reply,
+            |fs| async move {
+                let (name, newname) = (name?, newname?);
+                if exchange {
+                    return Err(FsError::Invalid("RENAME_EXCHANGE and RENAME_WHITEOUT"));
+                }
+                fs.rename(parent.0, &name, newparent.0, &newname, noreplace)
+                    .await
+            },
+            |r, ()| r.ok(),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let _span = span("link", About::Entry(newparent.0, newname)).entered();
+        // Object storage has no way to give one object two names.
+        answer(reply, Err(FsError::NotSupported("hard links")), |_, ()| {});
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _wf: fuser::WriteFlags,
+        _flags: OpenFlags,
+        _lo: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let _span = span("write", About::Handle(ino.0, fh.0)).entered();
+        // Local disk only: answered on this thread. It may start the early upload of
+        // parts the writer has left behind, which runs on the runtime.
+        let _rt = self.rt.enter();
+        answer(reply, self.fs.write(fh.0, offset, data), |r, n| {
+            r.written(n)
+        });
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.run(
+            span("fsync", About::Handle(ino.0, fh.0)),
+            reply,
+            |fs| async move { fs.fsync(fh.0).await },
+            |r, ()| r.ok(),
+        );
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.run(
+            span("fsyncdir", About::Handle(ino.0, fh.0)),
+            reply,
+            |fs| async move { fs.fsyncdir(ino.0).await },
+            |r, ()| r.ok(),
+        );
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let span = span("create", About::Entry(parent.0, name));
+        let (name, ttl) = (utf8(name), self.ttl);
+        self.run(
+            span,
+            reply,
+            |fs| async move { fs.create(parent.0, &name?, mode).await },
+            move |r, (a, fh)| {
+                let (attr, g, fh) = (to_fuse(&a), Generation(0), FileHandle(fh));
+                r.created(&ttl, &attr, g, fh, FopenFlags::empty())
+            },
+        );
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.run(
+            span("fallocate", About::Handle(ino.0, fh.0)),
+            reply,
+            |fs| async move {
+                if mode != 0 {
+                    // Punching holes, zeroing and collapsing ranges: not in objects.
+                    return Err(FsError::NotSupported("fallocate modes"));
+                }
+                fs.fallocate(fh.0, offset, length).await
+            },
+            |r, ()| r.ok(),
+        );
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        let _span = span("access", About::Ino(ino.0)).entered();
+        reply.ok();
+    }
+}

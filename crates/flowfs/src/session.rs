@@ -1,0 +1,190 @@
+//! The mount process: logging, the tokio runtime, the S3 client and its bucket check,
+//! recovery of an earlier mount's journal, the control socket, the FUSE session and the
+//! signal task, then `session.run()` until the unmount, and the clean-up after it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use flowfs_client::retry::{RetryPolicy, Retrying};
+use flowfs_client::s3::{S3Client, S3Config};
+use flowfs_client::{ClientError, ObjectClient};
+use flowfs_fs::{Fs, FsConfig, FuseAdapter};
+
+use crate::cli::MountArgs;
+use crate::control;
+use crate::daemon::Ready;
+use crate::logging;
+use crate::stop::{spawn_signal_task, Ending};
+
+/// Serves the mount at `dir` until it is unmounted; `ready` hears `OK` once the mount is
+/// up, or `ERR <why>` if it never comes up.
+pub fn serve(args: &MountArgs, cfg: FsConfig, dir: &Path, mut ready: Ready) -> Result<()> {
+    // Everything the mount process creates (log, journal, cache files, pid file) is its
+    // user's alone: logs and journal records name buckets, keys and paths. Set here, in
+    // the mount process only: `flowfs run` must not hand this umask to its command.
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(0o077) };
+    logging::init(args, &cfg.cache_dir);
+    let r = session(args, cfg, dir, &mut ready);
+    if let Err(e) = &r {
+        ready.send(&format!("ERR {e:#}"));
+    }
+    r
+}
+
+/// The S3 client, once credentials and the bucket are checked (within 30 s).
+fn connect(
+    rt: &tokio::runtime::Runtime,
+    args: &MountArgs,
+    cfg: &FsConfig,
+) -> Result<Arc<Retrying>> {
+    let s3cfg = S3Config {
+        bucket: cfg.bucket.clone(),
+        endpoint_url: args.opts.endpoint_url.clone(),
+        region: args.opts.region.clone(),
+        // One attempt per SDK call: the retry layer decides them all (`Retrying`).
+        max_attempts: 1,
+    };
+    let endpoint = args
+        .opts
+        .endpoint_url
+        .clone()
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+        .unwrap_or_else(|| "AWS S3".into());
+    let policy = RetryPolicy {
+        budget: Duration::from_secs_f64(args.opts.retry_budget),
+        max_attempts: args.opts.max_attempts.max(1),
+        ..RetryPolicy::default()
+    };
+    let s3 = Arc::new(rt.block_on(S3Client::new(&s3cfg)));
+    let client = Arc::new(Retrying::new(s3.clone(), policy));
+    // Credentials first: without them the bucket check fails as a request that could
+    // not be sent, which says nothing about what to set.
+    let check = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            s3.check_credentials().await?;
+            client.check_bucket(&cfg.prefix).await
+        })
+        .await
+    });
+    match check {
+        Err(_) => bail!("no answer from the S3 endpoint {endpoint} within 30 s"),
+        Ok(Err(e)) => bail!("{}", describe(&e, &cfg.bucket, &endpoint)),
+        Ok(Ok(())) => {}
+    }
+    Ok(client)
+}
+
+/// Mount options and session settings for fuser.
+fn fuse_config(args: &MountArgs, read_only: bool) -> Result<fuser::Config> {
+    let mut opts = vec![
+        fuser::MountOption::FSName(format!("flowfs:{}", args.source)),
+        fuser::MountOption::Subtype("flowfs".into()),
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+        fuser::MountOption::NoAtime,
+    ];
+    if read_only {
+        opts.push(fuser::MountOption::RO);
+    }
+    let mut fcfg = fuser::Config::default();
+    // SAFETY: getuid cannot fail.
+    let root = unsafe { libc::getuid() } == 0;
+    let allow_other_ok = root
+        || std::fs::read_to_string("/etc/fuse.conf")
+            .is_ok_and(|c| c.lines().any(|l| l.trim() == "user_allow_other"));
+    if args.opts.allow_other {
+        if !allow_other_ok {
+            bail!("--allow-other needs user_allow_other in /etc/fuse.conf");
+        }
+        fcfg.acl = fuser::SessionACL::All;
+    } else if allow_other_ok {
+        // allow_root is what auto_unmount needs; a mount stays private to its user.
+        fcfg.acl = fuser::SessionACL::RootAndOwner;
+    }
+    let fusermount = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").exists()));
+    if fcfg.acl != fuser::SessionACL::Owner && fusermount {
+        // If this process dies, fusermount3 removes the mount: never a dead mount left.
+        opts.push(fuser::MountOption::AutoUnmount);
+    }
+    fcfg.mount_options = opts;
+    fcfg.n_threads = Some(args.opts.fuse_threads);
+    fcfg.clone_fd = true;
+    Ok(fcfg)
+}
+
+fn describe(e: &ClientError, bucket: &str, endpoint: &str) -> String {
+    let one_line = |s: String| s.replace(['\n', '\r'], " ");
+    one_line(match e {
+        ClientError::NoSuchBucket(_) => format!("bucket {bucket} does not exist (at {endpoint})"),
+        ClientError::NotFound(_) => format!("bucket {bucket} does not exist (at {endpoint})"),
+        ClientError::AccessDenied(m) => format!(
+            "access to bucket {bucket} denied ({m}); check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...) and the bucket policy"
+        ),
+        ClientError::Unreachable(m) => format!("cannot reach the S3 endpoint {endpoint}: {m}"),
+        ClientError::NotS3(m) => format!(
+            "the endpoint {endpoint} does not look like an S3 server ({m}); check --endpoint-url or AWS_ENDPOINT_URL"
+        ),
+        ClientError::NoCredentials | ClientError::Credentials(_) => e.to_string(),
+        other => format!("cannot use bucket {bucket} at {endpoint}: {other}"),
+    })
+}
+
+/// The life of the mount after its checks, from the runtime to the clean-up after the
+/// session ends; `ready` hears `OK` once the kernel has the mount.
+fn session(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_name("flowfs-io")
+        .enable_all()
+        .build()?;
+    let client = connect(&rt, args, &cfg)?;
+    let read_only = cfg.read_only;
+    let fs = Arc::new(Fs::new(cfg, client.clone())?);
+    // What a killed mount left staged goes up before this one serves anything.
+    let (recovered, unrecovered) = rt.block_on(fs.recover());
+    for k in &recovered {
+        tracing::warn!(key = %k, "recovered from the journal of an earlier mount and uploaded");
+    }
+    for k in &unrecovered {
+        tracing::error!("could not recover {k}; it stays in the journal");
+    }
+    let adapter = FuseAdapter::new(fs.clone(), rt.handle().clone());
+
+    let fcfg = fuse_config(args, read_only)?;
+
+    let (listener, sock) = control::listen(dir)?;
+
+    let session = fuser::Session::new(adapter, dir, &fcfg)
+        .map_err(|e| anyhow!("cannot mount {}: {e}", dir.display()))?;
+
+    let mut ending = Ending::new(fs.clone(), rt.handle().clone(), dir, &args.source);
+    ending.retries = Some(client);
+    let ending = Arc::new(ending);
+    control::serve(listener, ending.clone()).context("cannot start the control thread")?;
+    spawn_signal_task(ending.clone());
+    if let Some(p) = &args.opts.pid_file {
+        std::fs::write(p, format!("{}\n", std::process::id()))
+            .with_context(|| format!("cannot write pid file {}", p.display()))?;
+    }
+    ready.send("OK");
+    let result = session.run();
+    fs.shutdown();
+    // The socket goes first, so that a new mount of this directory can start at once.
+    let _ = std::fs::remove_file(&sock);
+    if let Some(p) = &args.opts.pid_file {
+        let _ = std::fs::remove_file(p);
+    }
+    ending.finish();
+    ending.wait_answered(Duration::from_secs(10));
+    rt.shutdown_timeout(Duration::from_secs(2));
+    result.map_err(|e| anyhow!("FUSE session: {e}"))?;
+    // Files left in the journal make the process fail too (seen by a --foreground caller).
+    match ending.outcome() {
+        Some(Err(e)) => bail!("{e}"),
+        _ => Ok(()),
+    }
+}
