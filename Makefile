@@ -46,11 +46,12 @@ test-workflows: setup workflow-deps build
 
 # Everything under a failing store at full size (issue 14): the fault suites with the write
 # mix in full at both levels, the whole pipeline matrix (Nextflow and Snakemake at 5 % and
-# 20 %, the server stopped mid-run for each).
+# 20 %, the server stopped mid-run for each), kill -9 at 20 moments of the write mix.
 # FLOWFS_WF_FAULT_REPEAT=N repeats each pipeline case. About an hour on 2 cores.
 test-faults: setup workflow-deps build
 	FLOWFS_FAULTS_FULL=1 FLOWFS_CRASH_ROUNDS=$${FLOWFS_CRASH_ROUNDS:-20} $(PYTHON) -m pytest -v \
-		tests/integration/test_faults.py tests/integration/test_workflow_faults.py
+		tests/integration/test_faults.py tests/integration/test_workflow_faults.py \
+		tests/integration/test_crash_mix.py
 
 demo: setup build
 	bash scripts/demo.sh
