@@ -26,14 +26,14 @@ lint:
 
 test: setup build lint
 	cargo test --release --workspace
-	$(PYTHON) -m pytest tests/integration -v
+	$(PYTHON) -m pytest tests/integration -v --durations=25
 
 # Pieces of `test`, for when setup and build are already done.
 test-rust:
 	cargo test --release --workspace
 
 test-integration:
-	$(PYTHON) -m pytest tests/integration -v
+	$(PYTHON) -m pytest tests/integration -v --durations=25
 
 # The external exercisers only: fsx and pjdfstest on real mounts (also part of `test`;
 # setup installs both with cargo install). About 5 minutes on 2 cores.

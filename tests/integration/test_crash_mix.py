@@ -498,18 +498,24 @@ def test_kill_9_during_the_write_mix(mount, bucket, s3, work_dir):
         assert any(r.journal_at_kill for r in rounds), "no kill left anything in the journal to recover"
 
 
-def test_kill_9_while_a_multipart_upload_is_created(mount, bucket, s3, seaweed):
+@pytest.mark.parametrize("kind", ["file", "symlink"])
+def test_kill_9_while_a_multipart_upload_is_created(mount, bucket, s3, seaweed, kind):
     """The narrow window of the mix, held open: the server has created a multipart upload
     (CreateMultipartUpload done) and its answer, the upload id, has not reached flowfs
-    when it is killed. The create is noted before it is sent, so the next mount finds the
-    upload by key and time and aborts it. (Before the fix, it stayed open, every time.)"""
+    when it is killed: a 20 MiB file, or a symlink (uploaded as one part, so that its ETag
+    ends in -1). The create is noted before it is sent, so the next mount finds the upload
+    by key and time and aborts it. (Before the fix, it stayed open, every time.)"""
+    name = "big.bin" if kind == "file" else "ln"
     proxy = delaying_proxy(seaweed.endpoint).start()
     try:
-        proxy.delay_answer(P.CREATE_MULTIPART, "cmu/big.bin", 30)
+        proxy.delay_answer(P.CREATE_MULTIPART, f"cmu/{name}", 30)
         m = mount(bucket, "cmu", proxy=proxy)
         data = payload(20 * MiB, "cmu-big")
-        with open(m / "big.bin", "wb") as f:  # close: its multipart upload starts
-            f.write(data)
+        if kind == "file":
+            with open(m / name, "wb") as f:  # close: its multipart upload starts
+                f.write(data)
+        else:
+            os.symlink("some/target", m / name)
         deadline = time.monotonic() + 20
         while not open_uploads(s3, bucket, "cmu/"):
             assert time.monotonic() < deadline, "HANG: the multipart upload was not created within 20 s"
@@ -519,10 +525,15 @@ def test_kill_9_while_a_multipart_upload_is_created(mount, bucket, s3, seaweed):
         os.kill(pid, signal.SIGKILL)
         _wait_dead(m, pid, "the kill while CreateMultipartUpload was held")
         m2 = mount(bucket, "cmu", cache_dir=m.cache_dir)  # recovery, straight to the server
+        if kind == "symlink":
+            assert os.readlink(m2 / name) == "some/target"
         r = m2.unmount(timeout=UNMOUNT_TIMEOUT)
         assert r.returncode == 0, r.stderr
-        got = object_bytes(s3, bucket, "cmu/big.bin")
-        assert got is not None and sha256(got) == sha256(data), "the file closed before the kill is not right"
+        got = object_bytes(s3, bucket, f"cmu/{name}")
+        if kind == "file":
+            assert got is not None and sha256(got) == sha256(data), "the file closed before the kill is not right"
+        else:
+            assert got is not None, "the symlink made before the kill is not in the bucket"
         left = [u["Desc"] for u in open_uploads(s3, bucket, "cmu/")]
         assert left == [], f"incomplete multipart uploads left: {left}"
     finally:

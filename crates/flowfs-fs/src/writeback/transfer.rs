@@ -47,8 +47,9 @@ pub async fn upload_single_part(
     key: &str,
     body: Bytes,
     metadata: &HashMap<String, String>,
+    note: &Note<'_>,
 ) -> Result<String, ClientError> {
-    let id = client.create_multipart(key, metadata).await?;
+    let id = note.create(client, key, metadata).await?;
     let r = async {
         let etag = client.upload_part(key, &id, 1, body).await?;
         client
@@ -64,7 +65,10 @@ pub async fn upload_single_part(
     }
     .await;
     match r {
-        Ok(p) => Ok(p.etag),
+        Ok(p) => {
+            note.remove().await;
+            Ok(p.etag)
+        }
         Err(e) => {
             let _ = client.abort_multipart(key, &id).await;
             Err(e)
@@ -150,7 +154,7 @@ pub async fn upload_file(
     let parts = &slots.parts;
     if one_part {
         let body = read_part_async(file, key, 0, size).await?;
-        return upload_single_part(client, key, body, metadata).await;
+        return upload_single_part(client, key, body, metadata, &note).await;
     }
     if size <= part_size {
         let kib = u32::try_from(size.div_ceil(1024))
