@@ -66,6 +66,8 @@ pub struct MockClient {
     /// (op, remaining calls before the failure, error to return, how many times)
     faults: Mutex<Vec<(Op, u64, ClientError, u64)>>,
     latency: Mutex<Duration>,
+    /// Extra latency of one kind of request (see `set_latency_of`).
+    op_latency: Mutex<HashMap<Op, Duration>>,
     get_bytes: AtomicU64,
     /// (bytes after which a body breaks, how many bodies): a connection lost mid-body.
     cut: Mutex<Option<(u64, u64)>>,
@@ -164,9 +166,16 @@ impl MockClient {
         *self.latency.lock() = d;
     }
 
+    /// Every later request of kind `op` waits `d` before it is served (on top of
+    /// `set_latency`): holds a state open, such as a multipart upload whose parts hang.
+    pub fn set_latency_of(&self, op: Op, d: Duration) {
+        self.op_latency.lock().insert(op, d);
+    }
+
     async fn enter(&self, op: Op) -> Result<()> {
         *self.counts.lock().entry(op).or_insert(0) += 1;
-        let latency = *self.latency.lock();
+        let extra = self.op_latency.lock().get(&op).copied().unwrap_or_default();
+        let latency = *self.latency.lock() + extra;
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }

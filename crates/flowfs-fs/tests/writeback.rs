@@ -112,18 +112,28 @@ fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
     };
     rt.block_on(async {
         let ino = common::path_ino(&fs, "big.bin").await.unwrap();
-        // Rewritten, not created: the whole file goes up at close, in three parts.
+        // Rewritten, not created: the file goes up in three parts. The parts hang, so
+        // that the upload stays open until the crash (with parts served at once, the
+        // whole upload could begin and end between two looks at the mock, and this loop
+        // waited for good: 1 run in 20).
+        mock.set_latency_of(Op::UploadPart, Duration::from_secs(3600));
         let (fh, _) = fs.open(ino, true, true).await.unwrap();
         fs.write(fh, 0, &new).unwrap();
         fs.release(fh).unwrap();
+        let t0 = Instant::now();
         while mock.open_uploads() == 0 {
-            tokio::task::yield_now().await;
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the upload never began"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     });
     // The crash: the upload task ends where it stands, the staging lock goes.
     drop(rt);
     drop(fs);
     assert_eq!(mock.open_uploads(), 1);
+    mock.set_latency_of(Op::UploadPart, Duration::ZERO);
     let rt = current_thread();
     let fs = {
         let _e = rt.enter();
@@ -153,6 +163,61 @@ fn upload_notes(cache: &std::path::Path) -> Vec<Vec<String>> {
     out
 }
 
+/// Waits until the CreateMultipartUpload of `key` is sent (the mock now holds every
+/// request for an hour), checks that it was noted without an id, and lets the mount die
+/// there, as kill -9 would.
+fn die_with_the_create_in_flight(
+    rt: tokio::runtime::Runtime,
+    fs: Arc<Fs>,
+    mock: &MockClient,
+    dir: &std::path::Path,
+    key: &str,
+) {
+    rt.block_on(async {
+        let t0 = Instant::now();
+        while mock.count(Op::CreateMultipart) == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(30), "no create was sent");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let notes = upload_notes(dir);
+    assert_eq!(
+        notes.len(),
+        1,
+        "the create is noted before it is sent: {notes:?}"
+    );
+    assert_eq!((notes[0][1].as_str(), notes[0][2].as_str()), (key, ""));
+    drop(rt);
+    drop(fs);
+}
+
+/// The server had created the upload of `key`, and its answer died with the mount: the
+/// next mount recovers `key`, aborts that upload and leaves no note.
+fn recover_after_the_lost_answer(mock: &Arc<MockClient>, dir: &std::path::Path, key: &str) {
+    mock.set_latency(Duration::ZERO);
+    let rt = current_thread();
+    rt.block_on(async {
+        use flowfs_client::ObjectClient;
+        mock.create_multipart(key, &Default::default())
+            .await
+            .unwrap();
+    });
+    assert_eq!(mock.open_uploads(), 1);
+    let fs = {
+        let _e = rt.enter();
+        common::fs_on(mock, dir, "")
+    };
+    let (recovered, failed) = rt.block_on(fs.recover());
+    assert_eq!((recovered, failed), (vec![key.to_string()], vec![]));
+    assert_eq!(
+        mock.open_uploads(),
+        0,
+        "the upload created for the dead mount is aborted"
+    );
+    let notes = upload_notes(dir);
+    assert!(notes.is_empty(), "notes left: {notes:?}");
+}
+
 /// A mount that dies while CreateMultipartUpload is on its way never learns the id of
 /// the upload the server may have created (kill -9 while the answer is in flight). The
 /// create is noted before it is sent, and the next mount aborts the uploads of that key
@@ -173,54 +238,12 @@ fn the_next_mount_aborts_an_upload_whose_create_was_never_answered() {
         let ino = common::path_ino(&fs, "big.bin").await.unwrap();
         let (fh, _) = fs.open(ino, true, true).await.unwrap();
         fs.write(fh, 0, &new).unwrap();
-        // Every request from now on takes an hour: the create is sent, never answered.
-        mock.set_latency(Duration::from_secs(3600));
+        mock.set_latency(Duration::from_secs(3600)); // the create is sent, never answered
         fs.release(fh).unwrap();
-        let t0 = Instant::now();
-        while mock.count(Op::CreateMultipart) == 0 {
-            assert!(t0.elapsed() < Duration::from_secs(30), "no create was sent");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
     });
-    let notes = upload_notes(dir.path());
-    assert_eq!(
-        notes.len(),
-        1,
-        "the create is noted before it is sent: {notes:?}"
-    );
-    assert_eq!(
-        (notes[0][1].as_str(), notes[0][2].as_str()),
-        ("big.bin", "")
-    );
-    drop(rt);
-    drop(fs);
-    // The server had created the upload; its answer died with the mount.
-    mock.set_latency(Duration::ZERO);
-    let rt = current_thread();
-    rt.block_on(async {
-        use flowfs_client::ObjectClient;
-        mock.create_multipart("big.bin", &Default::default())
-            .await
-            .unwrap();
-    });
-    assert_eq!(mock.open_uploads(), 1);
-    let fs = {
-        let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
-    };
-    let (recovered, failed) = rt.block_on(fs.recover());
-    assert_eq!((recovered, failed), (vec!["big.bin".to_string()], vec![]));
-    assert_eq!(
-        mock.open_uploads(),
-        0,
-        "the upload created for the dead mount is aborted"
-    );
+    die_with_the_create_in_flight(rt, fs, &mock, dir.path(), "big.bin");
+    recover_after_the_lost_answer(&mock, dir.path(), "big.bin");
     assert!(mock.object("big.bin").expect("uploaded")[..] == new[..]);
-    assert!(
-        upload_notes(dir.path()).is_empty(),
-        "notes left: {:?}",
-        upload_notes(dir.path())
-    );
 }
 
 /// The same for a symlink, uploaded as a multipart upload of one part (its ETag ends in
@@ -236,49 +259,12 @@ fn the_next_mount_aborts_a_symlink_upload_whose_create_was_never_answered() {
         common::fs_on(&mock, dir.path(), "")
     };
     rt.block_on(async {
-        // Every request from now on takes an hour: the create is sent, never answered.
-        mock.set_latency(Duration::from_secs(3600));
+        mock.set_latency(Duration::from_secs(3600)); // the create is sent, never answered
         let fs2 = fs.clone();
         tokio::spawn(async move { fs2.symlink(ROOT, "ln", "some/target").await });
-        let t0 = Instant::now();
-        while mock.count(Op::CreateMultipart) == 0 {
-            assert!(t0.elapsed() < Duration::from_secs(30), "no create was sent");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
     });
-    let notes = upload_notes(dir.path());
-    assert_eq!(
-        notes.len(),
-        1,
-        "the create is noted before it is sent: {notes:?}"
-    );
-    assert_eq!((notes[0][1].as_str(), notes[0][2].as_str()), ("ln", ""));
-    drop(rt);
-    drop(fs);
-    mock.set_latency(Duration::ZERO);
-    let rt = current_thread();
-    rt.block_on(async {
-        use flowfs_client::ObjectClient;
-        mock.create_multipart("ln", &Default::default())
-            .await
-            .unwrap();
-    });
-    let fs = {
-        let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
-    };
-    let (recovered, failed) = rt.block_on(fs.recover());
-    assert_eq!((recovered, failed), (vec!["ln".to_string()], vec![]));
-    assert_eq!(
-        mock.open_uploads(),
-        0,
-        "the upload created for the dead mount is aborted"
-    );
-    assert!(
-        upload_notes(dir.path()).is_empty(),
-        "notes left: {:?}",
-        upload_notes(dir.path())
-    );
+    die_with_the_create_in_flight(rt, fs, &mock, dir.path(), "ln");
+    recover_after_the_lost_answer(&mock, dir.path(), "ln");
 }
 
 /// A journal record whose data is gone (the mount died after the upload succeeded and
