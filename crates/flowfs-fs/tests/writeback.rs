@@ -200,7 +200,7 @@ fn recover_after_the_lost_answer(mock: &Arc<MockClient>, dir: &std::path::Path, 
         use flowfs_client::ObjectClient;
         mock.create_multipart(key, &Default::default())
             .await
-            .unwrap();
+            .expect("the server's create");
     });
     assert_eq!(mock.open_uploads(), 1);
     let fs = {
