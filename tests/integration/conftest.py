@@ -215,6 +215,24 @@ def mount(flowfs_binary, seaweed, work_dir, request):  # noqa: ARG001 - flowfs_b
     factory.close_all()
 
 
+@pytest.fixture
+def own_server(flowfs_binary, session_dir, work_dir, request):  # noqa: ARG001
+    """(server, mounts): a SeaweedFS of the test's own, for tests that stop and start it (the
+    session's must stay up), and a MountFactory on it. At the end every mount is unmounted,
+    the server stopped and its data removed (kept with FLOWFS_IT_KEEP=1)."""
+    # a short path: weed's unix sockets live in it
+    server = SeaweedServer(Path(tempfile.mkdtemp(prefix="sw-", dir=session_dir))).start()
+    factory = MountFactory(server, work_dir)
+    request.node._flowfs_factory = factory
+    try:
+        yield server, factory
+    finally:
+        factory.close_all()
+        server.stop()
+        if os.environ.get("FLOWFS_IT_KEEP") != "1":
+            shutil.rmtree(server.base_dir, ignore_errors=True)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

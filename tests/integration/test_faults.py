@@ -17,15 +17,13 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import random
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import faultproxy as F
-from conftest import MountFactory, create_bucket
+from conftest import create_bucket
 from fault_helpers import (
     MOUNT_EXTRA,
     Errors,
@@ -279,22 +277,11 @@ def test_outage_proxy_resets_everything(mount, bucket, s3, fault_proxy):
     assert not problems, "\n".join(problems)
 
 
-def test_outage_server_stopped_and_started(flowfs_binary, session_dir, work_dir, request):  # noqa: ARG001
-    # a dedicated server (the session one must stay up); a short path for weed's sockets
-    server = SeaweedServer(Path(tempfile.mkdtemp(prefix="sw-", dir=session_dir))).start()
-    factory = MountFactory(server, work_dir)
-    request.node._flowfs_factory = factory
-    try:
-        s3 = server.client()
-        bucket = create_bucket(s3, "outage")
-        m = factory(bucket, extra=MOUNT_EXTRA)
-        problems = bounded(lambda: _run_outage(m, s3, bucket, Outage("server-restart", None, server)), 420,
-                           "the outage scenario")
-        assert not problems, "\n".join(problems)
-    finally:
-        factory.close_all()
-        server.stop()
-        if os.environ.get("FLOWFS_IT_KEEP") != "1":
-            import shutil
-
-            shutil.rmtree(server.base_dir, ignore_errors=True)
+def test_outage_server_stopped_and_started(own_server):
+    server, factory = own_server
+    s3 = server.client()
+    bucket = create_bucket(s3, "outage")
+    m = factory(bucket, extra=MOUNT_EXTRA)
+    problems = bounded(lambda: _run_outage(m, s3, bucket, Outage("server-restart", None, server)), 420,
+                       "the outage scenario")
+    assert not problems, "\n".join(problems)

@@ -16,7 +16,6 @@ case N times (the issue's target is 20 at 20 %).
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ import pytest
 from conftest import MountFactory, create_bucket
 from fault_helpers import MOUNT_EXTRA, UNMOUNT_TIMEOUT, assert_faults_injected, level_rates
 from faultproxy import FaultProxy
-from seaweed import SeaweedServer
 from workflow_helpers import (ENGINE_TIMEOUT, EngineRun, diff_records, need_tools, nextflow_cmd, run_engine,
                               snakemake_cmd, tool_env, upload_data, vcf_records, vcf_records_bytes)
 from write_helpers import restart_same_ports
@@ -154,35 +152,29 @@ MID = {"nextflow": "Submitted process > SORT", "snakemake": "rule sort:"}
 
 @pytest.mark.timeout(ENGINE_TIMEOUT + 600)
 @pytest.mark.parametrize("engine", _outage_cases())
-def test_pipeline_server_stopped_mid_run(engine, wf_data, local_reference, session_dir, work_dir, request):
+def test_pipeline_server_stopped_mid_run(engine, wf_data, local_reference, own_server):
     need_tools(engine)
-    server = SeaweedServer(Path(tempfile.mkdtemp(prefix="sw-", dir=session_dir))).start()
-    factory = MountFactory(server, work_dir)
-    request.node._flowfs_factory = factory
-    try:
-        s3 = server.client()
-        bucket = create_bucket(s3, "wf-outage")
-        upload_data(s3, bucket, wf_data, "data/")
-        cmd, cwd, env, work, vcf = start_pipeline(engine, factory, bucket, "work")
-        box, done = {}, threading.Event()
+    server, factory = own_server
+    s3 = server.client()
+    bucket = create_bucket(s3, "wf-outage")
+    upload_data(s3, bucket, wf_data, "data/")
+    cmd, cwd, env, work, vcf = start_pipeline(engine, factory, bucket, "work")
+    box, done = {}, threading.Event()
 
-        def engine_thread():
-            box["run"] = run_engine(cmd, cwd=cwd, env=env, timeout=ENGINE_TIMEOUT)
-            done.set()
+    def engine_thread():
+        box["run"] = run_engine(cmd, cwd=cwd, env=env, timeout=ENGINE_TIMEOUT)
+        done.set()
 
-        threading.Thread(target=engine_thread, name="engine", daemon=True).start()
-        assert _wait_for_line(cwd / "engine.log", MID[engine], done, 600), \
-            f"{engine} never reached {MID[engine]!r} (finished: {done.is_set()})"
-        server.stop()
-        t_down = time.monotonic()
-        time.sleep(OUTAGE)  # the outage is a timed scenario: nothing to await
-        still_running = not done.is_set()
-        restart_same_ports(server)
-        print(f"\nserver down {time.monotonic() - t_down:.1f}s; {engine} still running at restart: {still_running}")
-        assert done.wait(ENGINE_TIMEOUT + 60), f"{engine} did not finish"
-        r = finish_pipeline(engine, box["run"], work, vcf, s3, bucket, "work")
-        check_run(r, local_reference, s3, bucket, f"{engine}, server stopped for {OUTAGE:.0f}s")
-        assert still_running, f"{engine} finished during the outage: the outage was not mid-run"
-    finally:
-        factory.close_all()
-        server.stop()
+    threading.Thread(target=engine_thread, name="engine", daemon=True).start()
+    assert _wait_for_line(cwd / "engine.log", MID[engine], done, 600), \
+        f"{engine} never reached {MID[engine]!r} (finished: {done.is_set()})"
+    server.stop()
+    t_down = time.monotonic()
+    time.sleep(OUTAGE)  # the outage is a timed scenario: nothing to await
+    still_running = not done.is_set()
+    restart_same_ports(server)
+    print(f"\nserver down {time.monotonic() - t_down:.1f}s; {engine} still running at restart: {still_running}")
+    assert done.wait(ENGINE_TIMEOUT + 60), f"{engine} did not finish"
+    r = finish_pipeline(engine, box["run"], work, vcf, s3, bucket, "work")
+    check_run(r, local_reference, s3, bucket, f"{engine}, server stopped for {OUTAGE:.0f}s")
+    assert still_running, f"{engine} finished during the outage: the outage was not mid-run"
