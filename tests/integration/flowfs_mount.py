@@ -107,6 +107,21 @@ def pids_serving(mountpoint: str) -> list[int]:
     return found
 
 
+def wait_killed(m: "Mount", pid: int, what: str, timeout: float = 15.0) -> None:
+    """After a SIGKILL of flowfs `pid`: waits until the process is gone and its mount too
+    (auto_unmount removes it; else it is unmounted here); a hang fails the test."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while (_pid_alive(pid) or is_mounted(m.path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if is_mounted(m.path):  # auto_unmount did not remove it
+        force_unmount(str(m.path))
+    if _pid_alive(pid) or is_mounted(m.path):
+        pytest.fail(f"HANG: {what}: {timeout:.0f} s after SIGKILL, flowfs {pid} alive: {_pid_alive(pid)}, "
+                    f"mounted: {is_mounted(m.path)}", pytrace=False)
+
+
 def force_unmount(mountpoint: str) -> None:
     subprocess.run(["fusermount3", "-u", "-z", mountpoint], stdin=subprocess.DEVNULL,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
@@ -363,4 +378,4 @@ def errno_of(fn, *args, **kwargs) -> int | None:
 
 __all__ = ["Mount", "MountError", "MountResult", "start_mount", "run_mount", "mount_args", "is_mounted",
            "mount_entry", "cleanup_all", "sweep_stale_mounts", "sweep_stale_session_dirs", "errno_of", "flowfs_bin", "pids_serving",
-           "force_unmount", "errno"]
+           "force_unmount", "wait_killed", "errno"]

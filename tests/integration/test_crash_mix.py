@@ -38,7 +38,7 @@ from urllib.parse import unquote
 import pytest
 
 import s3proxy as P
-from flowfs_mount import _pid_alive, force_unmount, is_mounted
+from flowfs_mount import _pid_alive, wait_killed
 from helpers import MiB, payload, sha256
 from test_write_mix import (Twin, op_append, op_append_many, op_chmod, op_fsync_write, op_ftruncate_then_write,
                             op_makedirs, op_mkdir, op_patch, op_rename, op_rmdir, op_sparse, op_symlink, op_truncate,
@@ -362,17 +362,6 @@ def plan() -> list[Round]:
     return [r for r in rounds if ONLY is None or r.n == int(ONLY)]
 
 
-def _wait_dead(m, pid: int, what: str) -> None:
-    deadline = time.monotonic() + 15
-    while (_pid_alive(pid) or is_mounted(m.path)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if is_mounted(m.path):  # auto_unmount did not remove it
-        force_unmount(str(m.path))
-    if _pid_alive(pid) or is_mounted(m.path):
-        pytest.fail(f"HANG: {what}: 15 s after SIGKILL, flowfs {pid} alive: {_pid_alive(pid)}, "
-                    f"mounted: {is_mounted(m.path)}", pytrace=False)
-
-
 def mix_until_killed(m, twin: CrashTwin, rnd: Round) -> None:
     """Runs the mix in a thread and SIGKILLs flowfs `rnd.moment` s after it starts (at once
     if the mix ends first); waits until the mix has stopped and the mount is gone."""
@@ -404,7 +393,7 @@ def mix_until_killed(m, twin: CrashTwin, rnd: Round) -> None:
                     f"(last operation #{len(twin.log)} {twin.log[-1] if twin.log else None})", pytrace=False)
     if "error" in box:
         raise box["error"]
-    _wait_dead(m, pid, rnd.header())
+    wait_killed(m, pid, rnd.header())
     step = twin.interrupted
     rnd.note = (f"killed at {at:.2f} s{' (the whole mix had ended)' if whole else ''}, {twin.done} "
                 f"operations completed, " + (f"interrupted {step.desc}" if step else "none interrupted"))
@@ -523,7 +512,7 @@ def test_kill_9_while_a_multipart_upload_is_created(mount, bucket, s3, seaweed, 
         pid = m.daemon_pid()
         assert pid is not None, "no pid file"
         os.kill(pid, signal.SIGKILL)
-        _wait_dead(m, pid, "the kill while CreateMultipartUpload was held")
+        wait_killed(m, pid, "the kill while CreateMultipartUpload was held")
         m2 = mount(bucket, "cmu", cache_dir=m.cache_dir)  # recovery, straight to the server
         if kind == "symlink":
             assert os.readlink(m2 / name) == "some/target"

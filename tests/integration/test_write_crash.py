@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MountFactory, create_bucket
-from flowfs_mount import force_unmount, is_mounted
+from flowfs_mount import is_mounted, wait_killed
 from helpers import MiB, payload, sha256
 from seaweed import SeaweedServer
 from write_helpers import list_keys, object_bytes, restart_same_ports
@@ -68,12 +68,7 @@ def test_kill_9_during_upload_then_remount_recovers(mount, bucket, s3):
     os.kill(pid, signal.SIGKILL)
     t_kill = time.monotonic()
     big_before = _head_size(s3, bucket, "crash/out/big.bin")
-    deadline = time.monotonic() + 15
-    while is_mounted(m.path) and time.monotonic() < deadline:  # auto_unmount removes it
-        time.sleep(0.1)
-    if is_mounted(m.path):
-        force_unmount(str(m.path))
-    assert not is_mounted(m.path)
+    wait_killed(m, pid, "kill -9 during the upload")
     print(f"killed; big.bin in the bucket at the kill: {big_before}; journal: {_journal_records(cache)}")
     assert big_before in (None, len(big)), f"a partial object of {big_before} bytes is visible"
 
@@ -188,12 +183,7 @@ def test_kill_9_after_cache_eviction_serves_right_bytes(mount, bucket, s3, proxy
     pid = m.daemon_pid()
     assert pid is not None, "no pid file"
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 15
-    while is_mounted(m.path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if is_mounted(m.path):
-        force_unmount(str(m.path))
-    assert not is_mounted(m.path)
+    wait_killed(m, pid, "kill -9 after eviction")
 
     m2 = mount(bucket, "e", cache_dir=cache, proxy=proxy, extra=["--cache-size", "4M"])
     proxy.stats.reset()
