@@ -299,7 +299,10 @@ impl Fs {
                 }
             }
         }
-        self.wb.wait_idle(ino).await;
+        // No upload of the source runs from here until the node has its new name: the
+        // bucket's state decided below stays true, and the upload queued meanwhile goes to
+        // the new name. A clean source (not staged) has no upload to hold back.
+        let _name = self.wb.hold_name(ino).await;
         // Held until the nodes below have their new names: an upload that landed under
         // the old prefix after the LIST of the copy would be left behind there.
         let _moving = match kind {

@@ -267,6 +267,10 @@ impl Fs {
         }
         loop {
             let _moves = self.dir_moves.read().await;
+            // Held until the end is recorded: a rename of this file waits for it.
+            let Some(_name) = self.wb.hold_name(ino).await else {
+                return;
+            };
             let Some((job, key, metadata)) = self.begin_upload(ino) else {
                 return;
             };

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::{
-    Durability, Early, EarlyState, Finished, Phase, StagedFile, UploadFailure, UploadJob, WriteBack,
+    Durability, Early, EarlyState, Finished, NameHold, Phase, StagedFile, UploadFailure, UploadJob,
+    WriteBack,
 };
 
 impl WriteBack {
@@ -165,26 +166,23 @@ impl WriteBack {
         out
     }
 
-    /// Waits until no upload of `ino` is in flight, so that a rename never races with an
-    /// upload that would land under the old name afterwards.
-    pub async fn wait_idle(&self, ino: u64) {
+    /// Holds the name of `ino`'s staged file (see `StagedFile::naming`): returns once no
+    /// upload of it is in flight, and none starts until the guard is dropped. `None`: the
+    /// file is not staged.
+    pub async fn hold_name(&self, ino: u64) -> Option<NameHold> {
         loop {
-            let Some(file) = self.table.lock().files.get(&ino).map(|f| f.file.clone()) else {
-                return;
-            };
-            let notified = file.done.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if !self
+            let file = self.table.lock().files.get(&ino).map(|f| f.file.clone())?;
+            let hold = file.naming.clone().lock_owned().await;
+            // The file may have left the table (and come back anew) while we waited.
+            let same = self
                 .table
                 .lock()
                 .files
                 .get(&ino)
-                .is_some_and(|f| f.uploading())
-            {
-                return;
+                .is_some_and(|f| Arc::ptr_eq(&f.file, &file));
+            if same {
+                return Some(NameHold { _guard: hold });
             }
-            notified.await;
         }
     }
 

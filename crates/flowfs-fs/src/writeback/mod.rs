@@ -125,6 +125,12 @@ struct Table {
     retries: u64,
 }
 
+/// While held, no upload of one staged file starts or is in flight
+/// (`WriteBack::hold_name`).
+pub struct NameHold {
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
 /// How a new staged file starts.
 pub enum NewFile {
     /// Created by `create`: one writer, nothing in the bucket, may go up early.

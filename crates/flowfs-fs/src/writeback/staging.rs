@@ -33,6 +33,13 @@ pub struct StagedFile {
     /// Taken around the journal record's I/O, so that writing it (first change after an
     /// upload) and removing it (an upload made it durable) happen in the order decided.
     pub(super) journal: Mutex<()>,
+    /// Held by an upload from the choice of its key until its end is recorded, and by a
+    /// rename of the file from its look at what the bucket holds until the node has its
+    /// new name (`WriteBack::hold_name`): an upload never goes to a name the file is
+    /// leaving. One that did was deleted afterwards as a stray, and that delete could
+    /// remove a newer file created under the old name (git's `config.lock` renamed to
+    /// `config` and created again failed its next rename with ENOENT in CI).
+    pub(super) naming: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for StagedFile {
@@ -261,6 +268,7 @@ impl Staging {
             file,
             done: Notify::new(),
             journal: Mutex::new(()),
+            naming: Arc::default(),
         }))
     }
 

@@ -1,0 +1,89 @@
+//! A rename never races with an upload of the file it moves: an upload that starts while
+//! a rename is under way goes to the new name, never to the one being left.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use flowfs_client::mock::Op;
+use flowfs_fs::ROOT;
+
+/// Waits (bounded) until the mock has seen `n` requests of kind `op`.
+async fn await_count(mock: &flowfs_client::mock::MockClient, op: Op, n: u64) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while mock.count(op) < n {
+        assert!(Instant::now() < until, "no {op:?} request came");
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// A durable file changed and renamed: the rename deletes the old object (slow here),
+/// and an fsync asks for the upload of the change meanwhile. The upload used to start at
+/// once, under the old name, and the rename's delete then removed what it had uploaded:
+/// fsync returned success, and the bucket held the file under neither name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_asked_for_during_a_rename_goes_to_the_new_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = common::setup(dir.path(), "");
+    let (attr, fh) = fs.create(ROOT, "a", 0o644).await.unwrap();
+    fs.write(fh, 0, b"first version").unwrap();
+    fs.fsync(fh).await.unwrap();
+    assert_eq!(mock.object("a").as_deref(), Some(&b"first version"[..]));
+    fs.write(fh, 0, b"second version").unwrap();
+
+    mock.set_latency_of(Op::Delete, Duration::from_millis(300));
+    let deletes = mock.count(Op::Delete);
+    let renaming = {
+        let fs = fs.clone();
+        tokio::spawn(async move { fs.rename(ROOT, "a", ROOT, "b", false).await })
+    };
+    // The rename is deleting the old object: ask for the change to go up now.
+    await_count(&mock, Op::Delete, deletes + 1).await;
+    let syncing = {
+        let fs = fs.clone();
+        tokio::spawn(async move { fs.fsync(fh).await })
+    };
+    renaming.await.unwrap().expect("rename");
+    syncing.await.unwrap().expect("fsync");
+    mock.set_latency_of(Op::Delete, Duration::ZERO);
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+
+    assert_eq!(
+        mock.object("b").as_deref(),
+        Some(&b"second version"[..]),
+        "the renamed file is in the bucket under its new name"
+    );
+    assert_eq!(mock.object("a"), None, "nothing is left under the old name");
+    assert_eq!(common::read_all(&fs, attr.ino).await, b"second version");
+}
+
+/// git's lock-file dance many times over: create `config.lock`, write, close, rename it
+/// over `config`. Every rename succeeds and the bucket ends with the last version only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_file_renamed_over_its_target_again_and_again_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = common::setup(dir.path(), "");
+    mock.set_latency_of(Op::Put, Duration::from_millis(2));
+    mock.set_latency_of(Op::Delete, Duration::from_millis(3));
+    for i in 0..200 {
+        let body = format!("config version {i}\n");
+        let (_, fh) = fs.create(ROOT, "config.lock", 0o644).await.unwrap();
+        fs.write(fh, 0, body.as_bytes()).unwrap();
+        fs.release(fh).unwrap();
+        if i % 3 == 0 {
+            // Sometimes the upload has begun before the rename.
+            tokio::task::yield_now().await;
+        }
+        fs.rename(ROOT, "config.lock", ROOT, "config", false)
+            .await
+            .unwrap_or_else(|e| panic!("rename {i}: {e}"));
+    }
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(
+        mock.object("config").as_deref(),
+        Some(&b"config version 199\n"[..])
+    );
+    assert_eq!(mock.object("config.lock"), None);
+}
