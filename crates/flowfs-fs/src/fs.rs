@@ -416,11 +416,8 @@ impl Fs {
         // The LIST is a snapshot from `at`. What this mount did here since then is newer:
         // files staged and not yet in the bucket, uploads that landed while the LIST ran
         // (their nodes were confirmed after `at`), names removed after `at`.
-        for (cino, n) in t.nodes.iter() {
-            if n.parent != ino || t.child(ino, &n.name) != Some(*cino) {
-                continue;
-            }
-            let staged = self.wb.stat(*cino);
+        for (cino, n) in t.children_of(ino) {
+            let staged = self.wb.stat(cino);
             if staged.is_some() || n.validated.is_none_or(|v| v > at) {
                 let mut e = n.entry.clone();
                 if let Some((size, mtime)) = staged {

@@ -121,9 +121,14 @@ impl Node {
     }
 }
 
+/// The inode table and the names that lead to its nodes. Its state is private: every
+/// change is one of the methods below, taken under the caller's one lock (`Fs::inodes`).
 pub struct Inodes {
-    pub nodes: HashMap<u64, Node>,
-    children: HashMap<(u64, String), u64>,
+    nodes: HashMap<u64, Node>,
+    /// Per directory, its children by name: what a listing, a lookup or a rename does
+    /// with one directory costs what that directory holds, not what the mount has seen
+    /// (the listing merge used to walk every inode of the mount).
+    children: HashMap<u64, HashMap<String, u64>>,
     next: u64,
 }
 
@@ -172,7 +177,37 @@ impl Inodes {
     }
 
     pub fn child(&self, parent: u64, name: &str) -> Option<u64> {
-        self.children.get(&(parent, name.to_string())).copied()
+        self.children.get(&parent)?.get(name).copied()
+    }
+
+    /// The nodes named in directory `parent`, with their inode numbers.
+    pub fn children_of(&self, parent: u64) -> impl Iterator<Item = (u64, &Node)> {
+        self.children
+            .get(&parent)
+            .into_iter()
+            .flat_map(|m| m.values())
+            .filter_map(|ino| self.nodes.get(ino).map(|n| (*ino, n)))
+    }
+
+    fn link(&mut self, parent: u64, name: &str, ino: u64) {
+        self.children
+            .entry(parent)
+            .or_default()
+            .insert(name.to_string(), ino);
+    }
+
+    /// Removes the name `parent/name` if it leads to `ino` (any node when `None`).
+    fn unlink_name(&mut self, parent: u64, name: &str, ino: Option<u64>) -> Option<u64> {
+        let names = self.children.get_mut(&parent)?;
+        let found = *names.get(name)?;
+        if ino.is_some_and(|i| i != found) {
+            return None;
+        }
+        names.remove(name);
+        if names.is_empty() {
+            self.children.remove(&parent);
+        }
+        Some(found)
     }
 
     /// Records what is known of `parent/name` and returns its inode; a name whose kind
@@ -202,7 +237,7 @@ impl Inodes {
         self.next += 1;
         self.nodes
             .insert(ino, Node::new(parent, name, entry.clone(), at));
-        self.children.insert((parent, name.to_string()), ino);
+        self.link(parent, name, ino);
         if let Some(p) = self.nodes.get_mut(&parent) {
             p.negative.remove(name);
         }
@@ -211,7 +246,7 @@ impl Inodes {
 
     /// Forgets the name; the inode itself lives on until the kernel forgets it.
     pub fn detach(&mut self, parent: u64, name: &str) -> Option<u64> {
-        let ino = self.children.remove(&(parent, name.to_string()))?;
+        let ino = self.unlink_name(parent, name, None)?;
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.unlinked = true;
             if n.lookups == 0 && n.open == 0 {
@@ -253,13 +288,13 @@ impl Inodes {
         if ino == ROOT || node.lookups > 0 || node.open > 0 {
             return;
         }
-        let key = (node.parent, node.name.clone());
-        if self.children.get(&key) == Some(&ino) {
+        let (parent, name) = (node.parent, node.name.clone());
+        if self.child(parent, &name) == Some(ino) {
             // Names this mount created stay known until they are removed.
             if node.validated.is_none() {
                 return;
             }
-            self.children.remove(&key);
+            self.unlink_name(parent, &name, Some(ino));
         }
         self.nodes.remove(&ino);
     }
@@ -267,18 +302,14 @@ impl Inodes {
     /// Moves a node to a new name; whatever held that name is detached first.
     pub fn rename(&mut self, ino: u64, new_parent: u64, new_name: &str) {
         self.detach(new_parent, new_name);
-        if let Some(n) = self.nodes.get(&ino) {
-            let old = (n.parent, n.name.clone());
-            if self.children.get(&old) == Some(&ino) {
-                self.children.remove(&old);
-            }
+        if let Some((parent, name)) = self.nodes.get(&ino).map(|n| (n.parent, n.name.clone())) {
+            self.unlink_name(parent, &name, Some(ino));
         }
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.parent = new_parent;
             n.name = new_name.to_string();
         }
-        self.children
-            .insert((new_parent, new_name.to_string()), ino);
+        self.link(new_parent, new_name, ino);
         // The rename looked the new name up first, which may have left a negative entry.
         if let Some(p) = self.nodes.get_mut(&new_parent) {
             p.negative.remove(new_name);

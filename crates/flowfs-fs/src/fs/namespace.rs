@@ -198,13 +198,10 @@ impl Fs {
 
     /// Whether a directory holds anything, in the bucket or staged here.
     pub(super) async fn dir_has_children(&self, ino: u64, path: &str) -> Result<bool> {
-        let staged = self.wb.staged(false);
         let staged_child = {
             let t = self.inodes.lock();
-            staged.iter().any(|(i, _)| {
-                t.get(*i)
-                    .is_some_and(|n| n.parent == ino && t.child(ino, &n.name) == Some(*i))
-            })
+            let any = t.children_of(ino).any(|(i, _)| self.wb.stat(i).is_some());
+            any
         };
         if staged_child {
             return Ok(true);
