@@ -8,75 +8,42 @@
 //! also kept in memory, within a small budget, until the reader has taken them: a cold
 //! read then costs one copy out of the download buffer instead of a write into new
 //! page-cache pages and a read back from them.
+//!
+//! Files: `fetch.rs` Fetch and Claim; `memory.rs` fetched ranges in memory; `persist.rs`
+//! what is kept on disk between runs; `disk.rs` statvfs and hole punching; this one the
+//! entries, the index and eviction.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+mod disk;
+mod fetch;
+mod memory;
+mod persist;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use flowfs_client::ALIGN;
 use parking_lot::{Mutex, RwLock};
-use sha2::{Digest, Sha256};
-use tokio::sync::Notify;
 
-use crate::dirlock::{open_lock, private_name, try_lock};
 use crate::error::{FsError, Result};
+use disk::punch_hole;
+use fetch::Claim;
+use memory::{MemBudget, Ranges};
+use persist::{identity, popcount};
+
+pub use disk::{disk_space, DiskSpace};
+pub use fetch::Fetch;
 
 pub const CHUNK: u64 = 64 * 1024;
 const BLOCK_CHUNKS: u64 = 16;
-const MAGIC: &[u8; 8] = b"FLOWFSC1";
-/// Most fetched ranges remembered for the memory budget's FIFO (stale ones included).
-const MEM_QUEUE: usize = 4096;
-
-/// One ranged GET in flight; every reader that needs its chunks waits on it.
-#[derive(Default)]
-pub struct Fetch {
-    notify: Notify,
-    /// The bytes are in memory (readers can take them) but maybe not yet in the file.
-    ready: AtomicBool,
-    result: OnceLock<Result<()>>,
-}
-
-impl Fetch {
-    /// Until the bytes are in the cache file (or the fetch failed).
-    pub async fn wait(&self) -> Result<()> {
-        self.wait_for(false).await
-    }
-
-    /// Until the bytes can be read, from memory if not yet from the file.
-    pub async fn wait_ready(&self) -> Result<()> {
-        self.wait_for(true).await
-    }
-
-    async fn wait_for(&self, ready: bool) -> Result<()> {
-        loop {
-            let notified = self.notify.notified();
-            if let Some(r) = self.result.get() {
-                return r.clone();
-            }
-            if ready && self.ready.load(Ordering::Acquire) {
-                return Ok(());
-            }
-            notified.await;
-        }
-    }
-
-    fn set_ready(&self) {
-        self.ready.store(true, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    fn finish(&self, r: Result<()>) {
-        let _ = self.result.set(r);
-        self.notify.notify_waiters();
-    }
-}
 
 struct EntryState {
     present: Vec<u64>,
@@ -102,12 +69,6 @@ impl EntryState {
     }
 }
 
-/// A fetched range kept in memory until its bytes have been read once.
-struct MemBuf {
-    data: Bytes,
-    served: usize,
-}
-
 pub struct CacheEntry {
     id: u64,
     hash: String,
@@ -117,20 +78,22 @@ pub struct CacheEntry {
     meta_path: PathBuf,
     file: Mutex<Option<Arc<File>>>,
     direct: Mutex<Option<Arc<File>>>,
-    mem: Mutex<BTreeMap<u64, MemBuf>>,
+    mem: Ranges,
     users: Mutex<u32>,
     state: RwLock<EntryState>,
     inflight: Mutex<HashMap<u64, Arc<Fetch>>>,
 }
 
-/// What a reader must do to get a chunk range: wait for fetches already running and
-/// run the ones it was handed (start chunk, end chunk, fetch).
-pub struct Claim {
-    pub wait: Vec<Arc<Fetch>>,
-    pub start: Vec<(u64, u64, Arc<Fetch>)>,
-}
-
 impl CacheEntry {
+    fn mem(&self) -> &Ranges {
+        &self.mem
+    }
+
+    #[cfg(test)]
+    fn data_path(&self) -> &Path {
+        &self.data_path
+    }
+
     pub fn chunks(&self) -> u64 {
         self.size.div_ceil(CHUNK)
     }
@@ -265,46 +228,9 @@ pub struct DiskCache {
     min_free: u64,
     capacity: u64,
     inner: Mutex<Inner>,
-    mem_cap: u64,
-    mem_used: AtomicU64,
-    /// The memory budget of fetched ranges not read yet, oldest first (stale ones too).
-    mem: Mutex<VecDeque<(Weak<CacheEntry>, u64)>>,
+    mem: MemBudget,
     /// Cleared once the cache's file system refuses `O_DIRECT` (tmpfs).
     direct_ok: AtomicBool,
-}
-
-/// What names an object version in the cache: its identity (bucket, key, ETag and size,
-/// kept in its `.meta`) and the hash of that, which names its files. A changed object is
-/// another version: it never reads the bytes of the old one.
-fn identity(bucket: &str, key: &str, etag: &str, size: u64) -> (String, String) {
-    let ident = format!("{bucket}\0{key}\0{etag}\0{size}");
-    let d = Sha256::digest(ident.as_bytes());
-    let hash = d.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    (ident, hash)
-}
-
-fn read_meta(path: &Path) -> io::Result<(String, u64, Vec<u64>)> {
-    let mut raw = Vec::new();
-    File::open(path)?.read_to_end(&mut raw)?;
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad cache metadata");
-    if raw.len() < 20 || &raw[..8] != MAGIC {
-        return Err(bad());
-    }
-    let size = u64::from_le_bytes(raw[8..16].try_into().map_err(|_| bad())?);
-    let ilen = u32::from_le_bytes(raw[16..20].try_into().map_err(|_| bad())?) as usize;
-    let ident = raw.get(20..20 + ilen).ok_or_else(bad)?;
-    let ident = String::from_utf8(ident.to_vec()).map_err(|_| bad())?;
-    let words = size.div_ceil(CHUNK).div_ceil(64) as usize;
-    let bits = raw.get(20 + ilen..20 + ilen + words * 8).ok_or_else(bad)?;
-    let present = bits
-        .chunks(8)
-        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
-        .collect();
-    Ok((ident, size, present))
-}
-
-fn popcount(bits: &[u64]) -> u64 {
-    bits.iter().map(|w| w.count_ones() as u64).sum()
 }
 
 impl DiskCache {
@@ -316,53 +242,7 @@ impl DiskCache {
     /// holes in files the first one vouches for would make it serve zeros. A mount that
     /// finds it taken uses a private cache under `objects.private/`, removed at unmount.
     pub fn open(cache_dir: &Path, capacity: u64, mem_cap: u64) -> io::Result<DiskCache> {
-        let shared = cache_dir.join("objects");
-        fs::create_dir_all(&shared)?;
-        let private_root = cache_dir.join("objects.private");
-        remove_dead_private(&private_root);
-        let lock = open_lock(&shared)?;
-        if try_lock(&lock) {
-            return Self::open_dir(shared, lock, false, capacity, mem_cap);
-        }
-        let dir = private_root.join(private_name());
-        fs::create_dir_all(&dir)?;
-        let lock = open_lock(&dir)?;
-        if !try_lock(&lock) {
-            return Err(io::Error::other(
-                "cannot lock a new private cache directory",
-            ));
-        }
-        tracing::info!(
-            "{} is in use by another mount: this mount caches in {} (removed at unmount)",
-            shared.display(),
-            dir.display()
-        );
-        Self::open_dir(dir, lock, true, capacity, mem_cap)
-    }
-
-    fn open_dir(
-        root: PathBuf,
-        lock: File,
-        private: bool,
-        capacity: u64,
-        mem_cap: u64,
-    ) -> io::Result<DiskCache> {
-        // Bitmaps are saved without fsync, and only ever vouch for chunks already written
-        // (and stop vouching before a chunk is punched): a killed process loses nothing,
-        // the page cache survives it. A machine that went down uncleanly may have lost
-        // data a bitmap vouches for, so after a reboot only a clean shutdown is trusted.
-        let boot = boot_id();
-        let state = fs::read_to_string(root.join("state")).unwrap_or_default();
-        let same_boot = !boot.is_empty() && state.starts_with(&format!("{boot} "));
-        if !same_boot && !state.ends_with(" clean") {
-            for e in fs::read_dir(&root)?.flatten() {
-                // Not the lock: a new file of that name would be a second, free lock.
-                if e.file_name() != "lock" {
-                    let _ = fs::remove_file(e.path());
-                }
-            }
-        }
-        fs::write(root.join("state"), format!("{boot} dirty"))?;
+        let root = persist::lock_root(cache_dir)?;
         let mut inner = Inner {
             hot: HashMap::new(),
             by_hash: HashMap::new(),
@@ -374,47 +254,19 @@ impl DiskCache {
             next_id: 1,
             used: 0,
         };
-        for e in fs::read_dir(&root)? {
-            let e = e?;
-            let name = e.file_name().to_string_lossy().to_string();
-            let Some(hash) = name.strip_suffix(".meta") else {
-                continue;
-            };
-            let path = e.path();
-            match read_meta(&path) {
-                Ok((_, _, present)) if root.join(format!("{hash}.data")).exists() => {
-                    let bytes = popcount(&present) * CHUNK;
-                    let mtime = e.metadata()?.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                    inner.cold.insert((mtime, hash.to_string()), bytes);
-                    inner.cold_index.insert(hash.to_string(), mtime);
-                    inner.used += bytes;
-                }
-                _ => {
-                    let _ = fs::remove_file(&path);
-                    let _ = fs::remove_file(root.join(format!("{hash}.data")));
-                }
-            }
-        }
-        // Data files whose metadata never got written hold nothing we can trust.
-        for e in fs::read_dir(&root)? {
-            let e = e?;
-            let name = e.file_name().to_string_lossy().to_string();
-            if let Some(hash) = name.strip_suffix(".data") {
-                if !inner.cold_index.contains_key(hash) {
-                    let _ = fs::remove_file(e.path());
-                }
-            }
+        for s in persist::start(&root.dir)? {
+            inner.cold.insert((s.mtime, s.hash.clone()), s.bytes);
+            inner.cold_index.insert(s.hash, s.mtime);
+            inner.used += s.bytes;
         }
         let cache = DiskCache {
-            root,
-            _lock: lock,
-            private,
+            root: root.dir,
+            _lock: root.lock,
+            private: root.private,
             min_free: 0,
             capacity,
             inner: Mutex::new(inner),
-            mem_cap,
-            mem_used: AtomicU64::new(0),
-            mem: Mutex::new(VecDeque::new()),
+            mem: MemBudget::new(mem_cap),
             direct_ok: AtomicBool::new(true),
         };
         cache.evict(&mut cache.inner.lock());
@@ -457,6 +309,11 @@ impl DiskCache {
         self.inner.lock().used
     }
 
+    #[cfg(test)]
+    fn mem_used(&self) -> u64 {
+        self.mem.used()
+    }
+
     /// The cache entry of one object version, shared by every handle that reads it.
     pub fn entry(&self, bucket: &str, key: &str, etag: &str, size: u64) -> Result<Arc<CacheEntry>> {
         let (ident, hash) = identity(bucket, key, etag, size);
@@ -470,20 +327,10 @@ impl DiskCache {
         }
         let words = size.div_ceil(CHUNK).div_ceil(64) as usize;
         let mut present = vec![0u64; words];
-        let data_path = self.root.join(format!("{hash}.data"));
-        let meta_path = self.root.join(format!("{hash}.meta"));
         if let Some(mtime) = inner.cold_index.remove(&hash) {
             let bytes = inner.cold.remove(&(mtime, hash.clone())).unwrap_or(0);
             inner.used -= bytes;
-            match read_meta(&meta_path) {
-                Ok((id2, s2, bits)) if id2 == ident && s2 == size && bits.len() == words => {
-                    present = bits
-                }
-                _ => {
-                    let _ = fs::remove_file(&meta_path);
-                    let _ = fs::remove_file(&data_path);
-                }
-            }
+            present = persist::load(&self.root, &hash, &ident, size);
         }
         let id = inner.next_id;
         inner.next_id += 1;
@@ -529,7 +376,7 @@ impl DiskCache {
             meta_path: self.root.join(format!("{hash}.meta")),
             file: Mutex::new(None),
             direct: Mutex::new(None),
-            mem: Mutex::new(BTreeMap::new()),
+            mem: Ranges::default(),
             users: Mutex::new(users),
             state: RwLock::new(EntryState {
                 present,
@@ -586,7 +433,7 @@ impl DiskCache {
 
     /// Hands fetched bytes to the readers waiting on `fetch` (from memory).
     pub fn offer(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes, fetch: &Fetch) {
-        if self.remember(e, off, data) {
+        if self.mem.remember(e, off, data) {
             fetch.set_ready();
         }
     }
@@ -664,32 +511,6 @@ impl DiskCache {
         Ok(())
     }
 
-    /// Keeps a fetched range in memory for the reader that asked for it, within the
-    /// budget: the oldest ranges go first.
-    fn remember(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes) -> bool {
-        let len = data.len() as u64;
-        if len == 0 || len > self.mem_cap {
-            return false;
-        }
-        if let Some(old) = e.mem.lock().insert(off, MemBuf { data, served: 0 }) {
-            self.mem_used
-                .fetch_sub(old.data.len() as u64, Ordering::Relaxed);
-        }
-        self.mem_used.fetch_add(len, Ordering::Relaxed);
-        let mut q = self.mem.lock();
-        q.push_back((Arc::downgrade(e), off));
-        while self.mem_used.load(Ordering::Relaxed) > self.mem_cap || q.len() > MEM_QUEUE {
-            let Some((w, o)) = q.pop_front() else {
-                break;
-            };
-            if let Some(old) = w.upgrade().and_then(|e| e.mem.lock().remove(&o)) {
-                self.mem_used
-                    .fetch_sub(old.data.len() as u64, Ordering::Relaxed);
-            }
-        }
-        true
-    }
-
     /// Bytes `[off, off + len)` of the entry from memory or the cache file, if it has all
     /// of them.
     pub fn read(&self, e: &CacheEntry, off: u64, len: usize) -> io::Result<Option<Bytes>> {
@@ -700,46 +521,7 @@ impl DiskCache {
     }
 
     fn read_mem(&self, e: &CacheEntry, off: u64, len: usize) -> Option<Bytes> {
-        let end = (off + len as u64).min(e.size);
-        if off >= end {
-            return None;
-        }
-        let mut mem = e.mem.lock();
-        let mut starts = Vec::new();
-        let mut cur = off;
-        while cur < end {
-            let (&s, b) = mem.range(..=cur).next_back()?;
-            let b_end = s + b.data.len() as u64;
-            if b_end <= cur {
-                return None;
-            }
-            starts.push(s);
-            cur = b_end;
-        }
-        let mut out = Vec::new();
-        let mut single = None;
-        let mut freed = 0;
-        let many = starts.len() > 1;
-        for s in starts {
-            let b = mem.get_mut(&s)?;
-            let a = (off.max(s) - s) as usize;
-            let z = ((end - s) as usize).min(b.data.len());
-            if many {
-                out.extend_from_slice(&b.data[a..z]);
-            } else {
-                // Within one range (the usual case): no copy.
-                single = Some(b.data.slice(a..z));
-            }
-            b.served += z - a;
-            // Read once: the kernel's page cache holds it from now on.
-            if b.served >= b.data.len() {
-                freed += b.data.len() as u64;
-                mem.remove(&s);
-            }
-        }
-        drop(mem);
-        self.mem_used.fetch_sub(freed, Ordering::Relaxed);
-        Some(single.unwrap_or_else(|| Bytes::from(out)))
+        self.mem.read(e, off, len)
     }
 
     /// Gives up a claimed range after a failed fetch so that the next reader retries.
@@ -870,11 +652,7 @@ impl DiskCache {
 
     /// Drops an entry's ranges in memory, when the entry itself goes.
     fn forget_mem(&self, e: &CacheEntry) {
-        let freed: u64 = std::mem::take(&mut *e.mem.lock())
-            .values()
-            .map(|b| b.data.len() as u64)
-            .sum();
-        self.mem_used.fetch_sub(freed, Ordering::Relaxed);
+        self.mem.forget(e);
     }
 
     /// Saves the bitmap that vouches for the data (see `open` for crash safety).
@@ -888,18 +666,7 @@ impl DiskCache {
             st.dirty = false;
             return Ok(());
         }
-        let mut raw = Vec::with_capacity(20 + e.ident.len() + st.present.len() * 8);
-        raw.extend_from_slice(MAGIC);
-        raw.extend_from_slice(&e.size.to_le_bytes());
-        raw.extend_from_slice(&(e.ident.len() as u32).to_le_bytes());
-        raw.extend_from_slice(e.ident.as_bytes());
-        for w in &st.present {
-            raw.extend_from_slice(&w.to_le_bytes());
-        }
-        let tmp = e.meta_path.with_extension("meta.tmp");
-        let mut f = File::create(&tmp)?;
-        f.write_all(&raw)?;
-        fs::rename(&tmp, &e.meta_path)?;
+        persist::write_meta(&e.meta_path, &e.ident, e.size, &st.present)?;
         st.dirty = false;
         Ok(())
     }
@@ -917,322 +684,7 @@ impl DiskCache {
                 tracing::warn!("cannot save cache metadata: {err}");
             }
         }
-        if let Ok(d) = File::open(&self.root) {
-            // SAFETY: syncfs on an fd we own.
-            unsafe { libc::syncfs(d.as_raw_fd()) };
-        }
-        let _ = fs::write(self.root.join("state"), format!("{} clean", boot_id()));
-    }
-}
-
-/// Private caches of mounts that are gone (killed: their lock is free).
-fn remove_dead_private(root: &Path) {
-    let Ok(dirs) = fs::read_dir(root) else {
-        return;
-    };
-    for d in dirs.flatten() {
-        let free = File::open(d.path().join("lock")).map_or(true, |l| try_lock(&l));
-        if free {
-            let _ = fs::remove_dir_all(d.path());
-        }
-    }
-}
-
-/// Size of the file system holding `dir`, and the bytes on it available to us.
-pub struct DiskSpace {
-    /// Size of that file system in bytes.
-    pub total: u64,
-    /// Bytes an unprivileged user may still write there.
-    pub avail: u64,
-}
-
-/// Asks statvfs about the file system of `dir`; `None` if it cannot be asked.
-pub fn disk_space(dir: &Path) -> Option<DiskSpace> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs fills the struct we pass; the path is a valid C string.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    let frsize = st.f_frsize as u64;
-    Some(DiskSpace {
-        total: st.f_blocks as u64 * frsize,
-        avail: st.f_bavail as u64 * frsize,
-    })
-}
-
-fn boot_id() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
-fn punch_hole(f: &File, off: u64, len: u64) {
-    // SAFETY: plain syscall on an fd we own; failure only means the space is not freed.
-    unsafe {
-        libc::fallocate(
-            f.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            off as libc::off_t,
-            len as libc::off_t,
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use flowfs_client::AlignedBuf;
-
-    /// What a fetch does with the bytes it got: to the readers, then into the file.
-    fn insert(cache: &DiskCache, e: &Arc<CacheEntry>, off: u64, data: Bytes) {
-        cache.offer(e, off, data.clone(), &Fetch::default());
-        cache.store(e, off, &data).unwrap();
-    }
-
-    fn aligned(data: &[u8]) -> Bytes {
-        AlignedBuf::from_slice(data).into_bytes()
-    }
-
-    #[test]
-    fn insert_read_and_evict() {
-        let dir = tempfile::tempdir().unwrap();
-        let cache = DiskCache::open(dir.path(), 4 << 20, 0).unwrap();
-        let size = 6 << 20;
-        let e = cache.entry("b", "k", "\"e\"", size).unwrap();
-        assert!(e.try_read(0, 10).unwrap().is_none());
-        let claim = e.claim(0, e.chunks(), 32);
-        assert_eq!(claim.start.len(), 3);
-        let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-        insert(&cache, &e, 0, aligned(&data[..2 << 20]));
-        assert_eq!(e.try_read(100, 1000).unwrap().unwrap(), data[100..1100]);
-        insert(&cache, &e, 2 << 20, aligned(&data[2 << 20..]));
-        // 6 MiB do not fit in 4 MiB: the oldest blocks went, the newest stayed.
-        assert!(cache.used() <= 4 << 20);
-        assert!(e.try_read(0, 10).unwrap().is_none());
-        assert_eq!(
-            e.try_read(5 << 20, 4096).unwrap().unwrap(),
-            data[5 << 20..(5 << 20) + 4096]
-        );
-    }
-
-    #[test]
-    fn survives_reopen_and_keys_by_etag() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = vec![7u8; 100_000];
-        {
-            let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-            let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-            insert(&cache, &e, 0, Bytes::copy_from_slice(&data));
-            cache.release(&e);
-            cache.persist_all();
-        }
-        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        assert_eq!(cache.used(), 2 * CHUNK);
-        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-        assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
-        let other = cache.entry("b", "k", "\"v2\"", data.len() as u64).unwrap();
-        assert!(other.try_read(0, 1).unwrap().is_none());
-    }
-
-    /// A cache as a killed mount leaves it: bitmaps saved at release, no `persist_all`.
-    fn killed_mount(dir: &Path, data: &[u8]) {
-        let cache = DiskCache::open(dir, 1 << 30, 0).unwrap();
-        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-        insert(&cache, &e, 0, aligned(data));
-        cache.release(&e);
-    }
-
-    #[test]
-    fn a_killed_mounts_cache_is_kept_until_a_reboot() {
-        let dir = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..3 * CHUNK).map(|i| (i % 249) as u8).collect();
-        killed_mount(dir.path(), &data);
-        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        assert_eq!(cache.used(), 3 * CHUNK);
-        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-        assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
-        drop(cache);
-
-        // The same, but the machine went down: unsynced data may be gone.
-        let dir = tempfile::tempdir().unwrap();
-        killed_mount(dir.path(), &data);
-        fs::write(dir.path().join("objects/state"), "another-boot dirty").unwrap();
-        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        assert_eq!(cache.used(), 0);
-        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-        assert!(e.try_read(0, 1).unwrap().is_none());
-    }
-
-    /// A fetch has written its chunk but not yet marked it present when eviction takes
-    /// the rest of the block: the chunk must keep its bytes, in this process and in the
-    /// bitmap the next one reads.
-    #[test]
-    fn eviction_spares_a_chunk_written_but_not_yet_marked() {
-        let dir = tempfile::tempdir().unwrap();
-        let one = BLOCK_CHUNKS * CHUNK;
-        let a: Vec<u8> = (0..2 * one).map(|i| (i % 241) as u8).collect();
-        let chunk = |c: u64| aligned(&a[(c * CHUNK) as usize..((c + 1) * CHUNK) as usize]);
-        {
-            // Room for one block and one chunk.
-            let cache = DiskCache::open(dir.path(), one + CHUNK, 0).unwrap();
-            let e = cache.entry("b", "a", "\"e\"", a.len() as u64).unwrap();
-            insert(&cache, &e, 0, chunk(0));
-            insert(&cache, &e, one, chunk(BLOCK_CHUNKS));
-            // The last handle closed while a read-ahead of chunk 1 is still running.
-            cache.release(&e);
-            assert_eq!(e.claim(1, 2, 1).start.len(), 1);
-            cache.write_data(&e, CHUNK, &chunk(1)).unwrap();
-            // Another file fills the cache: block 0 of a (chunk 0) is the oldest.
-            let f = cache.entry("b", "f", "\"e\"", one).unwrap();
-            insert(&cache, &f, 0, aligned(&vec![9; one as usize]));
-            assert!(
-                e.try_read(0, 1).unwrap().is_none(),
-                "chunk 0 was not evicted"
-            );
-            cache.mark(&e, CHUNK, 2 * CHUNK);
-            let got = e.try_read(CHUNK, CHUNK as usize).unwrap();
-            assert!(
-                got.as_deref() == Some(&chunk(1)[..]),
-                "chunk 1 lost its bytes"
-            );
-            cache.release(&f);
-            // killed: no persist_all
-        }
-        let cache = DiskCache::open(dir.path(), 4 * one, 0).unwrap();
-        let e = cache.entry("b", "a", "\"e\"", a.len() as u64).unwrap();
-        let got = e.try_read(CHUNK, CHUNK as usize).unwrap();
-        assert!(
-            got.as_deref() == Some(&chunk(1)[..]),
-            "the next mount reads wrong bytes"
-        );
-        assert!(e.try_read(0, 1).unwrap().is_none());
-    }
-
-    #[test]
-    fn a_second_live_mount_gets_a_private_cache() {
-        let dir = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..2 * CHUNK).map(|i| (i % 239) as u8).collect();
-        let first = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        let e = first.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-        insert(&first, &e, 0, aligned(&data));
-        first.release(&e);
-        {
-            let second = DiskCache::open(dir.path(), CHUNK, 0).unwrap();
-            assert!(second.private);
-            assert_eq!(
-                second.used(),
-                0,
-                "the second mount indexed the first one's files"
-            );
-            // Its eviction (capacity one chunk) must not touch the first mount's files.
-            let f = second.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-            insert(&second, &f, 0, aligned(&data));
-            second.release(&f);
-            second.persist_all();
-            let left: Vec<_> = fs::read_dir(dir.path().join("objects.private"))
-                .unwrap()
-                .collect();
-            assert!(
-                left.is_empty(),
-                "the private cache was not removed at unmount"
-            );
-        }
-        let e = first.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-        assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
-        first.release(&e);
-        first.persist_all();
-        drop(first);
-        // One at a time, mounts share objects/.
-        let third = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        assert!(!third.private);
-        assert_eq!(third.used(), 2 * CHUNK);
-    }
-
-    #[test]
-    fn a_killed_mounts_private_cache_is_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let dead = dir.path().join("objects.private/123-0badf00d");
-        fs::create_dir_all(&dead).unwrap();
-        fs::write(dead.join("lock"), "").unwrap();
-        fs::write(dead.join("x.data"), "left behind").unwrap();
-        let _cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        assert!(!dead.exists());
-    }
-
-    #[test]
-    fn the_cache_gives_way_to_free_space() {
-        let dir = tempfile::tempdir().unwrap();
-        let data: Vec<u8> = (0..4 * CHUNK).map(|i| (i % 233) as u8).collect();
-        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-        insert(&cache, &e, 0, aligned(&data));
-        assert_eq!(cache.used(), 4 * CHUNK);
-        // A staged write found the disk full: asking for more room than the disk has
-        // empties the cache.
-        cache.make_room(u64::MAX / 4);
-        assert_eq!(cache.used(), 0);
-        assert!(e.try_read(0, 1).unwrap().is_none());
-        cache.release(&e);
-        // A floor above the disk's free space: nothing is kept, nothing adopted.
-        let cache = cache.with_min_free(u64::MAX / 4);
-        let e = cache.entry("b", "k2", "\"v1\"", data.len() as u64).unwrap();
-        insert(&cache, &e, 0, aligned(&data));
-        assert_eq!(cache.used(), 0);
-        let staged = dir.path().join("staged");
-        fs::write(&staged, &data).unwrap();
-        assert!(!cache.adopt("b", "k3", "\"v1\"", data.len() as u64, &staged));
-        assert!(staged.exists());
-    }
-
-    #[test]
-    fn claims_are_shared_between_readers() {
-        let dir = tempfile::tempdir().unwrap();
-        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK).unwrap();
-        let first = e.claim(0, 4, 128);
-        assert_eq!(first.start.len(), 1);
-        let second = e.claim(2, 6, 128);
-        assert_eq!(second.wait.len(), 1);
-        assert_eq!((second.start[0].0, second.start[0].1), (4, 6));
-    }
-
-    #[test]
-    fn fetched_ranges_are_read_from_memory_once_then_from_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        // 3 MiB of memory: the oldest range goes when a fourth comes.
-        let cache = DiskCache::open(dir.path(), 1 << 30, 3 << 20).unwrap();
-        // An odd size: the last range ends in a partial page, written through the page cache.
-        let size = (4 << 20) + 1234;
-        let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
-        let e = cache.entry("b", "k", "\"e\"", size as u64).unwrap();
-        for off in (0..size).step_by(1 << 20) {
-            let end = (off + (1 << 20)).min(size);
-            insert(&cache, &e, off as u64, aligned(&data[off..end]));
-        }
-        assert!(cache.mem_used.load(Ordering::Relaxed) <= 3 << 20);
-        // Ranges 1.. are in memory; reading one whole frees it.
-        let before = cache.mem_used.load(Ordering::Relaxed);
-        let got = cache
-            .read(&e, (2 << 20) - 100, (1 << 20) + 200)
-            .unwrap()
-            .unwrap();
-        assert_eq!(got, data[(2 << 20) - 100..(3 << 20) + 100]);
-        assert_eq!(
-            cache.read_mem(&e, 2 << 20, 1 << 20).unwrap(),
-            data[2 << 20..3 << 20]
-        );
-        assert_eq!(cache.mem_used.load(Ordering::Relaxed), before - (1 << 20));
-        assert!(cache.read_mem(&e, 2 << 20, 10).is_none());
-        // Everything, evicted from memory or read, is in the file too.
-        assert_eq!(e.try_read(0, size).unwrap().unwrap(), data);
-        assert!(cache.read_mem(&e, 0, 10).is_none());
-        assert_eq!(cache.read(&e, 0, size).unwrap().unwrap(), data);
-        cache.release(&e);
-        cache.forget_mem(&e);
-        assert_eq!(cache.mem_used.load(Ordering::Relaxed), 0);
-        let len = fs::metadata(&e.data_path).unwrap().len();
-        assert_eq!(len, size as u64);
+        disk::sync_fs(&self.root);
+        persist::mark_clean(&self.root);
     }
 }
