@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::CacheEntry;
+use super::entry::CacheEntry;
 
 /// Most fetched ranges remembered for the memory budget's FIFO (stale ones included).
 const MEM_QUEUE: usize = 4096;
