@@ -253,3 +253,49 @@ fn fetched_ranges_are_read_from_memory_once_then_from_the_file() {
     let len = fs::metadata(e.data_path()).unwrap().len();
     assert_eq!(len, size as u64);
 }
+
+/// Chunks eviction took stay reserved until they are punched: a reader meanwhile waits
+/// for the punch (then fetches them) instead of writing them into the file where the
+/// punch would zero them.
+#[test]
+fn chunks_being_punched_are_waited_for_not_fetched() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+    let data = vec![1u8; 2 * CHUNK as usize];
+    let e = cache.entry("b", "k", "\"e\"", data.len() as u64).unwrap();
+    insert(&cache, &e, 0, aligned(&data));
+    let taken = e.take_block(0);
+    assert!(e.try_read(0, 1).unwrap().is_none());
+    let claim = e.claim(0, 2, 128);
+    assert_eq!((claim.wait.len(), claim.start.len()), (1, 0));
+    e.punch(&[taken]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(claim.wait[0].wait()).unwrap();
+    let claim = e.claim(0, 2, 128);
+    assert_eq!((claim.wait.len(), claim.start.len()), (0, 1));
+}
+
+/// While an entry's files are created or removed outside the lock (its name is busy), an
+/// open of that version waits for the end of it.
+#[test]
+fn an_open_waits_for_a_busy_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Arc::new(DiskCache::open(dir.path(), 1 << 30, 0).unwrap());
+    let (_, hash) = identity("b", "k", "\"e\"", 10);
+    assert!(cache.inner.lock().index.reserve(&hash));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c = cache.clone();
+    let opener = std::thread::spawn(move || {
+        let e = c.entry("b", "k", "\"e\"", 10).unwrap();
+        tx.send(()).unwrap();
+        e
+    });
+    let waited = rx.recv_timeout(std::time::Duration::from_millis(100));
+    assert!(waited.is_err(), "the open did not wait for the busy name");
+    cache.inner.lock().index.unreserve(&hash);
+    cache.names.notify_all();
+    let e = opener.join().unwrap();
+    assert_eq!(cache.inner.lock().index.lookup(&hash), Lookup::Open(e.id()));
+}
