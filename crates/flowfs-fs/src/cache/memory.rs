@@ -1,0 +1,153 @@
+//! Fetched ranges kept in memory until a reader has taken them, within a budget: a cold
+//! read then costs one copy out of the download buffer instead of a write into new
+//! page-cache pages and a read back from them.
+//!
+//! Each entry owns its ranges (`Ranges`, behind its own lock); `MemBudget` owns the
+//! count of bytes in memory and the order in which ranges go when it is over budget.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use super::entry::CacheEntry;
+
+/// Most fetched ranges remembered for the memory budget's FIFO (stale ones included).
+const MEM_QUEUE: usize = 4096;
+
+/// A fetched range kept in memory until its bytes have been read once.
+struct MemBuf {
+    data: Bytes,
+    served: usize,
+}
+
+/// One entry's fetched ranges in memory, by offset.
+#[derive(Default)]
+pub(super) struct Ranges(Mutex<BTreeMap<u64, MemBuf>>);
+
+impl Ranges {
+    /// Keeps `data` at `off`; the length of a range it replaced (0 if none).
+    fn insert(&self, off: u64, data: Bytes) -> u64 {
+        let old = self.0.lock().insert(off, MemBuf { data, served: 0 });
+        old.map_or(0, |b| b.data.len() as u64)
+    }
+
+    /// Drops the range at `off`; its length (0 if none).
+    fn remove(&self, off: u64) -> u64 {
+        self.0
+            .lock()
+            .remove(&off)
+            .map_or(0, |b| b.data.len() as u64)
+    }
+
+    /// Drops every range; their total length.
+    fn clear(&self) -> u64 {
+        std::mem::take(&mut *self.0.lock())
+            .values()
+            .map(|b| b.data.len() as u64)
+            .sum()
+    }
+
+    /// Bytes `[off, end)` if ranges in memory cover them all, and the bytes of the ranges
+    /// that this read finished (they leave memory).
+    fn take(&self, off: u64, end: u64) -> Option<(Bytes, u64)> {
+        let mut mem = self.0.lock();
+        let mut starts = Vec::new();
+        let mut cur = off;
+        while cur < end {
+            let (&s, b) = mem.range(..=cur).next_back()?;
+            let b_end = s + b.data.len() as u64;
+            if b_end <= cur {
+                return None;
+            }
+            starts.push(s);
+            cur = b_end;
+        }
+        let mut out = Vec::new();
+        let mut single = None;
+        let mut freed = 0;
+        let many = starts.len() > 1;
+        for s in starts {
+            let b = mem.get_mut(&s)?;
+            let a = (off.max(s) - s) as usize;
+            let z = ((end - s) as usize).min(b.data.len());
+            if many {
+                out.extend_from_slice(&b.data[a..z]);
+            } else {
+                // Within one range (the usual case): no copy.
+                single = Some(b.data.slice(a..z));
+            }
+            b.served += z - a;
+            // Read once: the kernel's page cache holds it from now on.
+            if b.served >= b.data.len() {
+                freed += b.data.len() as u64;
+                mem.remove(&s);
+            }
+        }
+        Some((single.unwrap_or_else(|| Bytes::from(out)), freed))
+    }
+}
+
+/// The memory budget of fetched ranges not read yet.
+pub(super) struct MemBudget {
+    cap: u64,
+    used: AtomicU64,
+    /// Ranges in memory, oldest first (stale ones too).
+    queue: Mutex<VecDeque<(Weak<CacheEntry>, u64)>>,
+}
+
+impl MemBudget {
+    pub fn new(cap: u64) -> MemBudget {
+        MemBudget {
+            cap,
+            used: AtomicU64::new(0),
+            queue: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Keeps a fetched range in memory for the reader that asked for it, within the
+    /// budget: the oldest ranges go first. False if it does not fit at all.
+    pub fn remember(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes) -> bool {
+        let len = data.len() as u64;
+        if len == 0 || len > self.cap {
+            return false;
+        }
+        let old = e.mem().insert(off, data);
+        self.used.fetch_sub(old, Ordering::Relaxed);
+        self.used.fetch_add(len, Ordering::Relaxed);
+        let mut q = self.queue.lock();
+        q.push_back((Arc::downgrade(e), off));
+        while self.used.load(Ordering::Relaxed) > self.cap || q.len() > MEM_QUEUE {
+            let Some((w, o)) = q.pop_front() else {
+                break;
+            };
+            if let Some(e) = w.upgrade() {
+                self.used.fetch_sub(e.mem().remove(o), Ordering::Relaxed);
+            }
+        }
+        true
+    }
+
+    /// Bytes `[off, off + len)` of `e` if memory holds all of them.
+    pub fn read(&self, e: &CacheEntry, off: u64, len: usize) -> Option<Bytes> {
+        let end = (off + len as u64).min(e.size);
+        if off >= end {
+            return None;
+        }
+        let (data, freed) = e.mem().take(off, end)?;
+        self.used.fetch_sub(freed, Ordering::Relaxed);
+        Some(data)
+    }
+
+    /// Drops an entry's ranges in memory, when the entry itself goes.
+    pub fn forget(&self, e: &CacheEntry) {
+        self.used.fetch_sub(e.mem().clear(), Ordering::Relaxed);
+    }
+}
