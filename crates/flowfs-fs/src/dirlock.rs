@@ -24,6 +24,15 @@ pub fn try_lock(f: &File) -> bool {
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
+/// Releases the lock of `f` before the file is closed (a directory handed on while the
+/// process still runs).
+pub fn unlock(f: &File) {
+    // SAFETY: flock on an fd we own.
+    unsafe {
+        libc::flock(f.as_raw_fd(), libc::LOCK_UN);
+    }
+}
+
 /// A directory name of this process no other process picks: `<pid>-<8 hex digits>`.
 pub fn private_name() -> String {
     format!("{}-{:08x}", std::process::id(), rand::random::<u32>())

@@ -589,7 +589,7 @@ impl Fs {
 
     /// Saves what must survive a restart (cache bitmaps); called at unmount.
     pub fn shutdown(&self) {
-        self.cache.persist_all();
+        self.cache.close();
         self.wb.staging().close();
     }
 }

@@ -34,6 +34,10 @@ impl DiskCache {
     }
 
     fn evict_for(&self, room: u64) {
+        let open = self.open.read_recursive();
+        if !*open {
+            return;
+        }
         let _one = self.evicting.lock();
         let avail = self.avail(room);
         let plan = {

@@ -52,7 +52,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
 use crate::error::{FsError, Result};
 use bitmap::Bitmap;
@@ -76,7 +76,7 @@ struct Inner {
 pub struct DiskCache {
     root: PathBuf,
     /// Held while the mount lives: `objects/` (or the private directory) is ours.
-    _lock: File,
+    lock: File,
     /// A private cache of a mount that found `objects/` taken: nothing to hand on.
     private: bool,
     /// Free space to leave on the cache's file system (staged writes need it).
@@ -91,6 +91,10 @@ pub struct DiskCache {
     mem: MemBudget,
     /// Cleared once the cache's file system refuses `O_DIRECT` (tmpfs).
     direct_ok: AtomicBool,
+    /// True until `close`: what writes to the directory (a store, an adoption, an
+    /// eviction, a bitmap saved) holds it shared and does nothing once it is false, so
+    /// that nothing of this process touches the directory after it is handed on.
+    open: RwLock<bool>,
 }
 
 impl DiskCache {
@@ -109,7 +113,7 @@ impl DiskCache {
         }
         let cache = DiskCache {
             root: root.dir,
-            _lock: root.lock,
+            lock: root.lock,
             private: root.private,
             min_free: 0,
             capacity,
@@ -121,6 +125,7 @@ impl DiskCache {
             evicting: Mutex::new(()),
             mem: MemBudget::new(mem_cap),
             direct_ok: AtomicBool::new(true),
+            open: RwLock::new(true),
         };
         cache.evict();
         Ok(cache)
@@ -202,6 +207,10 @@ impl DiskCache {
     /// read by the next task without downloading it again. Returns false (and leaves
     /// `src` alone) when it does not fit or the version is already cached.
     pub fn adopt(&self, bucket: &str, key: &str, etag: &str, size: u64, src: &Path) -> bool {
+        let open = self.open.read_recursive();
+        if !*open {
+            return false;
+        }
         let (ident, hash) = identity(bucket, key, etag, size);
         let avail = self.avail(0);
         {
@@ -263,6 +272,11 @@ impl DiskCache {
     pub fn store(&self, e: &Arc<CacheEntry>, off: u64, data: &[u8]) -> Result<()> {
         debug_assert_eq!(off % CHUNK, 0);
         let end = off + data.len() as u64;
+        let open = self.open.read_recursive();
+        if !*open {
+            e.drop_inflight(off / CHUNK, end.div_ceil(CHUNK));
+            return Err(FsError::Io("the cache is closed (unmounted)".into()));
+        }
         if let Err(err) = self.write_data(e, off, data) {
             e.drop_inflight(off / CHUNK, end.div_ceil(CHUNK));
             return Err(FsError::Io(format!("cache write: {err}")));
@@ -332,9 +346,11 @@ impl DiskCache {
     /// A handle on `e` closed: the last one saves the bitmap and closes the file.
     pub fn release(&self, e: &Arc<CacheEntry>) {
         if e.drop_user() {
-            if let Err(err) = e.save() {
+            let open = self.open.read_recursive();
+            if let Some(Err(err)) = open.then(|| e.save()) {
                 tracing::warn!("cannot save cache metadata: {err}");
             }
+            drop(open);
             e.close_files();
             // Ranges in memory stay (within the budget): a file prefetched by a sibling's
             // open is read by the next open, from memory.
@@ -346,9 +362,24 @@ impl DiskCache {
         self.mem.forget(e);
     }
 
-    /// Saves every entry's bitmap and makes the cache durable (at unmount). A private
-    /// cache is removed instead.
-    pub fn persist_all(&self) {
+    /// The cache's end, at unmount: every bitmap saved, the cache durable, and the
+    /// directory handed on at once, not at the exit of the process: a mount started
+    /// as soon as `flowfs unmount` had returned found `objects/` still locked, cached
+    /// privately and fetched everything again (CI, test_big_object_second_read...).
+    /// Nothing of this process writes to the directory afterwards. Idempotent.
+    pub fn close(&self) {
+        let mut open = self.open.write();
+        if !*open {
+            return;
+        }
+        self.persist_all();
+        *open = false;
+        crate::dirlock::unlock(&self.lock);
+    }
+
+    /// Saves every entry's bitmap and makes the cache durable. A private cache is
+    /// removed instead.
+    fn persist_all(&self) {
         if self.private {
             let _ = fs::remove_dir_all(&self.root);
             return;

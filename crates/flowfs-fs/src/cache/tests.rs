@@ -299,3 +299,43 @@ fn an_open_waits_for_a_busy_name() {
     let e = opener.join().unwrap();
     assert_eq!(cache.inner.lock().index.lookup(&hash), Lookup::Open(e.id()));
 }
+
+/// `flowfs unmount` answers once the cache is closed, and the process exits a moment
+/// later: a mount started in that moment must get `objects/`, with what the first one
+/// cached, not a private cache that fetches everything again (CI met this). Once closed,
+/// the first cache writes nothing more to the directory.
+#[test]
+fn a_closed_cache_is_handed_on_before_the_process_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = vec![5u8; 100_000];
+    let first = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+    let e = first.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    insert(&first, &e, 0, Bytes::copy_from_slice(&data));
+    first.release(&e);
+    first.close();
+    // `first` lives on, as the process does for a moment after its answer.
+    let second = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+    assert!(!second.private, "the next mount got a private cache");
+    assert_eq!(second.used(), 2 * CHUNK);
+    let f = second.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    assert_eq!(f.try_read(0, data.len()).unwrap().unwrap(), data);
+    // The closed cache neither stores, adopts nor saves into the directory any more.
+    let g = first
+        .entry("b", "other", "\"v1\"", data.len() as u64)
+        .unwrap();
+    assert!(first.store(&g, 0, &data).is_err());
+    let src = dir.path().join("staged");
+    fs::write(&src, &data).unwrap();
+    assert!(!first.adopt("b", "adopted", "\"v1\"", data.len() as u64, &src));
+    assert!(src.exists(), "a refused adoption leaves its file alone");
+    first.release(&g);
+    second.release(&f);
+    second.close();
+    drop(first);
+    let third = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+    assert_eq!(
+        third.used(),
+        2 * CHUNK,
+        "only what the open cache stored is there"
+    );
+}
