@@ -35,17 +35,21 @@ fn insert_read_and_evict() {
     );
 }
 
+/// A cache that holds `data` as version v1 of `b/k`, read and closed as at unmount.
+fn cached_and_closed(dir: &Path, data: &[u8]) -> DiskCache {
+    let cache = DiskCache::open(dir, 1 << 30, 0).unwrap();
+    let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    insert(&cache, &e, 0, Bytes::copy_from_slice(data));
+    cache.release(&e);
+    cache.close();
+    cache
+}
+
 #[test]
 fn survives_reopen_and_keys_by_etag() {
     let dir = tempfile::tempdir().unwrap();
     let data = vec![7u8; 100_000];
-    {
-        let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-        insert(&cache, &e, 0, Bytes::copy_from_slice(&data));
-        cache.release(&e);
-        cache.persist_all();
-    }
+    drop(cached_and_closed(dir.path(), &data));
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     assert_eq!(cache.used(), 2 * CHUNK);
     let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
@@ -308,11 +312,7 @@ fn an_open_waits_for_a_busy_name() {
 fn a_closed_cache_is_handed_on_before_the_process_ends() {
     let dir = tempfile::tempdir().unwrap();
     let data = vec![5u8; 100_000];
-    let first = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let e = first.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-    insert(&first, &e, 0, Bytes::copy_from_slice(&data));
-    first.release(&e);
-    first.close();
+    let first = cached_and_closed(dir.path(), &data);
     // `first` lives on, as the process does for a moment after its answer.
     let second = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     assert!(!second.private, "the next mount got a private cache");
