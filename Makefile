@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults demo bench bench-quick workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults demo bench bench-quick bench-scale workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -62,3 +62,9 @@ bench: setup workflow-deps build
 
 bench-quick: setup build
 	$(PYTHON) bench/run.py --quick
+
+# Issue 15's scale benchmark (bench/scale.py): 100,000 files in 100 directories; re-listing
+# one directory on a mount that has seen all of them against one that has seen only it.
+# BASELINE=path/to/flowfs measures the build before in the same run.
+bench-scale: setup build
+	$(PYTHON) bench/scale.py $(if $(BASELINE),--baseline-bin $(BASELINE))
