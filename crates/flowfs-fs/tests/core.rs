@@ -267,6 +267,7 @@ async fn a_crashed_mounts_staged_files_are_uploaded_by_the_next() {
         fs.release(fh).unwrap();
         assert_eq!(fs.flush_all().await.len(), 1);
         // Dropped without a clean shutdown: as after kill -9.
+        crash(fs).await;
     }
     let mock2 = Arc::new(MockClient::new());
     let fs = fs_on(&mock2, dir.path(), "");
@@ -341,6 +342,7 @@ async fn a_crashed_mounts_symlink_is_recovered_as_a_symlink() {
         assert_eq!(fs.flush_all().await.len(), 1);
         assert!(mock.object("ref.fa").is_none());
         // Dropped without a clean shutdown: as after kill -9.
+        crash(fs).await;
     }
     let mock2 = Arc::new(MockClient::new());
     let fs = fs_on(&mock2, dir.path(), "");

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flowfs_client::mock::MockClient;
 use flowfs_fs::ROOT;
@@ -61,4 +61,22 @@ pub async fn names(fs: &Arc<Fs>, ino: u64) -> Vec<String> {
         .map(|i| i.name)
         .filter(|n| n != "." && n != "..")
         .collect()
+}
+
+/// Drops `fs` as a crash (kill -9) would leave it, and returns once it is gone: a task
+/// may still hold it for a moment after the call that woke the test (an upload task
+/// records its failure, wakes `flush_all`, then ends), and until then its staging
+/// directory stays locked, so that the next mount takes it for a live one and recovers
+/// nothing. In a real crash the process and its lock are gone at once.
+pub async fn crash(fs: Arc<Fs>) {
+    let gone = Arc::downgrade(&fs);
+    drop(fs);
+    let until = Instant::now() + Duration::from_secs(10);
+    while gone.strong_count() > 0 {
+        assert!(
+            Instant::now() < until,
+            "a task still holds the crashed mount after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
