@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowfs_client::mock::MockClient;
+use flowfs_client::mock::{MockClient, Op};
 use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};
 
@@ -77,6 +77,20 @@ pub async fn crash(fs: Arc<Fs>) {
             Instant::now() < until,
             "a task still holds the crashed mount after 10 s"
         );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits (at most 10 s) until the mock has received `n` requests of kind `op`.
+pub async fn await_count(mock: &MockClient, op: Op, n: u64) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while mock.count(op) < n {
+        assert!(
+            Instant::now() < until,
+            "{} {op:?} requests after 10 s, waiting for {n}",
+            mock.count(op)
+        );
+        tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
