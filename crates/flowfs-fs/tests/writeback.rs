@@ -63,15 +63,17 @@ async fn a_failed_upload_is_sent_again_in_the_background_when_it_may_succeed() {
     // The first PUT fails retryably, the second for good.
     mock.fail(Op::Put, 0, ClientError::Transient("HTTP 503".into()), 1);
     mock.fail(Op::Put, 0, ClientError::AccessDenied("no".into()), 1);
-    for name in ["late.txt", "denied.txt"] {
+    for (n, name) in ["late.txt", "denied.txt"].into_iter().enumerate() {
         let (_, fh) = fs.create(ROOT, name, 0o644).await.unwrap();
         fs.write(fh, 0, name.as_bytes()).unwrap();
         fs.release(fh).unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Its PUT is sent before the next file's: the faults go in that order.
+        common::await_count(&mock, Op::Put, n as u64 + 1).await;
     }
     // late.txt failed (503), denied.txt failed for good: one PUT each so far.
     assert_eq!(mock.count(Op::Put), 2);
     assert_eq!(mock.object("late.txt"), None);
+    // Waits out the background retry's pause (virtual minutes): the point of the test.
     tokio::time::sleep(Duration::from_secs(600)).await;
     assert_eq!(
         mock.object("late.txt").as_deref(),
