@@ -488,7 +488,11 @@ async fn a_change_to_sent_bytes_drops_the_early_upload() {
     assert_eq!(mock.open_uploads(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// On a paused clock: the uploads of files closed one after another finish close together,
+/// as they do when the writer is fast. (On the real clock, a writer slowed by a loaded
+/// machine spread them out, each read its time with a HEAD of its own, and the count
+/// failed: 14 runs in 30 of the whole file under load.)
+#[tokio::test(start_paused = true)]
 async fn many_uploads_in_one_directory_read_their_mtimes_with_few_requests() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
