@@ -3,20 +3,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::await_count;
 use flowfs_client::mock::Op;
 use flowfs_fs::ROOT;
-
-/// Waits (bounded) until the mock has seen `n` requests of kind `op`.
-async fn await_count(mock: &flowfs_client::mock::MockClient, op: Op, n: u64) {
-    let until = Instant::now() + Duration::from_secs(10);
-    while mock.count(op) < n {
-        assert!(Instant::now() < until, "no {op:?} request came");
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
 
 /// A durable file changed and renamed: the rename deletes the old object (slow here),
 /// and an fsync asks for the upload of the change meanwhile. The upload used to start at

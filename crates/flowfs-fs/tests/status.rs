@@ -94,6 +94,7 @@ async fn the_recovery_of_a_dead_mounts_journal_is_reported() {
         }
         assert_eq!(fs.flush_all().await.len(), 2);
         // Dropped without a clean shutdown: as after kill -9.
+        common::crash(fs).await;
     }
     mock.clear_faults();
     // The recovery of b.txt fails (one PUT goes through, the next fails), a.txt's or

@@ -195,7 +195,6 @@ impl CacheEntry {
             start: Vec::new(),
         };
         let mut run: Option<u64> = None;
-        let mut last_wait: Option<*const Fetch> = None;
         let c1 = c1.min(self.chunks());
         let mut c = c0;
         let close = |run: &mut Option<u64>,
@@ -215,9 +214,9 @@ impl CacheEntry {
                 close(&mut run, c, &mut claim, &mut inflight);
             } else if let Some(f) = inflight.get(&c).cloned() {
                 close(&mut run, c, &mut claim, &mut inflight);
-                if last_wait != Some(Arc::as_ptr(&f)) {
-                    last_wait = Some(Arc::as_ptr(&f));
-                    claim.wait.push(f);
+                match claim.wait.last_mut() {
+                    Some(w) if w.1 == c && Arc::ptr_eq(&w.2, &f) => w.1 = c + 1,
+                    _ => claim.wait.push((c, c + 1, f)),
                 }
             } else {
                 match run {

@@ -54,8 +54,9 @@ impl Fetch {
 }
 
 /// What a reader must do to get a chunk range: wait for fetches already running and
-/// run the ones it was handed (start chunk, end chunk, fetch).
+/// run the ones it was handed, each with the chunks of the range it covers (start chunk,
+/// end chunk, fetch).
 pub struct Claim {
-    pub wait: Vec<Arc<Fetch>>,
+    pub wait: Vec<(u64, u64, Arc<Fetch>)>,
     pub start: Vec<(u64, u64, Arc<Fetch>)>,
 }

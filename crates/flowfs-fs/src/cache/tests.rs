@@ -276,7 +276,7 @@ fn chunks_being_punched_are_waited_for_not_fetched() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    rt.block_on(claim.wait[0].wait()).unwrap();
+    rt.block_on(claim.wait[0].2.wait()).unwrap();
     let claim = e.claim(0, 2, 128);
     assert_eq!((claim.wait.len(), claim.start.len()), (0, 1));
 }

@@ -172,13 +172,20 @@ impl Fs {
                 self.cache.touch(&h.entry, off, len);
                 return Ok(data);
             }
-            // Start what the plan wants, then wait only for the chunks asked for.
-            self.fetch(&h, plan.need.0, plan.need.1, max_run);
+            // Start what the plan wants, then wait only for the chunks asked for. One
+            // claim for both: a GET started here is waited on even if it has ended by
+            // then. (A second look, after starting it, found the chunks of a GET that had
+            // failed meanwhile given up, and started another: the reader never saw the
+            // failure, and a failing server cost a read three requests or more.)
+            let (c0, c1) = (off / CHUNK, (off + len).div_ceil(CHUNK));
             let claim = h
                 .entry
-                .claim(off / CHUNK, (off + len).div_ceil(CHUNK), PIECE);
-            let mut waits = claim.wait;
-            waits.extend(claim.start.iter().map(|p| p.2.clone()));
+                .claim(plan.need.0 / CHUNK, plan.need.1.div_ceil(CHUNK), PIECE);
+            let waits: Vec<Arc<Fetch>> = (claim.wait.iter())
+                .chain(&claim.start)
+                .filter(|(s, e, _)| *s < c1 && *e > c0)
+                .map(|p| p.2.clone())
+                .collect();
             self.spawn_gets(&h, claim.start, max_run);
             for w in waits {
                 // First from memory as soon as it arrives; if another reader took it
@@ -276,7 +283,7 @@ impl Fs {
             });
             let claim = h.entry.claim(0, h.entry.chunks(), PIECE);
             let fs = self.clone();
-            let mut waits = claim.wait;
+            let mut waits: Vec<_> = claim.wait.into_iter().map(|w| w.2).collect();
             waits.extend(claim.start.iter().map(|p| p.2.clone()));
             self.spawn_gets(&h, claim.start, max_run);
             tokio::spawn(async move {
@@ -365,8 +372,13 @@ impl Fs {
             .await;
             if let Err(e) = r {
                 tracing::warn!(key = %h.key, "read failed: {e}");
-                for (c0, c1, f) in &pieces[done..] {
+                // Every chunk given up before any reader wakes: one woken by the failure
+                // of one piece and fetching again never waits on a later piece of this
+                // GET, which would fail it without a request.
+                for (c0, c1, _) in &pieces[done..] {
                     fs.cache.abandon(&h.entry, *c0, *c1);
+                }
+                for (_, _, f) in &pieces[done..] {
                     fs.cache.finish(f, Err(e.clone()));
                 }
             }

@@ -162,9 +162,23 @@ impl Fs {
         ino: u64,
         staged: &Arc<StagedFile>,
     ) -> Result<()> {
-        let Some((target, spawn)) = self.wb.request_upload(ino) else {
+        self.wait_durable_tried(ino, staged, false).await
+    }
+
+    /// `wait_durable`; `own_try`: a failure counts only for an upload begun after this
+    /// call (the unmount's "failed uploads are retried once more", SEMANTICS.md): one in
+    /// flight already that fails is followed by one more. (Without it, an upload failing
+    /// just before the unmount was retried and one failing just after it began was not.)
+    async fn wait_durable_tried(
+        self: &Arc<Self>,
+        ino: u64,
+        staged: &Arc<StagedFile>,
+        own_try: bool,
+    ) -> Result<()> {
+        let Some((target, spawn, in_flight)) = self.wb.request_upload_seen(ino) else {
             return Ok(());
         };
+        let mut owed = own_try && in_flight;
         if spawn {
             self.spawn_upload(ino);
         }
@@ -174,6 +188,12 @@ impl Fs {
             notified.as_mut().enable();
             match self.wb.durability(ino, staged, target) {
                 Durability::Done => return Ok(()),
+                Durability::Failed(_) if owed => {
+                    owed = false;
+                    if let Some((_, true)) = self.wb.request_upload(ino) {
+                        self.spawn_upload(ino);
+                    }
+                }
                 Durability::Failed(e) => return Err(FsError::Io(e)),
                 Durability::Pending => notified.await,
                 Durability::Stalled => {
@@ -439,7 +459,10 @@ impl Fs {
         let mut set = tokio::task::JoinSet::new();
         for (ino, s) in self.wb.staged(false) {
             let fs = self.clone();
-            set.spawn(async move { fs.wait_durable(ino, &s).await.err().map(|e| (ino, e)) });
+            set.spawn(async move {
+                let r = fs.wait_durable_tried(ino, &s, true).await;
+                r.err().map(|e| (ino, e))
+            });
         }
         // What each wait ended with, not what the table says afterwards: a background
         // retry may have queued a failed file again by then, and it is not durable.

@@ -14,8 +14,16 @@ impl WriteBack {
     /// `fsync`, unmount: the content as of now must go up. Returns the generation to wait
     /// for and whether the caller spawns the upload task (the phase is then `Queued`).
     pub fn request_upload(&self, ino: u64) -> Option<(u64, bool)> {
+        self.request_upload_seen(ino)
+            .map(|(gen, spawn, _)| (gen, spawn))
+    }
+
+    /// As `request_upload`, and whether an upload of that generation was in flight
+    /// already (begun before the request, so not a try of the requester's own).
+    pub fn request_upload_seen(&self, ino: u64) -> Option<(u64, bool, bool)> {
         let mut t = self.table.lock();
         let f = t.files.get_mut(&ino)?;
+        let in_flight = matches!(f.phase, Phase::Uploading { gen, .. } if gen == f.gen);
         let spawn = match &f.phase {
             Phase::Idle | Phase::Failed { .. } if f.dirty() => {
                 f.phase = Phase::Queued;
@@ -34,7 +42,7 @@ impl WriteBack {
             }
             _ => false,
         };
-        Some((f.gen, spawn))
+        Some((f.gen, spawn, in_flight))
     }
 
     /// Whether generation `target` of `file` is in the bucket (or no longer has to be).

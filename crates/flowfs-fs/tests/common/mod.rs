@@ -2,9 +2,9 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use flowfs_client::mock::MockClient;
+use flowfs_client::mock::{MockClient, Op};
 use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};
 
@@ -61,4 +61,36 @@ pub async fn names(fs: &Arc<Fs>, ino: u64) -> Vec<String> {
         .map(|i| i.name)
         .filter(|n| n != "." && n != "..")
         .collect()
+}
+
+/// Drops `fs` as a crash (kill -9) would leave it, and returns once it is gone: a task
+/// may still hold it for a moment after the call that woke the test (an upload task
+/// records its failure, wakes `flush_all`, then ends), and until then its staging
+/// directory stays locked, so that the next mount takes it for a live one and recovers
+/// nothing. In a real crash the process and its lock are gone at once.
+pub async fn crash(fs: Arc<Fs>) {
+    let gone = Arc::downgrade(&fs);
+    drop(fs);
+    let until = Instant::now() + Duration::from_secs(10);
+    while gone.strong_count() > 0 {
+        assert!(
+            Instant::now() < until,
+            "a task still holds the crashed mount after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits (at most 10 s) until the mock has received `n` requests of kind `op`.
+pub async fn await_count(mock: &MockClient, op: Op, n: u64) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while mock.count(op) < n {
+        assert!(
+            Instant::now() < until,
+            "{} {op:?} requests after 10 s, waiting for {n}",
+            mock.count(op)
+        );
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
