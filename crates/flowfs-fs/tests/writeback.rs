@@ -121,20 +121,34 @@ fn current_thread() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// A mount that dies while a closed file's multipart upload is open leaves that upload
-/// in the bucket (its parts are billed until aborted): the next mount with the same
-/// cache dir aborts it, and uploads the file whole from the journal.
-#[test]
-fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
-    let dir = tempfile::tempdir().unwrap();
+/// A store holding `big.bin` ("old"), a mount of it on a runtime of its own (dropped to
+/// kill the mount), and 3 MiB of new content (seeded) to rewrite it with.
+fn big_file_to_rewrite(
+    seed: u8,
+) -> (
+    tempfile::TempDir,
+    Arc<MockClient>,
+    Vec<u8>,
+    tokio::runtime::Runtime,
+    Arc<Fs>,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
     let mock = Arc::new(MockClient::new());
     mock.insert("big.bin", "old");
-    let new = common::data(3 << 20, 9);
     let rt = current_thread();
     let fs = {
         let _e = rt.enter();
         common::fs_on(&mock, dir.path(), "")
     };
+    (dir, mock, common::data(3 << 20, seed), rt, fs)
+}
+
+/// A mount that dies while a closed file's multipart upload is open leaves that upload
+/// in the bucket (its parts are billed until aborted): the next mount with the same
+/// cache dir aborts it, and uploads the file whole from the journal.
+#[test]
+fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
+    let (dir, mock, new, rt, fs) = big_file_to_rewrite(9);
     rt.block_on(async {
         let ino = common::path_ino(&fs, "big.bin").await.unwrap();
         // Rewritten, not created: the file goes up in three parts. The parts hang, so
@@ -250,15 +264,7 @@ fn recover_after_the_lost_answer(mock: &Arc<MockClient>, dir: &std::path::Path, 
 /// open for good.)
 #[test]
 fn the_next_mount_aborts_an_upload_whose_create_was_never_answered() {
-    let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    mock.insert("big.bin", "old");
-    let new = common::data(3 << 20, 4);
-    let rt = current_thread();
-    let fs = {
-        let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
-    };
+    let (dir, mock, new, rt, fs) = big_file_to_rewrite(4);
     rt.block_on(async {
         let ino = common::path_ino(&fs, "big.bin").await.unwrap();
         let (fh, _) = fs.open(ino, true, true).await.unwrap();
