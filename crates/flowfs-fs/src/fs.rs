@@ -4,6 +4,7 @@
 //! `open` the life of an open file and its reads, `upload` write-back, `namespace` the
 //! operations that change names.
 
+mod ends;
 mod namespace;
 mod open;
 mod remote;
