@@ -35,11 +35,17 @@ fn insert_read_and_evict() {
     );
 }
 
-/// A cache that holds `data` as version v1 of `b/k`, read and closed as at unmount.
-fn cached_and_closed(dir: &Path, data: &[u8]) -> DiskCache {
+/// A cache (1 GiB) on `dir` that holds `data` as version v1 of `b/k`, its entry open.
+fn holding(dir: &Path, data: &[u8]) -> (DiskCache, Arc<CacheEntry>) {
     let cache = DiskCache::open(dir, 1 << 30, 0).unwrap();
     let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-    insert(&cache, &e, 0, Bytes::copy_from_slice(data));
+    insert(&cache, &e, 0, aligned(data));
+    (cache, e)
+}
+
+/// A cache that holds `data` as version v1 of `b/k`, read and closed as at unmount.
+fn cached_and_closed(dir: &Path, data: &[u8]) -> DiskCache {
+    let (cache, e) = holding(dir, data);
     cache.release(&e);
     cache.close();
     cache
@@ -136,9 +142,7 @@ fn eviction_spares_a_chunk_written_but_not_yet_marked() {
 fn a_second_live_mount_gets_a_private_cache() {
     let dir = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..2 * CHUNK).map(|i| (i % 239) as u8).collect();
-    let first = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let e = first.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-    insert(&first, &e, 0, aligned(&data));
+    let (first, e) = holding(dir.path(), &data);
     first.release(&e);
     {
         let second = DiskCache::open(dir.path(), CHUNK, 0).unwrap();
@@ -187,9 +191,7 @@ fn a_killed_mounts_private_cache_is_removed() {
 fn the_cache_gives_way_to_free_space() {
     let dir = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..4 * CHUNK).map(|i| (i % 233) as u8).collect();
-    let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-    insert(&cache, &e, 0, aligned(&data));
+    let (cache, e) = holding(dir.path(), &data);
     assert_eq!(cache.used(), 4 * CHUNK);
     // A staged write found the disk full: asking for more room than the disk has
     // empties the cache.

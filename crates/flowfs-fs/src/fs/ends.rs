@@ -11,7 +11,7 @@ use std::time::{Duration, UNIX_EPOCH};
 const CLOCK_SKEW: u64 = 120;
 
 /// How long an unmount waits for the aborts of early uploads given up.
-const ABORT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+const ABORT_WAIT: Duration = Duration::from_secs(60);
 
 impl Fs {
     /// Uploads everything staged and waits, at most `--unmount-timeout`; returns the
@@ -61,7 +61,7 @@ impl Fs {
 
     /// Every staged file not in the bucket yet, named once (with its failure when its
     /// last upload failed), for an unmount that gave up.
-    fn not_durable(&self, waited: std::time::Duration) -> Vec<String> {
+    fn not_durable(&self, waited: Duration) -> Vec<String> {
         let pending = self.wb.pending_report();
         let t = self.inodes.lock();
         let mut out: Vec<String> = pending
