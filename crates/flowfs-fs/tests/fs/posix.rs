@@ -1,12 +1,10 @@
 //! POSIX behaviour the external exercisers (fsx, pjdfstest) found wrong, each pinned
 //! over the in-memory store (issue 13).
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use flowfs_client::mock::MockClient;
 use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};

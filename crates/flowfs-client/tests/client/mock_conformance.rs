@@ -1,6 +1,4 @@
-//! The conformance suite (tests/conformance/) over the in-memory mock.
-
-mod conformance;
+//! The conformance suite (tests/client/conformance/) over the in-memory mock.
 
 use std::sync::Arc;
 
@@ -11,7 +9,7 @@ use flowfs_client::{ClientError, ObjectClient};
 async fn mock_conforms() {
     // A fresh bucket per behaviour.
     let make = || Arc::new(MockClient::new()) as Arc<dyn ObjectClient>;
-    conformance::run_all("mock", "conformance/", &make).await;
+    crate::conformance::run_all("mock", "conformance/", &make).await;
 }
 
 /// What only the mock can be asked: its continuation tokens are not keys, and a key handed

@@ -1,7 +1,5 @@
 //! Write-back under a store that does not answer (issue 14): nothing waits forever.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,7 +57,7 @@ fn walk(dir: &std::path::Path, ext: &str) -> usize {
 #[tokio::test(start_paused = true)]
 async fn a_failed_upload_is_sent_again_in_the_background_when_it_may_succeed() {
     let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = common::setup(dir.path(), "");
+    let (mock, fs) = crate::common::setup(dir.path(), "");
     // The first PUT fails retryably, the second for good.
     mock.fail(Op::Put, 0, ClientError::Transient("HTTP 503".into()), 1);
     mock.fail(Op::Put, 0, ClientError::AccessDenied("no".into()), 1);
@@ -68,7 +66,7 @@ async fn a_failed_upload_is_sent_again_in_the_background_when_it_may_succeed() {
         fs.write(fh, 0, name.as_bytes()).unwrap();
         fs.release(fh).unwrap();
         // Its PUT is sent before the next file's: the faults go in that order.
-        common::await_count(&mock, Op::Put, n as u64 + 1).await;
+        crate::common::await_count(&mock, Op::Put, n as u64 + 1).await;
     }
     // late.txt failed (503), denied.txt failed for good: one PUT each so far.
     assert_eq!(mock.count(Op::Put), 2);
@@ -101,13 +99,13 @@ async fn a_failed_upload_is_sent_again_in_the_background_when_it_may_succeed() {
 #[tokio::test(start_paused = true)]
 async fn an_upload_failing_while_the_unmount_waits_for_it_is_tried_once_more() {
     let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = common::setup(dir.path(), "");
+    let (mock, fs) = crate::common::setup(dir.path(), "");
     mock.set_latency_of(Op::Put, Duration::from_secs(1));
     mock.fail(Op::Put, 0, ClientError::Transient("HTTP 503".into()), 1);
     let (_, fh) = fs.create(ROOT, "out.txt", 0o644).await.unwrap();
     fs.write(fh, 0, b"result").unwrap();
     fs.release(fh).unwrap();
-    common::await_count(&mock, Op::Put, 1).await;
+    crate::common::await_count(&mock, Op::Put, 1).await;
     let failed = fs.flush_all().await;
     assert!(failed.is_empty(), "{failed:?}");
     assert_eq!(mock.object("out.txt").as_deref(), Some(&b"result"[..]));
@@ -138,9 +136,9 @@ fn big_file_to_rewrite(
     let rt = current_thread();
     let fs = {
         let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
+        crate::common::fs_on(&mock, dir.path(), "")
     };
-    (dir, mock, common::data(3 << 20, seed), rt, fs)
+    (dir, mock, crate::common::data(3 << 20, seed), rt, fs)
 }
 
 /// A mount that dies while a closed file's multipart upload is open leaves that upload
@@ -150,7 +148,7 @@ fn big_file_to_rewrite(
 fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
     let (dir, mock, new, rt, fs) = big_file_to_rewrite(9);
     rt.block_on(async {
-        let ino = common::path_ino(&fs, "big.bin").await.unwrap();
+        let ino = crate::common::path_ino(&fs, "big.bin").await.unwrap();
         // Rewritten, not created: the file goes up in three parts. The parts hang, so
         // that the upload stays open until the crash (with parts served at once, the
         // whole upload could begin and end between two looks at the mock, and this loop
@@ -176,7 +174,7 @@ fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
     let rt = current_thread();
     let fs = {
         let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
+        crate::common::fs_on(&mock, dir.path(), "")
     };
     let (recovered, failed) = rt.block_on(fs.recover());
     assert_eq!((recovered, failed), (vec!["big.bin".to_string()], vec![]));
@@ -244,7 +242,7 @@ fn recover_after_the_lost_answer(mock: &Arc<MockClient>, dir: &std::path::Path, 
     assert_eq!(mock.open_uploads(), 1);
     let fs = {
         let _e = rt.enter();
-        common::fs_on(mock, dir, "")
+        crate::common::fs_on(mock, dir, "")
     };
     let (recovered, failed) = rt.block_on(fs.recover());
     assert_eq!((recovered, failed), (vec![key.to_string()], vec![]));
@@ -266,7 +264,7 @@ fn recover_after_the_lost_answer(mock: &Arc<MockClient>, dir: &std::path::Path, 
 fn the_next_mount_aborts_an_upload_whose_create_was_never_answered() {
     let (dir, mock, new, rt, fs) = big_file_to_rewrite(4);
     rt.block_on(async {
-        let ino = common::path_ino(&fs, "big.bin").await.unwrap();
+        let ino = crate::common::path_ino(&fs, "big.bin").await.unwrap();
         let (fh, _) = fs.open(ino, true, true).await.unwrap();
         fs.write(fh, 0, &new).unwrap();
         mock.set_latency(Duration::from_secs(3600)); // the create is sent, never answered
@@ -287,7 +285,7 @@ fn the_next_mount_aborts_a_symlink_upload_whose_create_was_never_answered() {
     let rt = current_thread();
     let fs = {
         let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
+        crate::common::fs_on(&mock, dir.path(), "")
     };
     rt.block_on(async {
         mock.set_latency(Duration::from_secs(3600)); // the create is sent, never answered
@@ -309,7 +307,7 @@ fn a_record_without_data_is_removed_by_the_next_mount() {
     let rt = current_thread();
     let fs = {
         let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
+        crate::common::fs_on(&mock, dir.path(), "")
     };
     mock.set_latency(Duration::from_secs(3600)); // the upload never ends
     rt.block_on(async {
@@ -338,7 +336,7 @@ fn a_record_without_data_is_removed_by_the_next_mount() {
     let rt = current_thread();
     let fs = {
         let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
+        crate::common::fs_on(&mock, dir.path(), "")
     };
     let (recovered, failed) = rt.block_on(fs.recover());
     assert_eq!((recovered, failed), (vec![], vec![]));
@@ -359,7 +357,7 @@ fn a_recovery_the_store_refuses_for_good_is_set_aside_not_retried_forever() {
     let rt = current_thread();
     {
         let _e = rt.enter();
-        let fs = common::fs_on(&mock, dir.path(), "");
+        let fs = crate::common::fs_on(&mock, dir.path(), "");
         mock.fail(Op::Put, 0, ClientError::Transient("down".into()), u64::MAX);
         rt.block_on(async {
             let (_, fh) = fs.create(ROOT, "refused.txt", 0o644).await.unwrap();
@@ -378,7 +376,7 @@ fn a_recovery_the_store_refuses_for_good_is_set_aside_not_retried_forever() {
     let rt = current_thread();
     let fs = {
         let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
+        crate::common::fs_on(&mock, dir.path(), "")
     };
     let (ok, failed) = rt.block_on(fs.recover());
     assert!(ok.is_empty());
@@ -402,7 +400,7 @@ fn a_recovery_the_store_refuses_for_good_is_set_aside_not_retried_forever() {
     let rt = current_thread();
     let fs = {
         let _e = rt.enter();
-        common::fs_on(&mock, dir.path(), "")
+        crate::common::fs_on(&mock, dir.path(), "")
     };
     assert_eq!(rt.block_on(fs.recover()), (vec![], vec![]));
     assert_eq!(mock.count(Op::Put), puts, "not tried again");

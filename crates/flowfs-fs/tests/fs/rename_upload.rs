@@ -1,11 +1,9 @@
 //! A rename never races with an upload of the file it moves: an upload that starts while
 //! a rename is under way goes to the new name, never to the one being left.
 
-mod common;
-
 use std::time::Duration;
 
-use common::await_count;
+use crate::common::await_count;
 use flowfs_client::mock::Op;
 use flowfs_fs::ROOT;
 
@@ -16,7 +14,7 @@ use flowfs_fs::ROOT;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_asked_for_during_a_rename_goes_to_the_new_name() {
     let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = common::setup(dir.path(), "");
+    let (mock, fs) = crate::common::setup(dir.path(), "");
     let (attr, fh) = fs.create(ROOT, "a", 0o644).await.unwrap();
     fs.write(fh, 0, b"first version").unwrap();
     fs.fsync(fh).await.unwrap();
@@ -47,7 +45,10 @@ async fn an_upload_asked_for_during_a_rename_goes_to_the_new_name() {
         "the renamed file is in the bucket under its new name"
     );
     assert_eq!(mock.object("a"), None, "nothing is left under the old name");
-    assert_eq!(common::read_all(&fs, attr.ino).await, b"second version");
+    assert_eq!(
+        crate::common::read_all(&fs, attr.ino).await,
+        b"second version"
+    );
 }
 
 /// git's lock-file dance many times over: create `config.lock`, write, close, rename it
@@ -55,7 +56,7 @@ async fn an_upload_asked_for_during_a_rename_goes_to_the_new_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_file_renamed_over_its_target_again_and_again_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = common::setup(dir.path(), "");
+    let (mock, fs) = crate::common::setup(dir.path(), "");
     mock.set_latency_of(Op::Put, Duration::from_millis(2));
     mock.set_latency_of(Op::Delete, Duration::from_millis(3));
     for i in 0..200 {

@@ -1,12 +1,10 @@
 //! `Fs::status` (issue 14, `flowfs status`): what is not durable yet, what failed, and
 //! what the recovery of a dead mount's journal did, over the in-memory store.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common::fs_on;
+use crate::common::fs_on;
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
 use flowfs_fs::PendingState;
@@ -94,7 +92,7 @@ async fn the_recovery_of_a_dead_mounts_journal_is_reported() {
         }
         assert_eq!(fs.flush_all().await.len(), 2);
         // Dropped without a clean shutdown: as after kill -9.
-        common::crash(fs).await;
+        crate::common::crash(fs).await;
     }
     mock.clear_faults();
     // The recovery of b.txt fails (one PUT goes through, the next fails), a.txt's or

@@ -9,8 +9,6 @@
 //! delivers it (the kernel sends RELEASE after close() has returned). Failures that
 //! proptest shrinks are pinned as named tests at the bottom.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -422,7 +420,7 @@ impl World {
         let want: Vec<(String, usize)> = self.model.names.clone().into_iter().collect();
         let m = self.m();
         let fs = m.fs.clone();
-        let listed = m.rt.block_on(common::names(&fs, ROOT));
+        let listed = m.rt.block_on(crate::common::names(&fs, ROOT));
         let names: Vec<&String> = want.iter().map(|(n, _)| n).collect();
         assert_eq!(listed.iter().collect::<Vec<_>>(), names, "listing");
         for (name, file) in want {
@@ -432,7 +430,7 @@ impl World {
             let fs = m.fs.clone();
             let a = m.rt.block_on(fs.getattr(ino)).expect("getattr");
             assert_eq!(a.size, f.data.len() as u64, "size of {name}");
-            let got = m.rt.block_on(common::read_all(&fs, ino));
+            let got = m.rt.block_on(crate::common::read_all(&fs, ino));
             assert!(
                 got == f.data,
                 "bytes of {name}: {} vs {}",

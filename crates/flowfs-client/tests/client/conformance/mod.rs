@@ -1,6 +1,6 @@
 //! The `ObjectClient` conformance suite: every behaviour the file system relies on, written
 //! once as an async fn over `&dyn ObjectClient` and run against every backend (the mock by
-//! `conformance_mock.rs`, a real SeaweedFS by `conformance_seaweedfs/`).
+//! `mock_conformance.rs`, a real SeaweedFS by `conformance_seaweedfs/`).
 //!
 //! A body gets a client and a key prefix of its own (`…/`), touches nothing outside it, and
 //! asserts what real S3 does. Where the trait's doc comments are silent, the reference is

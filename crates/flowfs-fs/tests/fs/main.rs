@@ -1,0 +1,11 @@
+//! The file system core over the in-memory store: no FUSE, no network. One test binary
+//! with a module per subject: each binary of a release build is linked with thin LTO over
+//! the whole dependency tree, and seven of them took minutes of CI on 2 cores.
+
+mod common;
+mod core_ops;
+mod model;
+mod posix;
+mod rename_upload;
+mod status;
+mod writeback;
