@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults demo bench bench-quick bench-scale workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults demo bench bench-quick bench-scale bench-scale-core workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -68,3 +68,8 @@ bench-quick: setup build
 # BASELINE=path/to/flowfs measures the build before in the same run.
 bench-scale: setup build
 	$(PYTHON) bench/scale.py $(if $(BASELINE),--baseline-bin $(BASELINE))
+
+# The same targets on the core over the in-memory store, at 100,000 and 1,000,000 files
+# (crates/flowfs-fs/tests/fs/scale_probe.rs): RSS per file seen, the walk's time, re-listing.
+bench-scale-core: setup
+	for d in 100 1000; do PROBE_DIRS=$$d cargo test --release -p flowfs-fs --test fs scale_probe -- --ignored --nocapture 2>&1 | grep -E 'walk|ratio'; done

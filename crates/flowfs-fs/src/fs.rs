@@ -392,15 +392,15 @@ impl Fs {
     async fn listing(&self, ino: u64) -> Result<Listing> {
         let fresh = |t: &Inodes| {
             t.get(ino)
-                .and_then(|n| n.listing.clone())
+                .and_then(|n| n.listing().cloned())
                 .filter(|l| l.at.elapsed() < self.cfg.metadata_ttl)
         };
         let lock = {
-            let t = self.inodes.lock();
+            let mut t = self.inodes.lock();
             if let Some(l) = fresh(&t) {
                 return Ok(l);
             }
-            t.get(ino).ok_or(FsError::NotFound)?.list_lock.clone()
+            t.get_mut(ino).ok_or(FsError::NotFound)?.list_lock()
         };
         // Concurrent lookups in one directory share a single listing.
         let _guard = lock.lock().await;
@@ -425,24 +425,19 @@ impl Fs {
                     e.size = size;
                     e.mtime = mtime;
                 }
-                entries.insert(n.name.clone(), e);
+                entries.insert(n.name.to_string(), e);
             }
         }
         if let Some(n) = t.get_mut(ino) {
-            for (name, when) in &n.negative {
-                if *when > at {
-                    entries.remove(name);
-                }
+            for name in n.negatives_after(at) {
+                entries.remove(&name);
             }
-            n.negative.retain(|_, when| *when > at);
         }
         let listing = Listing {
             at,
             entries: Arc::new(entries),
         };
-        if let Some(n) = t.get_mut(ino) {
-            n.listing = Some(listing.clone());
-        }
+        t.set_listing(ino, Some(listing.clone()));
         Ok(listing)
     }
 
@@ -457,8 +452,8 @@ impl Fs {
         let listed = {
             let t = self.inodes.lock();
             t.get(parent)
-                .and_then(|p| p.listing.as_ref())
-                .is_some_and(|l| l.entries.len() <= RELIST_MAX)
+                .and_then(|p| p.listed_len())
+                .is_some_and(|n| n <= RELIST_MAX)
         };
         if !listed {
             return Ok(None);
@@ -566,17 +561,7 @@ impl Fs {
 
     /// Records a name in the parent's cached listing so that lookups of it need no request.
     fn listing_put(t: &mut Inodes, parent: u64, name: &str, e: Option<Entry>) {
-        if let Some(l) = t.get_mut(parent).and_then(|p| p.listing.as_mut()) {
-            let entries = Arc::make_mut(&mut l.entries);
-            match e {
-                Some(e) => {
-                    entries.insert(name.to_string(), e);
-                }
-                None => {
-                    entries.remove(name);
-                }
-            }
-        }
+        t.listing_put(parent, name, e);
     }
 
     /// An entry was added to or removed from `dir` through this mount: its mtime (and

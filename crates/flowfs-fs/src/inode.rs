@@ -9,6 +9,13 @@ use std::time::{Duration, Instant, SystemTime};
 pub const ROOT: u64 = 1;
 /// Negative entries kept per directory before the oldest are dropped.
 const MAX_NEGATIVE: usize = 4096;
+/// Listing entries kept across all directories before the oldest listings are dropped.
+/// An entry and its name in a listing's B-tree cost about 180 bytes, a third of what a
+/// file seen costs in all (measured with the core over the mock): without a bound a
+/// million files seen took 180 MiB in listings alone, and the target is 400 MiB in all
+/// (issue 15). 100,000 entries are about 18 MiB, however much the mount has seen. A
+/// dropped listing keeps its size, the directory its nodes and their attributes.
+const MAX_LISTED: usize = 100_000;
 
 /// What a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +34,9 @@ pub struct Entry {
     pub kind: Kind,
     pub size: u64,
     pub mtime: SystemTime,
-    pub etag: Option<String>,
+    /// Shared, not copied, between a listing and the node made from it (an ETag is 34
+    /// bytes and a million files are seen twice: issue 15).
+    pub etag: Option<Arc<str>>,
     pub target: Option<String>,
 }
 
@@ -62,46 +71,127 @@ pub struct Listing {
 #[derive(Debug)]
 pub struct Node {
     pub parent: u64,
-    pub name: String,
+    /// One allocation shared with the parent's child index.
+    pub name: Arc<str>,
     pub entry: Entry,
     /// When the attributes were last confirmed; `None` for nodes this mount owns.
     pub validated: Option<Instant>,
     pub lookups: u64,
     pub open: u32,
-    pub listing: Option<Listing>,
-    pub negative: HashMap<String, Instant>,
     /// ETag of the bytes the kernel may still hold in its page cache.
-    pub page_cache_etag: Option<String>,
+    pub page_cache_etag: Option<Arc<str>>,
     /// Its name was removed (unlink, replaced by a rename) while it is still open or
     /// known to the kernel: no name leads to it any more.
     pub unlinked: bool,
     /// Permission bits set by chmod while the mount lives.
     pub perm: Option<u16>,
-    /// Directories: one listing at a time, however many lookups want it.
-    pub list_lock: Arc<tokio::sync::Mutex<()>>,
-    /// Directories: the last file opened and how far siblings were prefetched.
-    pub last_open: Option<String>,
-    pub prefetched_to: Option<String>,
+    /// What only a directory has, made on first use: most nodes are files, and what
+    /// every node carries is paid a million times over (issue 15: 1,000,000 files seen
+    /// in 400 MiB; the directory fields inline cost a file 200 bytes of its 905).
+    dir: Option<Box<DirState>>,
+}
+
+/// A directory's own state: its cached listing, its negative entries, the lock that
+/// makes one LIST serve every lookup waiting on it, and where the prefetch of its files
+/// in listing order stands.
+#[derive(Debug, Default)]
+struct DirState {
+    listing: Option<Cached>,
+    negative: HashMap<String, Instant>,
+    list_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The last file opened here and how far its siblings were prefetched.
+    last_open: Option<String>,
+    prefetched_to: Option<String>,
+}
+
+/// What is left of a directory's listing.
+#[derive(Debug)]
+enum Cached {
+    /// Kept, as number `seq` in the order listings were stored (`Inodes::held`).
+    Held { listing: Listing, seq: u64 },
+    /// Dropped to keep listings within `MAX_LISTED`: how many entries it had.
+    Dropped { len: usize },
 }
 
 impl Node {
     fn new(parent: u64, name: &str, entry: Entry, validated: Option<Instant>) -> Node {
         Node {
             parent,
-            name: name.to_string(),
+            name: name.into(),
             entry,
             validated,
             lookups: 0,
             open: 0,
-            listing: None,
-            negative: HashMap::new(),
             page_cache_etag: None,
             unlinked: false,
             perm: None,
-            list_lock: Arc::default(),
-            last_open: None,
-            prefetched_to: None,
+            dir: None,
         }
+    }
+
+    fn dir_mut(&mut self) -> &mut DirState {
+        self.dir.get_or_insert_with(Box::default)
+    }
+
+    /// The directory's cached listing, however old, unless it was dropped.
+    pub fn listing(&self) -> Option<&Listing> {
+        match self.dir.as_ref()?.listing.as_ref()? {
+            Cached::Held { listing, .. } => Some(listing),
+            Cached::Dropped { .. } => None,
+        }
+    }
+
+    /// How many entries the directory's last listing had, kept or dropped.
+    pub fn listed_len(&self) -> Option<usize> {
+        match self.dir.as_ref()?.listing.as_ref()? {
+            Cached::Held { listing, .. } => Some(listing.entries.len()),
+            Cached::Dropped { len } => Some(*len),
+        }
+    }
+
+    /// Takes the listing out; a kept one returns its size and number.
+    fn take_listing(&mut self) -> Option<(usize, u64)> {
+        match self.dir.as_mut()?.listing.take()? {
+            Cached::Held { listing, seq } => Some((listing.entries.len(), seq)),
+            Cached::Dropped { .. } => None,
+        }
+    }
+
+    /// The lock one listing of this directory at a time holds.
+    pub fn list_lock(&mut self) -> Arc<tokio::sync::Mutex<()>> {
+        self.dir_mut().list_lock.clone()
+    }
+
+    /// Drops the negative entries from before `at` and returns the names of the newer
+    /// ones: a listing taken at `at` must not bring those names back.
+    pub fn negatives_after(&mut self, at: Instant) -> Vec<String> {
+        let Some(d) = self.dir.as_mut() else {
+            return Vec::new();
+        };
+        d.negative.retain(|_, when| *when > at);
+        d.negative.keys().cloned().collect()
+    }
+
+    fn remove_negative(&mut self, name: &str) {
+        if let Some(d) = self.dir.as_mut() {
+            d.negative.remove(name);
+        }
+    }
+
+    /// Records that `name` was opened here; returns the listing, the file opened before
+    /// it and how far siblings were prefetched, for the choice of what to fetch next.
+    pub fn opened_child(
+        &mut self,
+        name: &str,
+    ) -> Option<(Listing, Option<String>, Option<String>)> {
+        let l = self.listing()?.clone();
+        let d = self.dir.as_mut()?;
+        let last = d.last_open.replace(name.to_string());
+        Some((l, last, d.prefetched_to.clone()))
+    }
+
+    pub fn set_prefetched_to(&mut self, name: String) {
+        self.dir_mut().prefetched_to = Some(name);
     }
 
     pub fn fresh(&self, ttl: Duration) -> bool {
@@ -111,10 +201,12 @@ impl Node {
     /// What this directory's listing or negative entries younger than `ttl` say of
     /// `name`: `Some(Some((entry, listed at)))` there, `Some(None)` absent, `None` unknown.
     pub fn cached_child(&self, name: &str, ttl: Duration) -> Option<Option<(Entry, Instant)>> {
-        if let Some(l) = self.listing.as_ref().filter(|l| l.at.elapsed() < ttl) {
+        if let Some(l) = self.listing().filter(|l| l.at.elapsed() < ttl) {
             return Some(l.entries.get(name).map(|e| (e.clone(), l.at)));
         }
-        self.negative
+        self.dir
+            .as_ref()?
+            .negative
             .get(name)
             .is_some_and(|at| at.elapsed() < ttl)
             .then_some(None)
@@ -124,12 +216,19 @@ impl Node {
 /// The inode table and the names that lead to its nodes. Its state is private: every
 /// change is one of the methods below, taken under the caller's one lock (`Fs::inodes`).
 pub struct Inodes {
-    nodes: HashMap<u64, Node>,
+    /// Boxed: a table slot is then 16 bytes, and a table of a million nodes, which
+    /// doubles as it grows, leaves half its slots empty.
+    nodes: HashMap<u64, Box<Node>>,
     /// Per directory, its children by name: what a listing, a lookup or a rename does
     /// with one directory costs what that directory holds, not what the mount has seen
     /// (the listing merge used to walk every inode of the mount).
-    children: HashMap<u64, HashMap<String, u64>>,
+    children: HashMap<u64, HashMap<Arc<str>, u64>>,
     next: u64,
+    /// Entries in the listings kept, and those listings oldest first (by `Cached::Held`
+    /// seq): the bound `MAX_LISTED` drops from the front.
+    listed: usize,
+    held: BTreeMap<u64, u64>,
+    seq: u64,
 }
 
 impl Default for Inodes {
@@ -143,24 +242,27 @@ impl Inodes {
         let mut nodes = HashMap::new();
         nodes.insert(
             ROOT,
-            Node {
+            Box::new(Node {
                 lookups: 1,
                 ..Node::new(ROOT, "", Entry::dir(SystemTime::now()), None)
-            },
+            }),
         );
         Inodes {
             nodes,
             children: HashMap::new(),
             next: ROOT + 1,
+            listed: 0,
+            held: BTreeMap::new(),
+            seq: 0,
         }
     }
 
     pub fn get(&self, ino: u64) -> Option<&Node> {
-        self.nodes.get(&ino)
+        self.nodes.get(&ino).map(|n| &**n)
     }
 
     pub fn get_mut(&mut self, ino: u64) -> Option<&mut Node> {
-        self.nodes.get_mut(&ino)
+        self.nodes.get_mut(&ino).map(|n| &mut **n)
     }
 
     /// The path below the mount root, `""` for the root, `a/b` below it.
@@ -169,7 +271,7 @@ impl Inodes {
         let mut cur = ino;
         while cur != ROOT {
             let n = self.nodes.get(&cur)?;
-            parts.push(n.name.as_str());
+            parts.push(&*n.name);
             cur = n.parent;
         }
         parts.reverse();
@@ -186,14 +288,15 @@ impl Inodes {
             .get(&parent)
             .into_iter()
             .flat_map(|m| m.values())
-            .filter_map(|ino| self.nodes.get(ino).map(|n| (*ino, n)))
+            .filter_map(|ino| self.get(*ino).map(|n| (*ino, n)))
     }
 
-    fn link(&mut self, parent: u64, name: &str, ino: u64) {
-        self.children
-            .entry(parent)
-            .or_default()
-            .insert(name.to_string(), ino);
+    /// Enters the node's own name in its parent's child index.
+    fn link(&mut self, ino: u64) {
+        let Some((parent, name)) = self.get(ino).map(|n| (n.parent, n.name.clone())) else {
+            return;
+        };
+        self.children.entry(parent).or_default().insert(name, ino);
     }
 
     /// Removes the name `parent/name` if it leads to `ino` (any node when `None`).
@@ -236,10 +339,10 @@ impl Inodes {
         let ino = self.next;
         self.next += 1;
         self.nodes
-            .insert(ino, Node::new(parent, name, entry.clone(), at));
-        self.link(parent, name, ino);
+            .insert(ino, Box::new(Node::new(parent, name, entry.clone(), at)));
+        self.link(ino);
         if let Some(p) = self.nodes.get_mut(&parent) {
-            p.negative.remove(name);
+            p.remove_negative(name);
         }
         ino
     }
@@ -250,7 +353,7 @@ impl Inodes {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.unlinked = true;
             if n.lookups == 0 && n.open == 0 {
-                self.nodes.remove(&ino);
+                self.remove_node(ino);
             }
         }
         Some(ino)
@@ -258,10 +361,11 @@ impl Inodes {
 
     pub fn add_negative(&mut self, parent: u64, name: &str) {
         if let Some(p) = self.nodes.get_mut(&parent) {
-            if p.negative.len() >= MAX_NEGATIVE {
-                p.negative.clear();
+            let negative = &mut p.dir_mut().negative;
+            if negative.len() >= MAX_NEGATIVE {
+                negative.clear();
             }
-            p.negative.insert(name.to_string(), Instant::now());
+            negative.insert(name.to_string(), Instant::now());
         }
     }
 
@@ -296,7 +400,73 @@ impl Inodes {
             }
             self.unlink_name(parent, &name, Some(ino));
         }
-        self.nodes.remove(&ino);
+        self.remove_node(ino);
+    }
+
+    fn remove_node(&mut self, ino: u64) {
+        if let Some(mut n) = self.nodes.remove(&ino) {
+            self.forget_listing(&mut n);
+        }
+    }
+
+    fn forget_listing(&mut self, n: &mut Node) {
+        if let Some((len, seq)) = n.take_listing() {
+            self.listed -= len;
+            self.held.remove(&seq);
+        }
+    }
+
+    /// Stores (or with `None` forgets) directory `ino`'s listing, then drops the oldest
+    /// listings beyond `MAX_LISTED` entries, never the one just stored.
+    pub fn set_listing(&mut self, ino: u64, l: Option<Listing>) {
+        let Some(mut n) = self.nodes.remove(&ino) else {
+            return;
+        };
+        self.forget_listing(&mut n);
+        if let Some(listing) = l {
+            self.seq += 1;
+            self.listed += listing.entries.len();
+            self.held.insert(self.seq, ino);
+            let seq = self.seq;
+            n.dir_mut().listing = Some(Cached::Held { listing, seq });
+        }
+        self.nodes.insert(ino, n);
+        while self.listed > MAX_LISTED && self.held.len() > 1 {
+            let Some((_, old)) = self.held.pop_first() else {
+                break;
+            };
+            if let Some(d) = self.nodes.get_mut(&old).and_then(|n| n.dir.as_mut()) {
+                if let Some(Cached::Held { listing, .. }) = &d.listing {
+                    let len = listing.entries.len();
+                    self.listed -= len;
+                    d.listing = Some(Cached::Dropped { len });
+                }
+            }
+        }
+    }
+
+    /// Records a name (`Some`) or its removal (`None`) in the kept listing of `parent`,
+    /// so that lookups of it need no request.
+    pub fn listing_put(&mut self, parent: u64, name: &str, e: Option<Entry>) {
+        let Some(Cached::Held { listing, .. }) = self
+            .nodes
+            .get_mut(&parent)
+            .and_then(|p| p.dir.as_mut())
+            .and_then(|d| d.listing.as_mut())
+        else {
+            return;
+        };
+        let entries = Arc::make_mut(&mut listing.entries);
+        let before = entries.len();
+        match e {
+            Some(e) => {
+                entries.insert(name.to_string(), e);
+            }
+            None => {
+                entries.remove(name);
+            }
+        }
+        self.listed = self.listed + entries.len() - before;
     }
 
     /// Moves a node to a new name; whatever held that name is detached first.
@@ -307,12 +477,12 @@ impl Inodes {
         }
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.parent = new_parent;
-            n.name = new_name.to_string();
+            n.name = new_name.into();
         }
-        self.link(new_parent, new_name, ino);
+        self.link(ino);
         // The rename looked the new name up first, which may have left a negative entry.
         if let Some(p) = self.nodes.get_mut(&new_parent) {
-            p.negative.remove(new_name);
+            p.remove_negative(new_name);
         }
     }
 
@@ -320,7 +490,7 @@ impl Inodes {
         self.detach(parent, name);
         let ino = self.upsert(parent, name, &entry, None);
         if let Some(p) = self.nodes.get_mut(&parent) {
-            p.negative.remove(name);
+            p.remove_negative(name);
         }
         ino
     }
@@ -339,5 +509,63 @@ impl Inodes {
                 None => return false,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listing_of(n: usize) -> Listing {
+        let entries = (0..n)
+            .map(|i| (format!("f{i}"), Entry::dir(SystemTime::UNIX_EPOCH)))
+            .collect();
+        Listing {
+            at: Instant::now(),
+            entries: Arc::new(entries),
+        }
+    }
+
+    #[test]
+    fn listings_beyond_the_bound_are_dropped_oldest_first_and_keep_their_size() {
+        let mut t = Inodes::new();
+        let per = MAX_LISTED / 4;
+        let dirs: Vec<u64> = (0..6)
+            .map(|i| t.upsert(ROOT, &format!("d{i}"), &Entry::dir(SystemTime::now()), None))
+            .collect();
+        for &d in &dirs {
+            t.set_listing(d, Some(listing_of(per)));
+        }
+        assert!(t.listed <= MAX_LISTED, "{} entries kept", t.listed);
+        let kept = |t: &Inodes, d: u64| t.get(d).and_then(|n| n.listing()).is_some();
+        assert!(
+            !kept(&t, dirs[0]) && !kept(&t, dirs[1]),
+            "the oldest two go"
+        );
+        assert!(
+            dirs[2..].iter().all(|&d| kept(&t, d)),
+            "the newest four stay"
+        );
+        assert_eq!(t.get(dirs[0]).and_then(|n| n.listed_len()), Some(per));
+        let ttl = Duration::from_secs(60);
+        let dropped = t.get(dirs[0]).and_then(|n| n.cached_child("f1", ttl));
+        assert_eq!(dropped, None, "a dropped listing answers nothing");
+        // Names put into a kept listing count; a listing replaced or forgotten gives its
+        // entries back, and so does a directory that goes away.
+        t.listing_put(dirs[5], "new", Some(Entry::dir(SystemTime::now())));
+        assert_eq!(t.listed, 4 * per + 1);
+        t.set_listing(dirs[5], None);
+        assert_eq!(t.listed, 3 * per);
+        t.detach(ROOT, "d4");
+        assert_eq!(t.listed, 2 * per);
+        assert_eq!(t.held.len(), 2);
+    }
+
+    #[test]
+    fn one_listing_bigger_than_the_bound_is_kept() {
+        let mut t = Inodes::new();
+        let d = t.upsert(ROOT, "big", &Entry::dir(SystemTime::now()), None);
+        t.set_listing(d, Some(listing_of(MAX_LISTED + 5)));
+        assert!(t.get(d).and_then(|n| n.listing()).is_some());
     }
 }

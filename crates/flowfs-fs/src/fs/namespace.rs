@@ -114,12 +114,13 @@ impl Fs {
         Self::listing_put(&mut t, parent, name, Some(e));
         Self::entries_changed(&mut t, parent);
         // It was just checked to be empty: names created in it need no lookup request.
-        if let Some(n) = t.get_mut(ino) {
-            n.listing = Some(Listing {
+        t.set_listing(
+            ino,
+            Some(Listing {
                 at,
                 entries: Arc::default(),
-            });
-        }
+            }),
+        );
         self.counted(&mut t, ino)
     }
 
@@ -341,9 +342,7 @@ impl Fs {
             Self::listing_put(&mut t, newparent, newname, entry);
             Self::entries_changed(&mut t, newparent);
             t.add_negative(parent, name);
-            if let Some(n) = t.get_mut(ino) {
-                n.listing = None;
-            }
+            t.set_listing(ino, None);
             // Staged files below a moved directory now go to new keys.
             staged
                 .iter()

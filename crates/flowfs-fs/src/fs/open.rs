@@ -59,8 +59,8 @@ impl Fs {
             n.open += 1;
             (etag, n.entry.size, keep)
         };
-        let version = etag.clone().unwrap_or_default();
-        let entry = match self.cache.entry(&self.cfg.bucket, &key, &version, size) {
+        let version = etag.as_deref().unwrap_or_default();
+        let entry = match self.cache.entry(&self.cfg.bucket, &key, version, size) {
             Ok(e) => e,
             Err(e) => {
                 self.close_node(ino);
@@ -71,7 +71,7 @@ impl Fs {
         let h = ReadHandle {
             ino,
             key,
-            etag,
+            etag: etag.as_deref().map(String::from),
             size,
             entry,
             seq: Mutex::new(SeqState::default()),
@@ -221,11 +221,12 @@ impl Fs {
         let todo: Vec<(String, Entry)> = {
             let mut t = self.inodes.lock();
             let Some(n) = t.get(ino) else { return };
-            let (parent, name) = (n.parent, n.name.clone());
+            let (parent, name) = (n.parent, n.name.to_string());
             let Some(dir) = t.path(parent) else { return };
             let Some(p) = t.get_mut(parent) else { return };
-            let Some(l) = p.listing.clone() else { return };
-            let last = p.last_open.replace(name.clone());
+            let Some((l, last, prefetched_to)) = p.opened_child(&name) else {
+                return;
+            };
             let in_order = last.is_some_and(|lo| {
                 lo < name && l.entries.range(lo..name.clone()).take(6).count() <= 5
             });
@@ -244,17 +245,13 @@ impl Fs {
                     *i >= SIBLING_PREFETCH || bytes > self.cfg.max_readahead
                 })
                 .map(|(_, (k, _))| k.clone());
-            let from = p
-                .prefetched_to
-                .clone()
-                .filter(|f| *f > name)
-                .unwrap_or(name.clone());
+            let from = prefetched_to.filter(|f| *f > name).unwrap_or(name.clone());
             let mut out = Vec::new();
             for (k, e) in l.entries.range(from.clone()..) {
                 if *k == from || window_end.as_ref().is_some_and(|w| k > w) {
                     continue;
                 }
-                p.prefetched_to = Some(k.clone());
+                p.set_prefetched_to(k.clone());
                 if e.kind == Kind::File && e.size > 0 && e.size <= self.cfg.part_size {
                     out.push((join(&dir, k), e.clone()));
                 }
@@ -276,7 +273,7 @@ impl Fs {
             let h = Arc::new(ReadHandle {
                 ino: 0,
                 key,
-                etag,
+                etag: etag.as_deref().map(String::from),
                 size: e.size,
                 entry,
                 seq: Mutex::new(SeqState::default()),

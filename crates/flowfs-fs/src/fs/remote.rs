@@ -75,7 +75,7 @@ fn file_entry(info: &ObjectInfo) -> Entry {
         kind: Kind::File,
         size: info.size,
         mtime: info.last_modified,
-        etag: Some(info.etag.clone()),
+        etag: Some(info.etag.as_str().into()),
         target: None,
     }
 }

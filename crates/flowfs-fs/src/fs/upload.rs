@@ -265,7 +265,7 @@ impl Fs {
         let marker = {
             let t = self.inodes.lock();
             t.get(ino)
-                .filter(|n| self.cfg.completion_markers.contains(&n.name))
+                .filter(|n| self.cfg.completion_markers.iter().any(|m| **m == *n.name))
                 .map(|n| n.parent)
         };
         if let Some(dir) = marker {
@@ -382,12 +382,13 @@ impl Fs {
             if let Some(n) = t.get_mut(ino) {
                 // The node now describes the object in the bucket.
                 n.entry.size = job.size;
+                let etag: Arc<str> = etag.as_str().into();
                 n.entry.etag = Some(etag.clone());
                 if let Some(m) = mtime {
                     n.entry.mtime = m;
                 }
                 // The kernel's pages are exactly what we uploaded.
-                n.page_cache_etag = Some(etag.clone());
+                n.page_cache_etag = Some(etag);
                 if fin.released.is_some() {
                     n.validated = Some(Instant::now());
                 }

@@ -6,6 +6,8 @@ mod common;
 mod core_ops;
 mod model;
 mod posix;
+mod reads;
 mod rename_upload;
+mod scale_probe;
 mod status;
 mod writeback;
