@@ -16,60 +16,11 @@ mod weed;
 
 use std::sync::Arc;
 
-use flowfs_client::s3::{S3Client, S3Config};
 use flowfs_client::{ClientError, ObjectClient};
 
-use weed::Weed;
+use weed::{product_client, use_credentials, Weed};
 
 const BUCKET: &str = "flowfs-conformance";
-const REGION: &str = "us-east-1";
-
-/// An SDK client for the harness's own requests (readiness, bucket creation).
-async fn sdk_client(w: &Weed) -> aws_sdk_s3::Client {
-    let creds = aws_sdk_s3::config::Credentials::new(
-        &w.access_key,
-        &w.secret_key,
-        None,
-        None,
-        "conformance",
-    );
-    let cfg = aws_sdk_s3::config::Builder::new()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new(REGION))
-        .endpoint_url(&w.endpoint)
-        .credentials_provider(creds)
-        .force_path_style(true)
-        .build();
-    aws_sdk_s3::Client::from_conf(cfg)
-}
-
-/// Points the standard credential chain at `key`/`secret` only: no profile files, no
-/// instance metadata, no proxies. Called with no request in flight.
-fn use_credentials(dir: &std::path::Path, key: &str, secret: &str) {
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().to_string();
-        if k.to_uppercase().starts_with("AWS_") || k.to_lowercase().ends_with("_proxy") {
-            std::env::remove_var(&k);
-        }
-    }
-    let none = dir.join("no-such-aws-file");
-    std::env::set_var("AWS_CONFIG_FILE", &none);
-    std::env::set_var("AWS_SHARED_CREDENTIALS_FILE", &none);
-    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
-    std::env::set_var("NO_PROXY", "127.0.0.1");
-    std::env::set_var("AWS_ACCESS_KEY_ID", key);
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", secret);
-}
-
-async fn product_client(endpoint: &str, bucket: &str, max_attempts: u32) -> S3Client {
-    S3Client::new(&S3Config {
-        bucket: bucket.to_string(),
-        endpoint_url: Some(endpoint.to_string()),
-        region: Some(REGION.to_string()),
-        max_attempts,
-    })
-    .await
-}
 
 #[test]
 fn seaweedfs_conforms() {
@@ -93,7 +44,8 @@ fn seaweedfs_conforms() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        sdk_client(&server)
+        server
+            .sdk_client()
             .await
             .create_bucket()
             .bucket(BUCKET)

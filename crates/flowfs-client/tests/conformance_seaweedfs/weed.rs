@@ -15,6 +15,11 @@ use std::time::{Duration, Instant};
 use rand::distributions::Alphanumeric;
 use rand::Rng;
 
+use flowfs_client::s3::{S3Client, S3Config};
+
+/// The region every client here signs for.
+pub const REGION: &str = "us-east-1";
+
 pub struct Weed {
     child: Option<Child>,
     pub endpoint: String,
@@ -174,7 +179,7 @@ impl Weed {
             .build()
             .map_err(|e| e.to_string())?;
         rt.block_on(async {
-            let client = super::sdk_client(self).await;
+            let client = self.sdk_client().await;
             client
                 .list_buckets()
                 .send()
@@ -182,6 +187,11 @@ impl Weed {
                 .map(|_| ())
                 .map_err(|e| aws_sdk_s3::error::DisplayErrorContext(e).to_string())
         })
+    }
+
+    /// An SDK client for the harness's own requests (readiness, bucket creation).
+    pub async fn sdk_client(&self) -> aws_sdk_s3::Client {
+        sdk_client(self).await
     }
 
     pub fn log_tail(&self, n: usize) -> String {
@@ -288,4 +298,51 @@ fn spawn(weed: &Path, dir: &Path, ports: &[(&str, u16)], log: &Path) -> Child {
     }
     cmd.spawn()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", weed.display()))
+}
+
+/// An SDK client for the harness's own requests (readiness, bucket creation).
+async fn sdk_client(w: &Weed) -> aws_sdk_s3::Client {
+    let creds = aws_sdk_s3::config::Credentials::new(
+        &w.access_key,
+        &w.secret_key,
+        None,
+        None,
+        "conformance",
+    );
+    let cfg = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new(REGION))
+        .endpoint_url(&w.endpoint)
+        .credentials_provider(creds)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(cfg)
+}
+
+/// Points the standard credential chain at `key`/`secret` only: no profile files, no
+/// instance metadata, no proxies. Called with no request in flight.
+pub fn use_credentials(dir: &std::path::Path, key: &str, secret: &str) {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().to_string();
+        if k.to_uppercase().starts_with("AWS_") || k.to_lowercase().ends_with("_proxy") {
+            std::env::remove_var(&k);
+        }
+    }
+    let none = dir.join("no-such-aws-file");
+    std::env::set_var("AWS_CONFIG_FILE", &none);
+    std::env::set_var("AWS_SHARED_CREDENTIALS_FILE", &none);
+    std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+    std::env::set_var("NO_PROXY", "127.0.0.1");
+    std::env::set_var("AWS_ACCESS_KEY_ID", key);
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", secret);
+}
+
+pub async fn product_client(endpoint: &str, bucket: &str, max_attempts: u32) -> S3Client {
+    S3Client::new(&S3Config {
+        bucket: bucket.to_string(),
+        endpoint_url: Some(endpoint.to_string()),
+        region: Some(REGION.to_string()),
+        max_attempts,
+    })
+    .await
 }

@@ -2,9 +2,11 @@
 //! with a module per subject: each binary of a release build is linked with thin LTO over
 //! the whole dependency tree, and seven of them took minutes of CI on 2 cores.
 
+mod bodies;
 mod common;
 mod core_ops;
 mod model;
+mod on_mock;
 mod posix;
 mod reads;
 mod rename_upload;

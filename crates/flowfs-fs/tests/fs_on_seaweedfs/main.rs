@@ -1,0 +1,52 @@
+//! The core's shared test bodies (tests/fs/bodies.rs) over the product's S3 backend and a
+//! real SeaweedFS that this test starts and stops itself (the client conformance suite's
+//! `weed mini` harness). The same bodies run over the mock in tests/fs (on_mock.rs). Its
+//! own binary with one test function on one thread, because it points the credential
+//! chain at the server through environment variables, which must race no other thread.
+//! FLOWFS_CONFORMANCE_S3=0 skips it on purpose; without a `weed` it fails.
+
+#[path = "../fs/bodies.rs"]
+mod bodies;
+#[path = "../../../flowfs-client/tests/conformance_seaweedfs/weed.rs"]
+mod weed;
+
+use std::sync::Arc;
+
+use flowfs_client::ObjectClient;
+use weed::{product_client, use_credentials, Weed};
+
+const BUCKET: &str = "flowfs-core";
+
+#[test]
+fn the_shared_bodies_hold_on_seaweedfs() {
+    if std::env::var("FLOWFS_CONFORMANCE_S3").as_deref() == Ok("0") {
+        eprintln!("FLOWFS_CONFORMANCE_S3=0: the core over SeaweedFS is skipped on purpose");
+        return;
+    }
+    let bin = weed::find_weed().expect(
+        "weed not found (WEED_BIN, python3's scripts directory, PATH): run scripts/setup.sh",
+    );
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let server = Weed::start(&bin);
+    use_credentials(scratch.path(), &server.access_key, &server.secret_key);
+    // The bodies want several threads (uploads, reads); the environment is set by now.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        (server.sdk_client().await)
+            .create_bucket()
+            .bucket(BUCKET)
+            .send()
+            .await
+            .expect("create bucket");
+        let client: Arc<dyn ObjectClient> =
+            Arc::new(product_client(&server.endpoint, BUCKET, 3).await);
+        bodies::written_renamed_and_read_back(client.clone(), "written").await;
+        bodies::a_listing_spans_pages(client, "paged").await;
+    });
+    drop(rt);
+    drop(server);
+}
