@@ -12,20 +12,19 @@ mod status;
 mod upload;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use flowfs_client::{ClientError, ObjectClient, ObjectInfo, ObjectMeta};
 use parking_lot::Mutex;
-use tokio::sync::Semaphore;
 
-use crate::cache::{CacheEntry, DiskCache, Fetch, CHUNK};
+use crate::cache::DiskCache;
 use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
-use crate::read::SeqState;
+use crate::prefetch::{Prefetcher, Reader};
 use crate::stamp::Stamps;
 pub use crate::writeback::PendingState;
 use crate::writeback::{
@@ -94,19 +93,10 @@ pub struct DirItem {
     pub attr: Option<Attr>,
 }
 
-struct ReadHandle {
-    ino: u64,
-    key: String,
-    etag: Option<String>,
-    size: u64,
-    entry: Arc<CacheEntry>,
-    seq: Mutex<SeqState>,
-}
-
 #[derive(Clone)]
 enum Handle {
     /// Reads of an object through the cache.
-    Remote(Arc<ReadHandle>),
+    Remote { ino: u64, reader: Arc<Reader> },
     /// A file whose content is staged on local disk.
     Local {
         ino: u64,
@@ -134,7 +124,8 @@ pub struct Fs {
     files: Mutex<HashMap<u64, Handle>>,
     dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirHandle>>>>,
     next_fh: AtomicU64,
-    gets: Arc<Semaphore>,
+    /// Reads from the store: read-ahead, GETs, the prefetch of a directory's next files.
+    prefetch: Arc<Prefetcher>,
     /// Bounds on the bytes uploads hold in memory.
     slots: UploadSlots,
     /// Every staged file and where it stands on its way to the bucket.
@@ -147,8 +138,6 @@ pub struct Fs {
     /// directory that moves must neither land nor start while its objects are copied.
     dir_moves: tokio::sync::RwLock<()>,
     stamps: Arc<Stamps>,
-    /// A cache write failed (and was logged at warn level) in this mount.
-    cache_write_warned: AtomicBool,
 }
 
 fn valid_name(name: &str) -> Result<()> {
@@ -184,8 +173,9 @@ impl Fs {
                 cfg.cache_dir.display()
             ))
         })?;
+        let cache = Arc::new(cache);
         Ok(Fs {
-            gets: Arc::new(Semaphore::new(cfg.max_gets.max(1))),
+            prefetch: Arc::new(Prefetcher::new(&cfg, client.clone(), cache.clone())),
             slots: UploadSlots::new(cfg.max_uploads),
             wb: WriteBack::new(staging),
             recovered: Mutex::new(Vec::new()),
@@ -195,12 +185,11 @@ impl Fs {
             started: SystemTime::now(),
             cfg,
             client,
-            cache: Arc::new(cache),
+            cache,
             inodes: Mutex::new(Inodes::new()),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            cache_write_warned: AtomicBool::new(false),
         })
     }
 

@@ -10,7 +10,7 @@ mod error;
 mod fs;
 mod fuse;
 mod inode;
-mod read;
+mod prefetch;
 mod stamp;
 mod writeback;
 

@@ -42,7 +42,7 @@ impl Fs {
                 etag.as_deref(),
                 size,
                 self.cfg.part_size,
-                &self.gets,
+                self.prefetch.gets(),
                 &file.file,
             )
             .await;
@@ -142,7 +142,7 @@ impl Fs {
     pub async fn fsync(self: &Arc<Self>, fh: u64) -> Result<()> {
         let (ino, staged) = match self.handle(fh)? {
             Handle::Local { ino, staged, .. } => (ino, staged),
-            Handle::Remote(_) => return Ok(()),
+            Handle::Remote { .. } => return Ok(()),
         };
         self.wait_durable(ino, &staged).await
     }
