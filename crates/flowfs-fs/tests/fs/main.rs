@@ -3,6 +3,7 @@
 //! the whole dependency tree, and seven of them took minutes of CI on 2 cores.
 
 mod common;
+mod attrs;
 mod core_ops;
 mod model;
 mod posix;
