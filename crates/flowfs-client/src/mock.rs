@@ -101,7 +101,12 @@ impl MockClient {
 
     /// Puts an object with user metadata as another S3 client (s3fs, rclone) would; no
     /// request is counted.
-    pub fn insert_with_metadata(&self, key: &str, data: impl Into<Bytes>, metadata: &[(&str, &str)]) {
+    pub fn insert_with_metadata(
+        &self,
+        key: &str,
+        data: impl Into<Bytes>,
+        metadata: &[(&str, &str)],
+    ) {
         self.insert(key, data);
         if let Some(o) = self.objects.lock().get_mut(key) {
             o.metadata = metadata

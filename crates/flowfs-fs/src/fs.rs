@@ -33,8 +33,8 @@ use crate::writeback::{
     download_into, send_early, upload_file, Early, NewFile, StagedFile, Staging, UploadSlots,
     WriteBack,
 };
-pub use attrs::{Attr, AttrChanges, DirItem};
 use attrs::MetaWrites;
+pub use attrs::{Attr, AttrChanges, DirItem};
 use remote::{batched, percent_encode};
 pub use status::{Failure, PendingFile, Recovery, Status};
 

@@ -160,7 +160,10 @@ mod tests {
             Some(at(1_600_000_000, 5))
         );
         // rclone drops trailing zeros: a decimal fraction, not a count of nanoseconds.
-        assert_eq!(parse_time("1600000000.5"), Some(at(1_600_000_000, 500_000_000)));
+        assert_eq!(
+            parse_time("1600000000.5"),
+            Some(at(1_600_000_000, 500_000_000))
+        );
         for bad in ["", "-1", "1.2.3", "x", "1.", "1.1234567890", "1e9", ".5"] {
             assert_eq!(parse_time(bad), None, "{bad:?}");
         }

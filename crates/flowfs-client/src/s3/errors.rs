@@ -8,7 +8,9 @@ use crate::ClientError;
 /// code, or a body that is not S3 XML. A web server or a proxy's page at the endpoint
 /// would otherwise read as "no such bucket". 5xx answers are left alone: an S3 server
 /// in trouble may send them bare.
-pub(super) fn not_s3<E>(err: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> Option<ClientError>
+pub(super) fn not_s3<E>(
+    err: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> Option<ClientError>
 where
     E: ProvideErrorMetadata,
 {
@@ -32,7 +34,10 @@ where
 }
 
 /// One place that turns an SDK failure into the kind the file system acts on.
-pub(super) fn map_err<E>(what: &str, err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>) -> ClientError
+pub(super) fn map_err<E>(
+    what: &str,
+    err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> ClientError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {

@@ -138,7 +138,11 @@ impl Fs {
             Kind::File => (S_IFREG, u32::from(self.cfg.file_mode)),
         };
         let perm = p.perm().map_or(default, u32::from);
-        let kind = p.mode.map(|m| m & S_IFMT).filter(|k| *k != 0).unwrap_or(kind);
+        let kind = p
+            .mode
+            .map(|m| m & S_IFMT)
+            .filter(|k| *k != 0)
+            .unwrap_or(kind);
         p.mode = Some(kind | perm);
         p.uid = Some(p.uid.unwrap_or(self.cfg.uid));
         p.gid = Some(p.gid.unwrap_or(self.cfg.gid));
@@ -207,13 +211,11 @@ impl Fs {
     async fn rewrite_once(&self, ino: u64) -> std::result::Result<(), ClientError> {
         let (key, posix) = {
             let t = self.inodes.lock();
+            // A staged file's coming upload carries them too; an upload landing first
+            // makes the copy's condition fail, and one landing later carries them.
             let Some(n) = t.get(ino).filter(|n| !n.unlinked) else {
                 return Ok(());
             };
-            // A staged file's upload carries the attributes.
-            if self.wb.stat(ino).is_some() {
-                return Ok(());
-            }
             let Some(path) = t.path(ino) else {
                 return Ok(());
             };
@@ -229,7 +231,11 @@ impl Fs {
             return Ok(());
         }
         let etag = head.info.etag.as_str();
-        match self.client.replace_metadata(&key, &metadata, Some(etag)).await {
+        match self
+            .client
+            .replace_metadata(&key, &metadata, Some(etag))
+            .await
+        {
             Ok(put) => {
                 let mut t = self.inodes.lock();
                 if let Some(n) = t.get_mut(ino) {

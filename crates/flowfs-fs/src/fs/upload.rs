@@ -32,7 +32,12 @@ impl Fs {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             let path = t.path(ino).ok_or(FsError::NotFound)?;
-            (path, n.entry.etag.clone(), n.entry.size, n.entry.mtime)
+            (
+                path,
+                n.entry.etag.clone(),
+                n.entry.size,
+                n.entry.shown_mtime(),
+            )
         };
         let file = self.wb.staging().create()?;
         if size > 0 && !truncate {
@@ -138,7 +143,14 @@ impl Fs {
         let claimed = self.wb.claim_early_parts(ino, ps, |file| {
             let note = file.upload_note_path();
             let aborts = self.wb.aborts().clone();
-            Early::new(self.client.clone(), &self.cfg.bucket, key, note, aborts, metadata)
+            Early::new(
+                self.client.clone(),
+                &self.cfg.bucket,
+                key,
+                note,
+                aborts,
+                metadata,
+            )
         });
         if let Some((early, file, parts)) = claimed {
             send_early(&early, &file, &parts, ps, &self.slots.parts);
@@ -292,6 +304,7 @@ impl Fs {
                 return;
             };
             let (r, carried) = self.upload_job(&job, &key, &metadata).await;
+            let begun = written.mtime;
             // The object carries the time of the last write, which every later mount
             // shows. An early multipart upload was begun before that time was known: the
             // bucket's time then stands for it, read back after the upload.
@@ -303,9 +316,13 @@ impl Fs {
                 Ok(etag) => self.stamps.last_modified(&self.client, &key, etag).await,
                 Err(_) => None,
             };
+            // Before the upload counts as done (and wakes fsync and unmount), so that an
+            // unmount waits for the rewrite this may call for.
+            let rewrite = r.is_ok() && self.after_upload_attrs(ino, &written, begun);
             let fin = self.finish_upload(ino, &job, &key, r, mtime);
-            if fin.durable {
-                self.after_upload_attrs(ino, &written);
+            if rewrite {
+                let fs = self.clone();
+                tokio::spawn(async move { fs.rewrite_meta(ino).await });
             }
             if let Some(token) = fin.retry {
                 self.retry_later(ino, token, retry);
@@ -325,7 +342,7 @@ impl Fs {
         &self,
         ino: u64,
     ) -> Option<(UploadJob, String, HashMap<String, String>, Posix)> {
-        let t = self.inodes.lock();
+        let mut t = self.inodes.lock();
         let Some(path) = t.path(ino) else {
             drop(t);
             self.wb.cancel_queued(ino, None);
@@ -335,35 +352,40 @@ impl Fs {
         let job = self.wb.begin_upload(ino, &key)?;
         let mut metadata = HashMap::new();
         let mut posix = Posix::default();
-        if let Some(n) = t.get(ino) {
+        if let Some(n) = t.get_mut(ino) {
             if let Some(target) = &n.entry.target {
                 metadata.insert(SYMLINK_META.to_string(), percent_encode(target));
             }
             posix = self.full_posix(&n.entry);
             posix.mtime = self.wb.stat(ino).map(|(_, m)| m);
             posix.encode_into(&mut metadata);
+            // A utimens from now on differs from this: after_upload_attrs tells it so.
+            n.entry.posix.get_or_insert_with(Posix::default).mtime = posix.mtime;
         }
         Some((job, key, metadata, posix))
     }
 
-    /// After an upload that `written` went with: the node shows the time the object
-    /// carries, and a chmod or chown that came while it was under way (which the upload
-    /// did not carry) goes to the bucket as a metadata rewrite. (A utimens in that
-    /// window is lost: the upload's time of the last write wins.)
-    fn after_upload_attrs(self: &Arc<Self>, ino: u64, written: &Posix) {
+    /// After an upload that `written` went with (`begun`: the time of the last write when
+    /// it began): the node shows the time the object carries, and a chmod, chown or
+    /// utimens that came while it was under way (`write; touch -d` closes, which starts
+    /// the upload, then sets the time), which the upload did not carry, goes to the
+    /// bucket as a metadata rewrite.
+    /// Returns whether the caller must start that rewrite's task.
+    fn after_upload_attrs(&self, ino: u64, written: &Posix, begun: Option<SystemTime>) -> bool {
         let stale = {
             let mut t = self.inodes.lock();
-            let Some(n) = t.get_mut(ino) else { return };
+            let Some(n) = t.get_mut(ino) else {
+                return false;
+            };
             let p = n.entry.posix.get_or_insert_with(Posix::default);
-            p.mtime = written.mtime;
+            if p.mtime == begun {
+                p.mtime = written.mtime;
+            }
             let mut now = self.full_posix(&n.entry);
             now.atime = written.atime;
-            now != *written && n.entry.etag.is_some()
+            now != *written
         };
-        if stale && self.meta_writes.start(ino) {
-            let fs = self.clone();
-            tokio::spawn(async move { fs.rewrite_meta(ino).await });
-        }
+        stale && self.meta_writes.start(ino)
     }
 
     async fn upload_job(

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_fs::{AttrChanges, Fs, FsConfig, MetaHeads, ROOT};
 
-use crate::common::{fs_on, setup};
+use crate::common::{await_count, fs_on, setup};
 
 fn meta(mock: &MockClient, key: &str) -> HashMap<String, String> {
     mock.metadata(key).expect("object")
@@ -55,7 +55,11 @@ async fn an_upload_carries_mode_owner_and_the_time_of_the_last_write() {
     let want = format!("{}.{:09}", secs.as_secs(), secs.subsec_nanos());
     assert_eq!(m.get("mtime"), Some(&want), "the time of the last write");
     assert_eq!(mock.count(Op::Put), 1);
-    assert_eq!(mock.count(Op::Head) + mock.count(Op::List), 0, "no read-back");
+    assert_eq!(
+        mock.count(Op::Head) + mock.count(Op::List),
+        0,
+        "no read-back"
+    );
     let after = fs.getattr(a.ino).await.expect("getattr");
     assert_eq!((after.mtime, after.perm, after.uid), (written, 0o755, 1234));
 }
@@ -75,7 +79,10 @@ async fn setattr_of_a_durable_object_rewrites_its_metadata_only() {
         mtime: Some(old),
         ..AttrChanges::default()
     };
-    let shown = fs.setattr_with(a.ino, None, c, None).await.expect("setattr");
+    let shown = fs
+        .setattr_with(a.ino, None, c, None)
+        .await
+        .expect("setattr");
     assert_eq!((shown.perm, shown.uid, shown.mtime), (0o700, 42, old));
     assert!(fs.flush_all().await.is_empty(), "flushed");
     let m = meta(&mock, "obj");
@@ -85,7 +92,11 @@ async fn setattr_of_a_durable_object_rewrites_its_metadata_only() {
     assert_eq!(m.get("other").map(String::as_str), Some("kept"));
     assert_eq!(mock.object("obj").expect("body"), vec![7u8; 3000]);
     assert_eq!(mock.count(Op::Copy), 1);
-    assert_eq!(mock.count(Op::Put) + mock.count(Op::UploadPart), 0, "no data sent");
+    assert_eq!(
+        mock.count(Op::Put) + mock.count(Op::UploadPart),
+        0,
+        "no data sent"
+    );
 }
 
 /// `cp -p` sends utimens, chown and chmod one after the other: they share rewrites.
@@ -112,12 +123,19 @@ async fn setattrs_that_come_together_share_a_rewrite() {
         },
     ];
     for c in changes {
-        fs.setattr_with(a.ino, None, c, None).await.expect("setattr");
+        fs.setattr_with(a.ino, None, c, None)
+            .await
+            .expect("setattr");
     }
     assert!(fs.flush_all().await.is_empty(), "flushed");
     assert!(mock.count(Op::Copy) <= 2, "{} copies", mock.count(Op::Copy));
     let m = meta(&mock, "obj");
-    for (k, v) in [("mtime", "5"), ("uid", "7"), ("gid", "8"), ("mode", "33152")] {
+    for (k, v) in [
+        ("mtime", "5"),
+        ("uid", "7"),
+        ("gid", "8"),
+        ("mode", "33152"),
+    ] {
         assert_eq!(m.get(k).map(String::as_str), Some(v), "{k}: {m:?}");
     }
 }
@@ -147,7 +165,11 @@ async fn a_marked_directory_reads_attributes_once_per_version() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mock = Arc::new(MockClient::new());
     mock.insert("m/", Vec::new());
-    mock.insert_with_metadata("m/run.sh", b"x".to_vec(), &[("mode", "33261"), ("uid", "9")]);
+    mock.insert_with_metadata(
+        "m/run.sh",
+        b"x".to_vec(),
+        &[("mode", "33261"), ("uid", "9")],
+    );
     mock.insert("m/plain", b"y".to_vec());
     let fs = fs_with(&mock, dir.path(), MetaHeads::Marked);
     let m = fs.lookup(ROOT, "m").await.expect("lookup");
@@ -158,7 +180,11 @@ async fn a_marked_directory_reads_attributes_once_per_version() {
     assert_eq!(perms[1], (0o755, 9), "run.sh: its metadata");
     assert_eq!(mock.count(Op::Head), 2);
     readdir_plus(&fs, m.ino).await;
-    assert_eq!(mock.count(Op::Head), 2, "known versions are not asked again");
+    assert_eq!(
+        mock.count(Op::Head),
+        2,
+        "known versions are not asked again"
+    );
     assert_eq!(mock.count(Op::List), 2);
 }
 
@@ -179,7 +205,12 @@ async fn meta_heads_always_reads_unmarked_directories() {
 async fn objects_of_other_tools_show_their_metadata() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mock, fs) = setup(dir.path(), "");
-    let s3fs = [("mode", "33256"), ("uid", "42"), ("gid", "43"), ("mtime", "1600000000")];
+    let s3fs = [
+        ("mode", "33256"),
+        ("uid", "42"),
+        ("gid", "43"),
+        ("mtime", "1600000000"),
+    ];
     mock.insert_with_metadata("s3fs", b"a".to_vec(), &s3fs);
     mock.insert_with_metadata("rclone", b"b".to_vec(), &[("mtime", "1600000000.25")]);
     let a = fs.lookup(ROOT, "s3fs").await.expect("lookup");
@@ -193,7 +224,10 @@ async fn objects_of_other_tools_show_their_metadata() {
 /// What a mount wrote, a later mount shows: mode and the time of the last write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mode_and_mtime_survive_a_remount() {
-    let (one, two) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let (one, two) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
     let (mock, fs) = setup(one.path(), "");
     let d = fs.mkdir(ROOT, "task", 0o755).await.expect("mkdir");
     let (a, fh) = fs.create(d.ino, "run.sh", 0o644).await.expect("create");
@@ -204,7 +238,9 @@ async fn mode_and_mtime_survive_a_remount() {
         mtime: Some(old),
         ..AttrChanges::default()
     };
-    fs.setattr_with(a.ino, None, c, Some(fh)).await.expect("setattr");
+    fs.setattr_with(a.ino, None, c, Some(fh))
+        .await
+        .expect("setattr");
     fs.release(fh).expect("release");
     assert!(fs.flush_all().await.is_empty(), "flushed");
     assert_eq!(mock.count(Op::Copy), 0, "the upload carried them");
@@ -213,4 +249,32 @@ async fn mode_and_mtime_survive_a_remount() {
     let attrs = readdir_plus(&later, d.ino).await;
     assert_eq!((attrs[0].perm, attrs[0].mtime), (0o755, old));
     assert!(SystemTime::now() > old);
+}
+
+/// `echo x > f; touch -d @T f`: the close starts the upload, the utimens comes while it
+/// is under way and is not in its PUT, so it is rewritten afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_utimens_during_the_upload_is_rewritten_after_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs) = setup(dir.path(), "");
+    mock.set_latency_of(Op::Put, Duration::from_millis(100));
+    let (a, fh) = fs.create(ROOT, "f", 0o644).await.expect("create");
+    fs.write(fh, 0, b"x\n").expect("write");
+    fs.release(fh).expect("release");
+    await_count(&mock, Op::Put, 1).await;
+    let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let c = AttrChanges {
+        mtime: Some(old),
+        ..AttrChanges::default()
+    };
+    fs.setattr_with(a.ino, None, c, None)
+        .await
+        .expect("setattr");
+    assert!(fs.flush_all().await.is_empty(), "flushed");
+    assert_eq!(
+        meta(&mock, "f").get("mtime").map(String::as_str),
+        Some("1000000000")
+    );
+    assert_eq!((mock.count(Op::Put), mock.count(Op::Copy)), (1, 1));
+    assert_eq!(fs.getattr(a.ino).await.expect("getattr").mtime, old);
 }

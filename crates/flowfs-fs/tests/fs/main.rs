@@ -2,8 +2,8 @@
 //! with a module per subject: each binary of a release build is linked with thin LTO over
 //! the whole dependency tree, and seven of them took minutes of CI on 2 cores.
 
-mod common;
 mod attrs;
+mod common;
 mod core_ops;
 mod model;
 mod posix;

@@ -14,10 +14,18 @@ const PART: usize = 5 << 20;
 /// the s3fs-fuse convention's values (decimal mode, seconds with nanoseconds) survive.
 pub async fn metadata_names_come_back_lower_case(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
-    let sent = meta(&[("Mode", "33261"), ("MTime", "1600000000.000000500"), ("uid", "0")]);
+    let sent = meta(&[
+        ("Mode", "33261"),
+        ("MTime", "1600000000.000000500"),
+        ("uid", "0"),
+    ]);
     c.put(&key, data(100, 1), &sent).await.expect("put");
     let h = c.head(&key).await.expect("head");
-    let want = meta(&[("mode", "33261"), ("mtime", "1600000000.000000500"), ("uid", "0")]);
+    let want = meta(&[
+        ("mode", "33261"),
+        ("mtime", "1600000000.000000500"),
+        ("uid", "0"),
+    ]);
     assert_eq!(h.metadata, want);
 }
 
@@ -26,7 +34,11 @@ pub async fn metadata_names_come_back_lower_case(c: &dyn ObjectClient, p: &str) 
 pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
     let put = c
-        .put(&key, data(3000, 2), &meta(&[("mode", "33261"), ("other", "x")]))
+        .put(
+            &key,
+            data(3000, 2),
+            &meta(&[("mode", "33261"), ("other", "x")]),
+        )
         .await
         .expect("put");
     let done = c
@@ -36,7 +48,11 @@ pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str)
     assert_eq!(done.etag, put.etag, "the ETag stays");
     let h = c.head(&key).await.expect("head");
     assert_eq!(h.info.etag, put.etag);
-    assert_eq!(h.metadata, meta(&[("mode", "33188")]), "replaced, not merged");
+    assert_eq!(
+        h.metadata,
+        meta(&[("mode", "33188")]),
+        "replaced, not merged"
+    );
     let got = c.get_range(&key, 0, 3000, None).await.expect("get");
     assert_eq!(got, data(3000, 2));
 }
@@ -45,7 +61,10 @@ pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str)
 /// a copy of a multipart object a new ETag, which is why callers take the one returned).
 pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}big");
-    let id = c.create_multipart(&key, &meta(&[("mode", "33261")])).await.expect("create");
+    let id = c
+        .create_multipart(&key, &meta(&[("mode", "33261")]))
+        .await
+        .expect("create");
     let mut parts = Vec::new();
     for (n, body) in [(1, data(PART, 3)), (2, data(10, 4))] {
         let etag = c.upload_part(&key, &id, n, body).await.expect("part");
@@ -54,7 +73,10 @@ pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &st
             etag,
         });
     }
-    let done = c.complete_multipart(&key, &id, parts).await.expect("complete");
+    let done = c
+        .complete_multipart(&key, &id, parts)
+        .await
+        .expect("complete");
     let r = c
         .replace_metadata(&key, &meta(&[("mode", "33188")]), Some(&done.etag))
         .await
@@ -72,7 +94,9 @@ pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &st
 /// Conditional on a version that is gone: `Precondition`, and nothing changes.
 pub async fn replace_metadata_of_a_changed_object_is_precondition(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
-    c.put(&key, data(10, 5), &meta(&[("mode", "33261")])).await.expect("put");
+    c.put(&key, data(10, 5), &meta(&[("mode", "33261")]))
+        .await
+        .expect("put");
     let r = c
         .replace_metadata(&key, &meta(&[("mode", "1")]), Some("\"0123456789abcdef\""))
         .await;
@@ -85,7 +109,8 @@ pub async fn replace_metadata_of_a_changed_object_is_precondition(c: &dyn Object
 pub async fn replace_metadata_of_a_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}missing");
     assert_not_found(
-        c.replace_metadata(&key, &meta(&[("mode", "1")]), None).await,
+        c.replace_metadata(&key, &meta(&[("mode", "1")]), None)
+            .await,
         "replace of a missing key",
     );
     assert_not_found(c.head(&key).await, "nothing appears");
