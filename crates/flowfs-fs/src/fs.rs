@@ -182,7 +182,7 @@ impl Fs {
     fn attr(&self, ino: u64, e: &Entry) -> Attr {
         let (perm, size) = match e.kind {
             Kind::Dir => (self.cfg.dir_mode, 0),
-            Kind::File => (self.cfg.file_mode, e.size),
+            Kind::File | Kind::Special(_) => (self.cfg.file_mode, e.size),
             Kind::Symlink => (0o777, e.target.as_ref().map_or(e.size, |t| t.len() as u64)),
         };
         // What the object's metadata (or this mount) says, else the mount's defaults.
@@ -196,6 +196,7 @@ impl Fs {
             uid: p.uid.unwrap_or(self.cfg.uid),
             gid: p.gid.unwrap_or(self.cfg.gid),
             nlink: if e.kind == Kind::Dir { 2 } else { 1 },
+            rdev: p.rdev.unwrap_or(0),
         }
     }
 

@@ -21,6 +21,9 @@ pub enum Kind {
     Dir,
     /// A symbolic link: an object with its target in the metadata.
     Symlink,
+    /// A FIFO, socket or device node (its `S_IFMT` bits): an empty object whose metadata
+    /// holds its mode and rdev, as s3fs writes them. The kernel does its I/O locally.
+    Special(u32),
 }
 
 /// What the server (or this mount) says about one name.

@@ -32,6 +32,8 @@ pub struct Attr {
     pub gid: u32,
     /// 0 for a file whose name was removed while it is open (fstat after unlink).
     pub nlink: u32,
+    /// The device of a device node.
+    pub rdev: u32,
 }
 
 /// One directory entry of a readdir answer.
@@ -136,6 +138,7 @@ impl Fs {
             Kind::Symlink => (S_IFLNK, 0o777),
             Kind::Dir => (libc::S_IFDIR, u32::from(self.cfg.dir_mode)),
             Kind::File => (S_IFREG, u32::from(self.cfg.file_mode)),
+            Kind::Special(bits) => (bits, u32::from(self.cfg.file_mode)),
         };
         let perm = p.perm().map_or(default, u32::from);
         let kind = p
@@ -254,6 +257,54 @@ impl Fs {
             Err(ClientError::Precondition(_) | ClientError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// mknod of a FIFO, socket or device node: an empty object whose metadata holds its
+    /// mode (type bits included) and rdev, staged and uploaded in the background like a
+    /// symlink. The kernel opens, reads and writes it locally, never through flowfs.
+    pub(super) async fn mknod_special(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        rdev: u32,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Attr> {
+        self.check_writable()?;
+        valid_name(name)?;
+        let ino = {
+            let mut t = self.inodes.lock();
+            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
+                return Err(FsError::NotDir);
+            }
+            let path = join(&t.path(parent).ok_or(FsError::NotFound)?, name);
+            self.check_key(&path, false)?;
+            let mut posix = self.new_posix(mode, owner);
+            posix.rdev = (rdev != 0).then_some(rdev);
+            let e = Entry {
+                kind: Kind::Special(mode & S_IFMT),
+                size: 0,
+                mtime: SystemTime::now(),
+                etag: None,
+                target: None,
+                posix: Some(posix),
+            };
+            let ino = t.new_node(parent, name, e.clone());
+            if let Some(n) = t.get_mut(ino) {
+                n.lookups += 1;
+            }
+            Self::listing_put(&mut t, parent, name, Some(e));
+            Self::entries_changed(&mut t, parent);
+            ino
+        };
+        if let Err(e) = self.new_staged(ino, NewFile::Symlink, b"") {
+            self.undo_create(parent, name, ino);
+            return Err(e);
+        }
+        if let Some((_, true)) = self.wb.request_upload(ino) {
+            self.spawn_upload(ino);
+        }
+        self.attr_of(&self.inodes.lock(), ino)
     }
 
     /// Waits for the metadata rewrites under way, at most `limit`.

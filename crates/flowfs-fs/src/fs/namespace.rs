@@ -79,12 +79,15 @@ impl Fs {
         parent: u64,
         name: &str,
         mode: u32,
+        rdev: u32,
         owner: Option<(u32, u32)>,
     ) -> Result<Attr> {
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(FsError::NotSupported(
-                "only regular files can be created with mknod",
-            ));
+        let bits = mode & libc::S_IFMT;
+        if [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK].contains(&bits) {
+            return self.mknod_special(parent, name, mode, rdev, owner).await;
+        }
+        if bits != libc::S_IFREG && bits != 0 {
+            return Err(FsError::Invalid("mknod of this file type"));
         }
         let (attr, fh) = self.create_as(parent, name, mode, owner).await?;
         self.release(fh)?;
@@ -522,7 +525,12 @@ impl Fs {
     }
 
     /// Gives `ino`, just created, its staged file and journal record.
-    fn new_staged(&self, ino: u64, kind: NewFile, content: &[u8]) -> Result<Arc<StagedFile>> {
+    pub(super) fn new_staged(
+        &self,
+        ino: u64,
+        kind: NewFile,
+        content: &[u8],
+    ) -> Result<Arc<StagedFile>> {
         let file = self.wb.insert_new(ino, kind, content)?;
         if let Err(e) = self.journal(ino) {
             self.wb.remove_new(ino);
@@ -532,7 +540,7 @@ impl Fs {
     }
 
     /// Takes back a name whose staged file could not be made.
-    fn undo_create(&self, parent: u64, name: &str, ino: u64) {
+    pub(super) fn undo_create(&self, parent: u64, name: &str, ino: u64) {
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
             n.lookups = n.lookups.saturating_sub(1);

@@ -24,6 +24,7 @@ impl Fs {
             match n.entry.kind {
                 Kind::Dir => return Err(FsError::IsDir),
                 Kind::Symlink => return Err(FsError::Invalid("symlink")),
+                Kind::Special(_) => return Err(FsError::Invalid("special file")),
                 Kind::File => {}
             }
             (

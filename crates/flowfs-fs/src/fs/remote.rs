@@ -93,7 +93,13 @@ fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
 
 pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
     let mut e = file_entry(&meta.info);
-    e.posix = Some(Posix::decode(&meta.metadata));
+    let posix = Posix::decode(&meta.metadata);
+    e.posix = Some(posix);
+    if let Some(bits) = posix.mode.map(|m| m & crate::meta::S_IFMT) {
+        if [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK].contains(&bits) {
+            e.kind = Kind::Special(bits);
+        }
+    }
     if let Some(t) = meta.metadata.get(SYMLINK_META) {
         e.kind = Kind::Symlink;
         e.target = Some(percent_decode(t));

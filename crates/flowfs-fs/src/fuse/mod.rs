@@ -324,7 +324,7 @@ impl fuser::Filesystem for FuseAdapter {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let span = span("mknod", About::Entry(parent.0, name));
@@ -333,7 +333,7 @@ impl fuser::Filesystem for FuseAdapter {
         self.run(
             span,
             reply,
-            |fs| async move { fs.mknod(parent.0, &name?, mode, owner).await },
+            |fs| async move { fs.mknod(parent.0, &name?, mode, rdev, owner).await },
             move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
         );
     }

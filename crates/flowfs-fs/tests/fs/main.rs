@@ -8,5 +8,6 @@ mod core_ops;
 mod model;
 mod posix;
 mod rename_upload;
+mod special;
 mod status;
 mod writeback;
