@@ -190,6 +190,18 @@ pub trait ObjectClient: Send + Sync + 'static {
     async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>>;
     /// Server-side copy of `from` to `to` (a rename is a copy and a delete).
     async fn copy(&self, from: &str, to: &str) -> Result<PutResult>;
+    /// Replaces the user metadata of `key` and keeps its body: a CopyObject onto itself
+    /// with `MetadataDirective: REPLACE`, so no byte is sent again (chmod, chown, utimens
+    /// of an object). With `etag`, fails with `Precondition` when the object is no longer
+    /// that version, so a newer upload is never overwritten by an old body. S3 copies at
+    /// most 5 GiB in one request (a bigger object is refused: `Other`/`Refused`). Returns
+    /// the ETag the object has afterwards.
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+        etag: Option<&str>,
+    ) -> Result<PutResult>;
     /// Removes `key`; removing an absent key succeeds, as on S3.
     async fn delete(&self, key: &str) -> Result<()>;
 }

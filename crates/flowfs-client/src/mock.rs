@@ -99,6 +99,23 @@ impl MockClient {
         );
     }
 
+    /// Puts an object with user metadata as another S3 client (s3fs, rclone) would; no
+    /// request is counted.
+    pub fn insert_with_metadata(
+        &self,
+        key: &str,
+        data: impl Into<Bytes>,
+        metadata: &[(&str, &str)],
+    ) {
+        self.insert(key, data);
+        if let Some(o) = self.objects.lock().get_mut(key) {
+            o.metadata = metadata
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        }
+    }
+
     /// Deletes an object as another client would (no request is counted).
     pub fn remove(&self, key: &str) {
         self.objects.lock().remove(key);
@@ -221,6 +238,14 @@ impl MockClient {
         );
         etag
     }
+}
+
+/// User metadata as S3 keeps it: names travel as HTTP headers and come back lower-cased.
+fn lower(metadata: &HashMap<String, String>) -> HashMap<String, String> {
+    metadata
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .collect()
 }
 
 fn info(key: &str, o: &Obj) -> ObjectInfo {
@@ -431,7 +456,7 @@ impl ObjectClient for MockClient {
     ) -> Result<PutResult> {
         self.enter(Op::Put).await?;
         Ok(PutResult {
-            etag: self.store(key, body, metadata.clone()),
+            etag: self.store(key, body, lower(metadata)),
         })
     }
 
@@ -447,7 +472,7 @@ impl ObjectClient for MockClient {
             Upload {
                 key: key.to_string(),
                 initiated: SystemTime::now(),
-                metadata: metadata.clone(),
+                metadata: lower(metadata),
                 parts: BTreeMap::new(),
             },
         );
@@ -535,6 +560,28 @@ impl ObjectClient for MockClient {
             .ok_or_else(|| ClientError::NotFound(from.to_string()))?;
         Ok(PutResult {
             etag: self.store(to, o.data, o.metadata),
+        })
+    }
+
+    /// A copy onto itself: the body and the ETag stay, as on SeaweedFS 4.48 (pinned by
+    /// the conformance suite); the mock leaves the time as it was.
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+        etag: Option<&str>,
+    ) -> Result<PutResult> {
+        self.enter(Op::Copy).await?;
+        let mut objects = self.objects.lock();
+        let o = objects
+            .get_mut(key)
+            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
+        if etag.is_some_and(|e| e != o.etag) {
+            return Err(ClientError::Precondition(key.to_string()));
+        }
+        o.metadata = lower(metadata);
+        Ok(PutResult {
+            etag: o.etag.clone(),
         })
     }
 

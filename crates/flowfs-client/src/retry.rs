@@ -297,6 +297,16 @@ impl ObjectClient for Retrying {
         self.retry(to, || self.inner.copy(from, to)).await
     }
 
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+        etag: Option<&str>,
+    ) -> Result<PutResult> {
+        self.retry(key, || self.inner.replace_metadata(key, metadata, etag))
+            .await
+    }
+
     async fn delete(&self, key: &str) -> Result<()> {
         self.retry(key, || self.inner.delete(key)).await
     }

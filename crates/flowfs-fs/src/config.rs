@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::inode::MetaHeads;
+
 /// Settings of one mount, built once from the command line and read everywhere below.
 #[derive(Debug, Clone)]
 pub struct FsConfig {
@@ -43,6 +45,8 @@ pub struct FsConfig {
     pub file_mode: u16,
     /// Permission bits of directories.
     pub dir_mode: u16,
+    /// Which listings HEAD their objects for the attributes in their metadata.
+    pub meta_heads: MetaHeads,
 }
 
 impl FsConfig {
@@ -73,6 +77,7 @@ impl FsConfig {
             gid: unsafe { libc::getgid() },
             file_mode: 0o644,
             dir_mode: 0o755,
+            meta_heads: MetaHeads::Marked,
         }
     }
 }

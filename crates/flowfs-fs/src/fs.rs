@@ -4,6 +4,7 @@
 //! `open` the life of an open file and its reads, `upload` write-back, `namespace` the
 //! operations that change names.
 
+mod attrs;
 mod ends;
 mod namespace;
 mod open;
@@ -31,6 +32,8 @@ use crate::writeback::{
     download_into, send_early, upload_file, Early, NewFile, StagedFile, Staging, UploadSlots,
     WriteBack,
 };
+use attrs::MetaWrites;
+pub use attrs::{Attr, AttrChanges, DirItem};
 use remote::{batched, percent_encode};
 pub use status::{Failure, PendingFile, Recovery, Status};
 
@@ -56,42 +59,6 @@ const SIBLING_PREFETCH: usize = 64;
 const MAX_KEY: usize = 1024;
 /// Longest target a symlink may have (PATH_MAX).
 const MAX_SYMLINK: u64 = 4096;
-
-/// The attributes of one node, as getattr and lookup report them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attr {
-    /// Inode number.
-    pub ino: u64,
-    /// File, directory or symlink.
-    pub kind: Kind,
-    /// Bytes (the target's length for a symlink).
-    pub size: u64,
-    /// Last modification (also shown as atime and ctime).
-    pub mtime: SystemTime,
-    /// Permission bits.
-    pub perm: u16,
-    /// Owner (the mounting user).
-    pub uid: u32,
-    /// Group (the mounting user's).
-    pub gid: u32,
-    /// 0 for a file whose name was removed while it is open (fstat after unlink).
-    pub nlink: u32,
-}
-
-/// One directory entry of a readdir answer.
-#[derive(Debug, Clone)]
-pub struct DirItem {
-    /// Offset of the item after this one, as readdir wants it.
-    pub next: u64,
-    /// Entry name.
-    pub name: String,
-    /// Its inode number.
-    pub ino: u64,
-    /// Its kind, for the d_type of readdir.
-    pub kind: Kind,
-    /// Set by `readdir(plus = true)`, which counts a lookup for every such item.
-    pub attr: Option<Attr>,
-}
 
 #[derive(Clone)]
 enum Handle {
@@ -138,6 +105,8 @@ pub struct Fs {
     /// directory that moves must neither land nor start while its objects are copied.
     dir_moves: tokio::sync::RwLock<()>,
     stamps: Arc<Stamps>,
+    /// chmod, chown and utimens of objects already in the bucket, on their way there.
+    meta_writes: MetaWrites,
 }
 
 fn valid_name(name: &str) -> Result<()> {
@@ -182,6 +151,7 @@ impl Fs {
             fill: tokio::sync::Mutex::new(()),
             dir_moves: tokio::sync::RwLock::new(()),
             stamps: Arc::new(Stamps::default()),
+            meta_writes: MetaWrites::default(),
             started: SystemTime::now(),
             cfg,
             client,
@@ -201,18 +171,21 @@ impl Fs {
     fn attr(&self, ino: u64, e: &Entry) -> Attr {
         let (perm, size) = match e.kind {
             Kind::Dir => (self.cfg.dir_mode, 0),
-            Kind::File => (self.cfg.file_mode, e.size),
+            Kind::File | Kind::Special(_) => (self.cfg.file_mode, e.size),
             Kind::Symlink => (0o777, e.target.as_ref().map_or(e.size, |t| t.len() as u64)),
         };
+        // What the object's metadata (or this mount) says, else the mount's defaults.
+        let p = e.posix.unwrap_or_default();
         Attr {
             ino,
             kind: e.kind,
             size,
-            mtime: e.mtime,
-            perm,
-            uid: self.cfg.uid,
-            gid: self.cfg.gid,
+            mtime: e.shown_mtime(),
+            perm: p.perm().filter(|_| e.kind != Kind::Symlink).unwrap_or(perm),
+            uid: p.uid.unwrap_or(self.cfg.uid),
+            gid: p.gid.unwrap_or(self.cfg.gid),
             nlink: if e.kind == Kind::Dir { 2 } else { 1 },
+            rdev: p.rdev.unwrap_or(0),
         }
     }
 
@@ -533,9 +506,6 @@ impl Fs {
         if let Some((size, mtime)) = self.wb.stat(ino) {
             a.size = size;
             a.mtime = mtime;
-        }
-        if let Some(p) = n.perm {
-            a.perm = p;
         }
         if n.unlinked {
             a.nlink = 0;

@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::meta::Posix;
+
 /// The inode number of the mount's root directory (FUSE's fixed 1).
 pub const ROOT: u64 = 1;
 /// Negative entries kept per directory before the oldest are dropped.
@@ -26,6 +28,9 @@ pub enum Kind {
     Dir,
     /// A symbolic link: an object with its target in the metadata.
     Symlink,
+    /// A FIFO, socket or device node (its `S_IFMT` bits): an empty object whose metadata
+    /// holds its mode and rdev, as s3fs writes them. The kernel does its I/O locally.
+    Special(u32),
 }
 
 /// What the server (or this mount) says about one name.
@@ -38,17 +43,32 @@ pub struct Entry {
     /// bytes and a million files are seen twice: issue 15).
     pub etag: Option<Arc<str>>,
     pub target: Option<String>,
+    /// The POSIX attributes its metadata holds (`Some(Posix::default())` when it holds
+    /// none), or what this mount gave a node it made; `None` while unknown (a listing
+    /// tells no metadata), which shows the mount's defaults.
+    pub posix: Option<Posix>,
 }
 
 impl Entry {
     /// Takes what the server says now. A directory keeps its time: S3 has none for it,
-    /// so the time this mount first gave it (the mount's start, or its mkdir) stays.
+    /// so the time this mount first gave it (the mount's start, or its mkdir) stays, and
+    /// its attributes (kept in memory). An object still of the same ETag keeps the
+    /// attributes read from its metadata when the news (a listing) tells none.
     pub fn refresh(&mut self, new: &Entry) {
-        let mtime = self.mtime;
+        let (mtime, posix) = (self.mtime, self.posix);
+        let same = self.etag.is_some() && self.etag == new.etag;
         *self = new.clone();
         if new.kind == Kind::Dir {
             self.mtime = mtime;
         }
+        if new.posix.is_none() && (same || new.kind == Kind::Dir) {
+            self.posix = posix;
+        }
+    }
+
+    /// The time to show as mtime: the metadata's, else the object's `LastModified`.
+    pub fn shown_mtime(&self) -> SystemTime {
+        self.posix.and_then(|p| p.mtime).unwrap_or(self.mtime)
     }
 
     pub fn dir(mtime: SystemTime) -> Entry {
@@ -58,6 +78,7 @@ impl Entry {
             mtime,
             etag: None,
             target: None,
+            posix: None,
         }
     }
 }
@@ -66,6 +87,18 @@ impl Entry {
 pub struct Listing {
     pub at: Instant,
     pub entries: Arc<BTreeMap<String, Entry>>,
+}
+
+/// What a directory's listing is asked to tell of its objects' metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaHeads {
+    /// A HEAD per object whose metadata is not known yet, in directories whose listing
+    /// shows their own marker (made by `mkdir` on flowfs or s3fs).
+    Marked,
+    /// A HEAD per object whose metadata is not known yet, in every directory.
+    Always,
+    /// Never: listings show the defaults (and symlinks as before).
+    Never,
 }
 
 #[derive(Debug)]
@@ -83,8 +116,6 @@ pub struct Node {
     /// Its name was removed (unlink, replaced by a rename) while it is still open or
     /// known to the kernel: no name leads to it any more.
     pub unlinked: bool,
-    /// Permission bits set by chmod while the mount lives.
-    pub perm: Option<u16>,
     /// What only a directory has, made on first use: most nodes are files, and what
     /// every node carries is paid a million times over (issue 15: 1,000,000 files seen
     /// in 400 MiB; the directory fields inline cost a file 200 bytes of its 905).
@@ -124,7 +155,6 @@ impl Node {
             open: 0,
             page_cache_etag: None,
             unlinked: false,
-            perm: None,
             dir: None,
         }
     }

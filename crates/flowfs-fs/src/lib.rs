@@ -10,13 +10,16 @@ mod error;
 mod fs;
 mod fuse;
 mod inode;
+mod meta;
 mod prefetch;
 mod stamp;
 mod writeback;
 
 pub use cache::{disk_space, DiskSpace};
-pub use config::FsConfig;
+pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
-pub use fs::{Attr, DirItem, Failure, Fs, OpenHints, PendingFile, PendingState, Recovery, Status};
+pub use fs::{
+    Attr, AttrChanges, DirItem, Failure, Fs, OpenHints, PendingFile, PendingState, Recovery, Status,
+};
 pub use fuse::FuseAdapter;
 pub use inode::{Kind, ROOT};

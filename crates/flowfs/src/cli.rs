@@ -149,6 +149,16 @@ pub struct MountOptions {
         help_heading = "Mount options"
     )]
     pub dir_mode: String,
+    /// Which directory listings read their objects' attributes (mode, owner, mtime) with a
+    /// HEAD each: marked (directories with a marker object, as mkdir makes), always, never
+    #[arg(
+        long,
+        value_name = "WHEN",
+        default_value = "marked",
+        value_parser = ["marked", "always", "never"],
+        help_heading = "Mount options"
+    )]
+    pub meta_heads: String,
     /// FUSE worker threads
     #[arg(
         long,

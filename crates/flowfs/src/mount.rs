@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use flowfs_fs::{disk_space, FsConfig};
+use flowfs_fs::{disk_space, FsConfig, MetaHeads};
 
 use crate::cli::{parse_endpoint, parse_min_free, parse_size, parse_source, MountArgs};
 use crate::daemon::{self, Ready};
@@ -73,6 +73,11 @@ fn fs_config(args: &MountArgs, bucket: &str, prefix: &str) -> Result<FsConfig> {
         .map_err(|_| anyhow!("--file-mode must be octal, like 644"))?;
     cfg.dir_mode = u16::from_str_radix(&args.opts.dir_mode, 8)
         .map_err(|_| anyhow!("--dir-mode must be octal, like 755"))?;
+    cfg.meta_heads = match args.opts.meta_heads.as_str() {
+        "always" => MetaHeads::Always,
+        "never" => MetaHeads::Never,
+        _ => MetaHeads::Marked,
+    };
     Ok(cfg)
 }
 

@@ -39,6 +39,9 @@ impl Fs {
         if tokio::time::timeout(limit, all).await.is_err() {
             return self.not_durable(limit);
         }
+        if !self.wait_meta_writes(limit).await {
+            tracing::warn!("chmod, chown or utimens not stored in the bucket before the unmount");
+        }
         // Bounded: an abort is one request, which the client's own timeouts bound too.
         let aborts = self.wb.aborts().wait();
         if tokio::time::timeout(ABORT_WAIT, aborts).await.is_err() {

@@ -16,12 +16,23 @@ impl Fs {
     }
 
     /// Creates an empty file (staged locally, uploaded at its last close) and opens it for
-    /// writing.
+    /// writing; it belongs to the mounting user.
     pub async fn create(
         self: &Arc<Self>,
         parent: u64,
         name: &str,
         mode: u32,
+    ) -> Result<(Attr, u64)> {
+        self.create_as(parent, name, mode, None).await
+    }
+
+    /// `create` by the user `owner` (uid, gid: the caller's), whose object carries them.
+    pub async fn create_as(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        owner: Option<(u32, u32)>,
     ) -> Result<(Attr, u64)> {
         self.check_writable()?;
         valid_name(name)?;
@@ -40,10 +51,10 @@ impl Fs {
                 mtime: SystemTime::now(),
                 etag: None,
                 target: None,
+                posix: Some(self.new_posix(crate::meta::S_IFREG | mode & 0o7777, owner)),
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
-                n.perm = Some((mode & 0o7777) as u16).filter(|p| *p != self.cfg.file_mode);
                 n.lookups += 1;
             }
             Self::listing_put(&mut t, parent, name, Some(e));
@@ -63,20 +74,29 @@ impl Fs {
     }
 
     /// mknod of a regular file: an empty file, uploaded at once.
-    pub async fn mknod(self: &Arc<Self>, parent: u64, name: &str, mode: u32) -> Result<Attr> {
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(FsError::NotSupported(
-                "only regular files can be created with mknod",
-            ));
+    pub async fn mknod(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        rdev: u32,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Attr> {
+        let bits = mode & libc::S_IFMT;
+        if [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK].contains(&bits) {
+            return self.mknod_special(parent, name, mode, rdev, owner).await;
         }
-        let (attr, fh) = self.create(parent, name, mode).await?;
+        if bits != libc::S_IFREG && bits != 0 {
+            return Err(FsError::Invalid("mknod of this file type"));
+        }
+        let (attr, fh) = self.create_as(parent, name, mode, owner).await?;
         self.release(fh)?;
         Ok(attr)
     }
 
     /// Creates a directory as an empty marker object `name/`, so that it survives a remount
     /// while empty.
-    pub async fn mkdir(&self, parent: u64, name: &str, _mode: u32) -> Result<Attr> {
+    pub async fn mkdir(&self, parent: u64, name: &str, mode: u32) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
         let (path, known_absent) = {
@@ -99,16 +119,23 @@ impl Fs {
         if !known_absent && self.stat_remote(&path).await?.is_some() {
             return Err(FsError::Exists);
         }
-        // The marker object makes an empty directory survive a remount.
+        // The marker object makes an empty directory survive a remount; its metadata
+        // holds the directory's attributes (as s3fs writes them), and tells a listing of
+        // it that its objects may carry theirs.
+        let mut e = Entry::dir(SystemTime::now());
+        e.posix = Some(self.new_posix(libc::S_IFDIR | mode & 0o7777, None));
+        let mut metadata = HashMap::new();
+        let mut posix = self.full_posix(&e);
+        posix.mtime = Some(e.mtime);
+        posix.encode_into(&mut metadata);
         self.client
             .put(
                 &format!("{}/", self.key(&path)),
                 bytes::Bytes::new(),
-                &HashMap::new(),
+                &metadata,
             )
             .await?;
         let mut t = self.inodes.lock();
-        let e = Entry::dir(SystemTime::now());
         let at = Instant::now();
         let ino = t.upsert(parent, name, &e, Some(at));
         Self::listing_put(&mut t, parent, name, Some(e));
@@ -150,6 +177,7 @@ impl Fs {
                 mtime: SystemTime::now(),
                 etag: None,
                 target: Some(target.to_string()),
+                posix: Some(self.new_posix(0o120_777, None)),
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
@@ -443,6 +471,22 @@ impl Fs {
         mtime: Option<SystemTime>,
         fh: Option<u64>,
     ) -> Result<Attr> {
+        let c = AttrChanges {
+            mode,
+            mtime,
+            ..AttrChanges::default()
+        };
+        self.setattr_with(ino, size, c, fh).await
+    }
+
+    /// Changes the size (truncation, staged) and the attributes in `c` (see attrs.rs).
+    pub async fn setattr_with(
+        self: &Arc<Self>,
+        ino: u64,
+        size: Option<u64>,
+        c: AttrChanges,
+        fh: Option<u64>,
+    ) -> Result<Attr> {
         if let Some(size) = size {
             self.check_writable()?;
             let kind = self.inodes.lock().get(ino).map(|n| n.entry.kind);
@@ -453,16 +497,8 @@ impl Fs {
             }
             self.truncate(ino, size, fh).await?;
         }
-        let mut t = self.inodes.lock();
-        let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
-        if let Some(m) = mode {
-            n.perm = Some((m & 0o7777) as u16);
-        }
-        if let Some(m) = mtime {
-            n.entry.mtime = m;
-            self.wb.set_mtime(ino, m);
-        }
-        Ok(self.node_attr(ino, n))
+        self.change_attrs(ino, c)?;
+        self.attr_of(&self.inodes.lock(), ino)
     }
 
     /// truncate(2) and ftruncate(2): the staged content gets its new length; without an
@@ -488,7 +524,12 @@ impl Fs {
     }
 
     /// Gives `ino`, just created, its staged file and journal record.
-    fn new_staged(&self, ino: u64, kind: NewFile, content: &[u8]) -> Result<Arc<StagedFile>> {
+    pub(super) fn new_staged(
+        &self,
+        ino: u64,
+        kind: NewFile,
+        content: &[u8],
+    ) -> Result<Arc<StagedFile>> {
         let file = self.wb.insert_new(ino, kind, content)?;
         if let Err(e) = self.journal(ino) {
             self.wb.remove_new(ino);
@@ -498,7 +539,7 @@ impl Fs {
     }
 
     /// Takes back a name whose staged file could not be made.
-    fn undo_create(&self, parent: u64, name: &str, ino: u64) {
+    pub(super) fn undo_create(&self, parent: u64, name: &str, ino: u64) {
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
             n.lookups = n.lookups.saturating_sub(1);

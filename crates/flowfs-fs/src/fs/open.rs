@@ -21,6 +21,7 @@ impl Fs {
             match n.entry.kind {
                 Kind::Dir => return Err(FsError::IsDir),
                 Kind::Symlink => return Err(FsError::Invalid("symlink")),
+                Kind::Special(_) => return Err(FsError::Invalid("special file")),
                 Kind::File => {}
             }
             (
@@ -56,7 +57,10 @@ impl Fs {
             n.open += 1;
             (etag, n.entry.size, keep)
         };
-        let reader = match self.prefetch.open(key, etag.as_deref().map(String::from), size) {
+        let reader = match self
+            .prefetch
+            .open(key, etag.as_deref().map(String::from), size)
+        {
             Ok(r) => Arc::new(r),
             Err(e) => {
                 self.close_node(ino);
@@ -182,7 +186,11 @@ impl Fs {
             out
         };
         for (path, e) in todo {
-            let etag = e.etag.as_deref().filter(|x| !x.is_empty()).map(String::from);
+            let etag = e
+                .etag
+                .as_deref()
+                .filter(|x| !x.is_empty())
+                .map(String::from);
             self.prefetch.object(self.key(&path), etag, e.size);
         }
     }

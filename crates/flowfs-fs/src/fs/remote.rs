@@ -6,6 +6,8 @@
 use std::future::Future;
 
 use super::*;
+use crate::inode::MetaHeads;
+use crate::meta::Posix;
 
 /// Requests in flight at once for a batch of small ones (HEADs, copies, deletes).
 const BATCH: usize = 32;
@@ -77,6 +79,7 @@ fn file_entry(info: &ObjectInfo) -> Entry {
         mtime: info.last_modified,
         etag: Some(info.etag.as_str().into()),
         target: None,
+        posix: None,
     }
 }
 
@@ -88,8 +91,15 @@ fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
     }
 }
 
-fn meta_entry(meta: &ObjectMeta) -> Entry {
+pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
     let mut e = file_entry(&meta.info);
+    let posix = Posix::decode(&meta.metadata);
+    e.posix = Some(posix);
+    if let Some(bits) = posix.mode.map(|m| m & crate::meta::S_IFMT) {
+        if [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK].contains(&bits) {
+            e.kind = Kind::Special(bits);
+        }
+    }
     if let Some(t) = meta.metadata.get(SYMLINK_META) {
         e.kind = Kind::Symlink;
         e.target = Some(percent_decode(t));
@@ -127,6 +137,10 @@ impl Fs {
         let prefix = self.dir_prefix(path);
         let mut entries = BTreeMap::new();
         let mut candidates = Vec::new();
+        // Objects that may carry attributes in their metadata, asked for only where
+        // `--meta-heads` says: a listing of plain objects costs no HEAD.
+        let mut others = Vec::new();
+        let mut marked = false;
         let mut token = None;
         loop {
             let page = self
@@ -141,6 +155,9 @@ impl Fs {
             }
             for o in &page.objects {
                 let name = &o.key[prefix.len()..];
+                // The directory's own marker (flowfs's mkdir, s3fs): its objects may
+                // well carry attributes.
+                marked |= name.is_empty() && !prefix.is_empty();
                 if valid_name(name).is_err() {
                     continue;
                 }
@@ -152,6 +169,8 @@ impl Fs {
                 }
                 if maybe_symlink(o) {
                     candidates.push((name.to_string(), o.key.clone()));
+                } else {
+                    others.push((name.to_string(), o.key.clone()));
                 }
                 entries.insert(name.to_string(), file_entry(o));
             }
@@ -160,13 +179,22 @@ impl Fs {
                 break;
             }
         }
-        self.resolve_symlinks(ino, candidates, &mut entries).await?;
+        let heads = match self.cfg.meta_heads {
+            MetaHeads::Always => true,
+            MetaHeads::Marked => marked,
+            MetaHeads::Never => false,
+        };
+        if heads {
+            candidates.append(&mut others);
+        }
+        self.resolve_heads(ino, candidates, &mut entries).await?;
         Ok(entries)
     }
 
-    /// Tells the symlinks among `candidates` (name, key) of a listing of directory `ino`:
-    /// a HEAD each, but for those this mount already knows under the same ETag.
-    async fn resolve_symlinks(
+    /// Reads the metadata of `candidates` (name, key) of a listing of directory `ino`:
+    /// symlinks and attributes, a HEAD each, but for those this mount already knows
+    /// under the same ETag (a node, or the directory's previous listing).
+    async fn resolve_heads(
         &self,
         ino: u64,
         mut candidates: Vec<(String, String)>,
@@ -179,22 +207,28 @@ impl Fs {
         // pipeline's task directories hold many (Nextflow stages inputs as symlinks).
         {
             let t = self.inodes.lock();
+            let before = t.get(ino).and_then(|n| n.listing().cloned());
+            let resolved =
+                |e: &Entry| (e.kind == Kind::Symlink && e.target.is_some()) || e.posix.is_some();
             candidates.retain(|(name, _)| {
-                let known = t
-                    .child(ino, name)
-                    .and_then(|c| t.get(c))
-                    .filter(|n| n.entry.kind == Kind::Symlink && n.entry.target.is_some())
-                    .map(|n| n.entry.clone());
+                let node = t.child(ino, name).and_then(|c| t.get(c)).map(|n| &n.entry);
+                let listed_before = before.as_ref().and_then(|l| l.entries.get(name));
                 let Some(listed) = entries.get_mut(name) else {
                     return false;
                 };
+                let known = [node, listed_before].into_iter().flatten().find(|k| {
+                    k.kind != Kind::Dir
+                        && resolved(k)
+                        && same_etag(k.etag.as_deref(), listed.etag.as_deref())
+                });
                 match known {
-                    Some(k) if same_etag(k.etag.as_deref(), listed.etag.as_deref()) => {
-                        listed.kind = Kind::Symlink;
-                        listed.target = k.target;
+                    Some(k) => {
+                        listed.kind = k.kind;
+                        listed.target = k.target.clone();
+                        listed.posix = k.posix;
                         false
                     }
-                    _ => true,
+                    None => true,
                 }
             });
         }

@@ -4,6 +4,7 @@
 //! transitions call for and keeps the namespace in step.
 
 use super::*;
+use crate::meta::Posix;
 use crate::writeback::{Durability, Finished, Note, Released, UploadFailure, UploadJob};
 
 /// The pause before the first background retry of a failed upload, and the longest
@@ -31,7 +32,12 @@ impl Fs {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             let path = t.path(ino).ok_or(FsError::NotFound)?;
-            (path, n.entry.etag.clone(), n.entry.size, n.entry.mtime)
+            (
+                path,
+                n.entry.etag.clone(),
+                n.entry.size,
+                n.entry.shown_mtime(),
+            )
         };
         let file = self.wb.staging().create()?;
         if size > 0 && !truncate {
@@ -125,13 +131,26 @@ impl Fs {
         if !self.wb.early_due(ino, ps) {
             return;
         }
-        let Some(key) = self.inodes.lock().path(ino).map(|p| self.key(&p)) else {
-            return;
+        let mut metadata = HashMap::new();
+        let key = {
+            let t = self.inodes.lock();
+            let (Some(n), Some(path)) = (t.get(ino), t.path(ino)) else {
+                return;
+            };
+            self.full_posix(&n.entry).encode_into(&mut metadata);
+            self.key(&path)
         };
         let claimed = self.wb.claim_early_parts(ino, ps, |file| {
             let note = file.upload_note_path();
             let aborts = self.wb.aborts().clone();
-            Early::new(self.client.clone(), &self.cfg.bucket, key, note, aborts)
+            Early::new(
+                self.client.clone(),
+                &self.cfg.bucket,
+                key,
+                note,
+                aborts,
+                metadata,
+            )
         });
         if let Some((early, file, parts)) = claimed {
             send_early(&early, &file, &parts, ps, &self.slots.parts);
@@ -281,17 +300,30 @@ impl Fs {
             let Some(_name) = self.wb.hold_name(ino).await else {
                 return;
             };
-            let Some((job, key, metadata)) = self.begin_upload(ino) else {
+            let Some((job, key, metadata, mut written)) = self.begin_upload(ino) else {
                 return;
             };
-            let r = self.upload_job(&job, &key, &metadata).await;
-            // The time the bucket gives the object, which is what every later mount will
-            // show: a file keeps one mtime for tools that compare them (-resume, make).
+            let (r, carried) = self.upload_job(&job, &key, &metadata).await;
+            let begun = written.mtime;
+            // The object carries the time of the last write, which every later mount
+            // shows. An early multipart upload was begun before that time was known: the
+            // bucket's time then stands for it, read back after the upload.
+            if !carried {
+                written.mtime = None;
+            }
             let mtime = match &r {
+                Ok(_) if carried => written.mtime,
                 Ok(etag) => self.stamps.last_modified(&self.client, &key, etag).await,
                 Err(_) => None,
             };
+            // Before the upload counts as done (and wakes fsync and unmount), so that an
+            // unmount waits for the rewrite this may call for.
+            let rewrite = r.is_ok() && self.after_upload_attrs(ino, &written, begun);
             let fin = self.finish_upload(ino, &job, &key, r, mtime);
+            if rewrite {
+                let fs = self.clone();
+                tokio::spawn(async move { fs.rewrite_meta(ino).await });
+            }
             if let Some(token) = fin.retry {
                 self.retry_later(ino, token, retry);
             }
@@ -306,8 +338,11 @@ impl Fs {
         }
     }
 
-    fn begin_upload(&self, ino: u64) -> Option<(UploadJob, String, HashMap<String, String>)> {
-        let t = self.inodes.lock();
+    fn begin_upload(
+        &self,
+        ino: u64,
+    ) -> Option<(UploadJob, String, HashMap<String, String>, Posix)> {
+        let mut t = self.inodes.lock();
         let Some(path) = t.path(ino) else {
             drop(t);
             self.wb.cancel_queued(ino, None);
@@ -316,10 +351,41 @@ impl Fs {
         let key = self.key(&path);
         let job = self.wb.begin_upload(ino, &key)?;
         let mut metadata = HashMap::new();
-        if let Some(target) = t.get(ino).and_then(|n| n.entry.target.clone()) {
-            metadata.insert(SYMLINK_META.to_string(), percent_encode(&target));
+        let mut posix = Posix::default();
+        if let Some(n) = t.get_mut(ino) {
+            if let Some(target) = &n.entry.target {
+                metadata.insert(SYMLINK_META.to_string(), percent_encode(target));
+            }
+            posix = self.full_posix(&n.entry);
+            posix.mtime = self.wb.stat(ino).map(|(_, m)| m);
+            posix.encode_into(&mut metadata);
+            // A utimens from now on differs from this: after_upload_attrs tells it so.
+            n.entry.posix.get_or_insert_with(Posix::default).mtime = posix.mtime;
         }
-        Some((job, key, metadata))
+        Some((job, key, metadata, posix))
+    }
+
+    /// After an upload that `written` went with (`begun`: the time of the last write when
+    /// it began): the node shows the time the object carries, and a chmod, chown or
+    /// utimens that came while it was under way (`write; touch -d` closes, which starts
+    /// the upload, then sets the time), which the upload did not carry, goes to the
+    /// bucket as a metadata rewrite.
+    /// Returns whether the caller must start that rewrite's task.
+    fn after_upload_attrs(&self, ino: u64, written: &Posix, begun: Option<SystemTime>) -> bool {
+        let stale = {
+            let mut t = self.inodes.lock();
+            let Some(n) = t.get_mut(ino) else {
+                return false;
+            };
+            let p = n.entry.posix.get_or_insert_with(Posix::default);
+            if p.mtime == begun {
+                p.mtime = written.mtime;
+            }
+            let mut now = self.full_posix(&n.entry);
+            now.atime = written.atime;
+            now != *written
+        };
+        stale && self.meta_writes.start(ino)
     }
 
     async fn upload_job(
@@ -327,19 +393,19 @@ impl Fs {
         job: &UploadJob,
         key: &str,
         metadata: &HashMap<String, String>,
-    ) -> std::result::Result<String, ClientError> {
+    ) -> (std::result::Result<String, ClientError>, bool) {
         let ps = self.cfg.part_size;
         if let Some(e) = &job.early {
             if let Some(r) = e
                 .finish(&job.file.file, job.size, ps, &self.slots.parts)
                 .await
             {
-                return r;
+                return (r, false);
             }
         }
         let one_part = metadata.contains_key(SYMLINK_META);
         let (file, size) = (&job.file.file, job.size);
-        upload_file(
+        let r = upload_file(
             &self.client,
             key,
             file,
@@ -353,7 +419,8 @@ impl Fs {
                 bucket: &self.cfg.bucket,
             },
         )
-        .await
+        .await;
+        (r, true)
     }
 
     /// Records the end of an upload and brings the node in step with it.

@@ -25,7 +25,7 @@ use tokio::runtime::Handle;
 use tracing::{Instrument, Span};
 
 use crate::error::{FsError, Result};
-use crate::fs::Fs;
+use crate::fs::{AttrChanges, Fs};
 use reply::{answer, file_type, open_flags, span, to_fuse, utf8, About, Replies};
 
 /// Answers the kernel's FUSE requests with the methods of `Fs`.
@@ -282,10 +282,10 @@ impl fuser::Filesystem for FuseAdapter {
         _req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<fuser::TimeOrNow>,
+        atime: Option<fuser::TimeOrNow>,
         mtime: Option<fuser::TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
@@ -295,35 +295,45 @@ impl fuser::Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let mtime = mtime.map(|t| match t {
-            fuser::TimeOrNow::SpecificTime(t) => t,
-            fuser::TimeOrNow::Now => SystemTime::now(),
-        });
+        let time = |t: Option<fuser::TimeOrNow>| {
+            t.map(|t| match t {
+                fuser::TimeOrNow::SpecificTime(t) => t,
+                fuser::TimeOrNow::Now => SystemTime::now(),
+            })
+        };
+        let c = AttrChanges {
+            mode,
+            uid,
+            gid,
+            atime: time(atime),
+            mtime: time(mtime),
+        };
         let (fh, ttl) = (fh.map(|f| f.0), self.ttl);
         self.run(
             span("setattr", About::Ino(ino.0)),
             reply,
-            |fs| async move { fs.setattr(ino.0, mode, size, mtime, fh).await },
+            |fs| async move { fs.setattr_with(ino.0, size, c, fh).await },
             move |r, a| r.attr(&ttl, &to_fuse(&a)),
         );
     }
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let span = span("mknod", About::Entry(parent.0, name));
+        let owner = Some((req.uid(), req.gid()));
         let (name, ttl) = (utf8(name), self.ttl);
         self.run(
             span,
             reply,
-            |fs| async move { fs.mknod(parent.0, &name?, mode).await },
+            |fs| async move { fs.mknod(parent.0, &name?, mode, rdev, owner).await },
             move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
         );
     }
@@ -488,7 +498,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -497,11 +507,12 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyCreate,
     ) {
         let span = span("create", About::Entry(parent.0, name));
+        let owner = Some((req.uid(), req.gid()));
         let (name, ttl) = (utf8(name), self.ttl);
         self.run(
             span,
             reply,
-            |fs| async move { fs.create(parent.0, &name?, mode).await },
+            |fs| async move { fs.create_as(parent.0, &name?, mode, owner).await },
             move |r, (a, fh)| {
                 let (attr, g, fh) = (to_fuse(&a), Generation(0), FileHandle(fh));
                 r.created(&ttl, &attr, g, fh, FopenFlags::empty())

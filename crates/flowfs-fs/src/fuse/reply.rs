@@ -95,6 +95,12 @@ pub(super) fn file_type(k: Kind) -> FileType {
         Kind::File => FileType::RegularFile,
         Kind::Dir => FileType::Directory,
         Kind::Symlink => FileType::Symlink,
+        Kind::Special(bits) => match bits {
+            libc::S_IFIFO => FileType::NamedPipe,
+            libc::S_IFSOCK => FileType::Socket,
+            libc::S_IFCHR => FileType::CharDevice,
+            _ => FileType::BlockDevice,
+        },
     }
 }
 
@@ -112,7 +118,7 @@ pub(super) fn to_fuse(a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: 1 << 20,
         flags: 0,
     }

@@ -75,6 +75,9 @@ pub struct Early {
     pub key: String,
     /// Holds the upload id while the upload is open (`StagedFile::upload_note_path`).
     note: PathBuf,
+    /// What CreateMultipartUpload gives the object (mode, owner; the time of the last
+    /// write is not known this early).
+    metadata: HashMap<String, String>,
     upload_id: OnceCell<String>,
     parts: Mutex<Vec<CompletedPart>>,
     failed: Mutex<Option<ClientError>>,
@@ -96,6 +99,7 @@ impl Early {
         key: String,
         note: PathBuf,
         aborts: Aborts,
+        metadata: HashMap<String, String>,
     ) -> Arc<Early> {
         Arc::new(Early {
             client,
@@ -104,6 +108,7 @@ impl Early {
             bucket: bucket.to_string(),
             key,
             note,
+            metadata,
             upload_id: OnceCell::new(),
             parts: Mutex::new(Vec::new()),
             failed: Mutex::new(None),
@@ -139,12 +144,11 @@ impl Early {
                 if e.failed.lock().is_some() {
                     return Ok(());
                 }
-                let no_metadata = HashMap::new();
                 let id = e
                     .upload_id
                     .get_or_try_init(|| async {
                         // If this process dies from now on, the next mount aborts the upload.
-                        e.note().create(&e.client, &e.key, &no_metadata).await
+                        e.note().create(&e.client, &e.key, &e.metadata).await
                     })
                     .await?
                     .clone();

@@ -135,7 +135,7 @@ pub struct NameHold {
 pub enum NewFile {
     /// Created by `create`: one writer, nothing in the bucket, may go up early.
     Created,
-    /// A symlink: its target is the content, uploaded at once.
+    /// A symlink (its target is the content) or a special file (empty), uploaded at once.
     Symlink,
 }
 

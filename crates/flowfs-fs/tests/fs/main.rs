@@ -2,6 +2,7 @@
 //! with a module per subject: each binary of a release build is linked with thin LTO over
 //! the whole dependency tree, and seven of them took minutes of CI on 2 cores.
 
+mod attrs;
 mod bodies;
 mod common;
 mod core_ops;
@@ -11,5 +12,6 @@ mod posix;
 mod reads;
 mod rename_upload;
 mod scale_probe;
+mod special;
 mod status;
 mod writeback;

@@ -12,6 +12,7 @@
 #![allow(dead_code)] // each test binary uses a part of the helpers
 
 pub mod lists;
+pub mod metadata;
 pub mod reads;
 pub mod writes;
 
@@ -73,6 +74,11 @@ pub fn all() -> Vec<Behaviour> {
         behaviour!(writes::multipart_complete_with_wrong_etag_fails),
         behaviour!(writes::copy_keeps_content_and_metadata),
         behaviour!(writes::copy_of_missing_key_is_not_found),
+        behaviour!(metadata::metadata_names_come_back_lower_case),
+        behaviour!(metadata::replace_metadata_keeps_body_and_etag),
+        behaviour!(metadata::replace_metadata_of_a_multipart_object),
+        behaviour!(metadata::replace_metadata_of_a_changed_object_is_precondition),
+        behaviour!(metadata::replace_metadata_of_a_missing_key_is_not_found),
     ]
 }
 

@@ -1,0 +1,126 @@
+//! Turning an SDK failure into the kind of error the file system acts on.
+
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+
+use crate::ClientError;
+
+/// An answer to the bucket check that no S3 server gives: an error without an S3 error
+/// code, or a body that is not S3 XML. A web server or a proxy's page at the endpoint
+/// would otherwise read as "no such bucket". 5xx answers are left alone: an S3 server
+/// in trouble may send them bare.
+pub(super) fn not_s3<E>(
+    err: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> Option<ClientError>
+where
+    E: ProvideErrorMetadata,
+{
+    match err {
+        SdkError::ResponseError(ctx) if ctx.raw().status().as_u16() < 500 => {
+            Some(ClientError::NotS3(format!(
+                "HTTP {} with a body that is not S3 XML",
+                ctx.raw().status().as_u16()
+            )))
+        }
+        SdkError::ServiceError(ctx)
+            if ctx.raw().status().as_u16() < 500 && ctx.err().code().is_none_or(str::is_empty) =>
+        {
+            Some(ClientError::NotS3(format!(
+                "HTTP {} without an S3 error code",
+                ctx.raw().status().as_u16()
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// One place that turns an SDK failure into the kind the file system acts on.
+pub(super) fn map_err<E>(
+    what: &str,
+    err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> ClientError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match &err {
+        SdkError::DispatchFailure(d) if d.is_timeout() => {
+            ClientError::Unreachable(format!("{what}: connection timed out"))
+        }
+        SdkError::DispatchFailure(d) if d.is_io() => {
+            ClientError::Unreachable(format!("{what}: connection failed"))
+        }
+        SdkError::DispatchFailure(_) => {
+            ClientError::Transient(format!("{what}: request could not be sent"))
+        }
+        SdkError::TimeoutError(_) => ClientError::Transient(format!("{what}: timed out")),
+        SdkError::ResponseError(_) => ClientError::Transient(format!("{what}: bad response")),
+        SdkError::ServiceError(ctx) => {
+            let status = ctx.raw().status().as_u16();
+            let code = ctx.err().code().unwrap_or("").to_string();
+            let msg = ctx.err().message().unwrap_or("").to_string();
+            let detail = if msg.is_empty() {
+                code.clone()
+            } else {
+                format!("{code}: {msg}")
+            };
+            classify(what, status, &code, &detail)
+        }
+        _ => ClientError::Other(format!(
+            "{what}: {}",
+            aws_sdk_s3::error::DisplayErrorContext(&err)
+        )),
+    }
+}
+
+fn classify(what: &str, status: u16, code: &str, detail: &str) -> ClientError {
+    match (status, code) {
+        (_, "NoSuchBucket") => ClientError::NoSuchBucket(what.to_string()),
+        (404, _) => ClientError::NotFound(what.to_string()),
+        (403, _)
+        | (_, "InvalidAccessKeyId")
+        | (_, "SignatureDoesNotMatch")
+        | (_, "AccessDenied") => ClientError::AccessDenied(format!("{what}: {detail}")),
+        (412, _) => ClientError::Precondition(what.to_string()),
+        (503, _) | (429, _) | (_, "SlowDown") => {
+            ClientError::Throttled(format!("{what}: {detail}"))
+        }
+        (500..=599, _) | (_, "RequestTimeout") => {
+            ClientError::Transient(format!("{what}: HTTP {status} {detail}"))
+        }
+        (_, "KeyTooLongError" | "EntityTooLarge" | "MetadataTooLarge" | "InvalidObjectName")
+        | (413 | 414, _) => ClientError::Refused(format!("{what}: HTTP {status} {detail}")),
+        _ => ClientError::Other(format!("{what}: HTTP {status} {detail}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_map_to_kinds() {
+        assert!(matches!(
+            classify("k", 404, "NoSuchBucket", ""),
+            ClientError::NoSuchBucket(_)
+        ));
+        assert!(matches!(
+            classify("k", 404, "NoSuchKey", ""),
+            ClientError::NotFound(_)
+        ));
+        assert!(matches!(
+            classify("k", 403, "", ""),
+            ClientError::AccessDenied(_)
+        ));
+        assert!(matches!(
+            classify("k", 400, "InvalidAccessKeyId", ""),
+            ClientError::AccessDenied(_)
+        ));
+        assert!(classify("k", 503, "SlowDown", "").is_retryable());
+        assert!(classify("k", 500, "InternalError", "").is_retryable());
+        assert!(!classify("k", 400, "InvalidRequest", "").is_retryable());
+        assert!(classify("k", 400, "RequestTimeout", "").is_retryable());
+        assert!(matches!(
+            classify("k", 400, "KeyTooLongError", ""),
+            ClientError::Refused(_)
+        ));
+    }
+}

@@ -1,0 +1,117 @@
+//! User metadata: names, values, and replacing it in place (CopyObject onto itself with
+//! `MetadataDirective: REPLACE`), which is how chmod, chown and utimens reach an object.
+//! What SeaweedFS 4.48 does is pinned here; AWS S3 documents the same (metadata names are
+//! lower-cased, a copy of a non-multipart object keeps its MD5 ETag).
+
+use flowfs_client::{ClientError, CompletedPart, ObjectClient};
+
+use super::{assert_not_found, data, err, meta};
+
+/// S3's smallest part but the last.
+const PART: usize = 5 << 20;
+
+/// Names come back in lower case (they travel as HTTP headers); values verbatim, and
+/// the s3fs-fuse convention's values (decimal mode, seconds with nanoseconds) survive.
+pub async fn metadata_names_come_back_lower_case(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}obj");
+    let sent = meta(&[
+        ("Mode", "33261"),
+        ("MTime", "1600000000.000000500"),
+        ("uid", "0"),
+    ]);
+    c.put(&key, data(100, 1), &sent).await.expect("put");
+    let h = c.head(&key).await.expect("head");
+    let want = meta(&[
+        ("mode", "33261"),
+        ("mtime", "1600000000.000000500"),
+        ("uid", "0"),
+    ]);
+    assert_eq!(h.metadata, want);
+}
+
+/// A copy onto itself with REPLACE changes the metadata only: same body, same ETag, and
+/// the old keys are gone.
+pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}obj");
+    let put = c
+        .put(
+            &key,
+            data(3000, 2),
+            &meta(&[("mode", "33261"), ("other", "x")]),
+        )
+        .await
+        .expect("put");
+    let done = c
+        .replace_metadata(&key, &meta(&[("mode", "33188")]), Some(&put.etag))
+        .await
+        .expect("replace");
+    assert_eq!(done.etag, put.etag, "the ETag stays");
+    let h = c.head(&key).await.expect("head");
+    assert_eq!(h.info.etag, put.etag);
+    assert_eq!(
+        h.metadata,
+        meta(&[("mode", "33188")]),
+        "replaced, not merged"
+    );
+    let got = c.get_range(&key, 0, 3000, None).await.expect("get");
+    assert_eq!(got, data(3000, 2));
+}
+
+/// A multipart object keeps its `-N` ETag and its body too (SeaweedFS 4.48; AWS S3 gives
+/// a copy of a multipart object a new ETag, which is why callers take the one returned).
+pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}big");
+    let id = c
+        .create_multipart(&key, &meta(&[("mode", "33261")]))
+        .await
+        .expect("create");
+    let mut parts = Vec::new();
+    for (n, body) in [(1, data(PART, 3)), (2, data(10, 4))] {
+        let etag = c.upload_part(&key, &id, n, body).await.expect("part");
+        parts.push(CompletedPart {
+            part_number: n,
+            etag,
+        });
+    }
+    let done = c
+        .complete_multipart(&key, &id, parts)
+        .await
+        .expect("complete");
+    let r = c
+        .replace_metadata(&key, &meta(&[("mode", "33188")]), Some(&done.etag))
+        .await
+        .expect("replace");
+    let h = c.head(&key).await.expect("head");
+    assert_eq!(h.info.etag, r.etag, "HEAD's ETag is the one returned");
+    assert_eq!(h.metadata, meta(&[("mode", "33188")]));
+    let tail = c
+        .get_range(&key, PART as u64, PART as u64 + 10, None)
+        .await
+        .expect("get");
+    assert_eq!(tail, data(10, 4));
+}
+
+/// Conditional on a version that is gone: `Precondition`, and nothing changes.
+pub async fn replace_metadata_of_a_changed_object_is_precondition(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}obj");
+    c.put(&key, data(10, 5), &meta(&[("mode", "33261")]))
+        .await
+        .expect("put");
+    let r = c
+        .replace_metadata(&key, &meta(&[("mode", "1")]), Some("\"0123456789abcdef\""))
+        .await;
+    let e = err(r, "stale ETag");
+    assert!(matches!(e, ClientError::Precondition(_)), "{e:?}");
+    let h = c.head(&key).await.expect("head");
+    assert_eq!(h.metadata, meta(&[("mode", "33261")]), "unchanged");
+}
+
+pub async fn replace_metadata_of_a_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}missing");
+    assert_not_found(
+        c.replace_metadata(&key, &meta(&[("mode", "1")]), None)
+            .await,
+        "replace of a missing key",
+    );
+    assert_not_found(c.head(&key).await, "nothing appears");
+}

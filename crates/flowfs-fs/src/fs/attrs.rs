@@ -1,0 +1,317 @@
+//! POSIX attributes: what getattr reports (`Attr`), what an upload writes into the
+//! object's metadata (meta.rs), and chmod, chown and utimens of an object already in the
+//! bucket, rewritten there server-side (a copy onto itself) without sending its data.
+
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::*;
+use crate::meta::{Posix, S_IFMT, S_IFREG};
+
+/// A symlink's type bits, as s3fs writes them for its own symlinks (whose content is
+/// the target too, so s3fs shows flowfs's symlinks as symlinks).
+const S_IFLNK: u32 = 0o120_000;
+
+/// The attributes of one node, as getattr and lookup report them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// File, directory or symlink.
+    pub kind: Kind,
+    /// Bytes (the target's length for a symlink).
+    pub size: u64,
+    /// Last modification (also shown as atime and ctime).
+    pub mtime: SystemTime,
+    /// Permission bits.
+    pub perm: u16,
+    /// Owner (the mounting user).
+    pub uid: u32,
+    /// Group (the mounting user's).
+    pub gid: u32,
+    /// 0 for a file whose name was removed while it is open (fstat after unlink).
+    pub nlink: u32,
+    /// The device of a device node.
+    pub rdev: u32,
+}
+
+/// One directory entry of a readdir answer.
+#[derive(Debug, Clone)]
+pub struct DirItem {
+    /// Offset of the item after this one, as readdir wants it.
+    pub next: u64,
+    /// Entry name.
+    pub name: String,
+    /// Its inode number.
+    pub ino: u64,
+    /// Its kind, for the d_type of readdir.
+    pub kind: Kind,
+    /// Set by `readdir(plus = true)`, which counts a lookup for every such item.
+    pub attr: Option<Attr>,
+}
+
+/// What one setattr changes beside the size.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct AttrChanges {
+    /// New permission bits (the file type bits are ignored).
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New access time (kept in metadata; shown times are mtime's).
+    pub atime: Option<SystemTime>,
+    /// New modification time.
+    pub mtime: Option<SystemTime>,
+}
+
+impl AttrChanges {
+    fn any(&self) -> bool {
+        *self != AttrChanges::default()
+    }
+}
+
+/// One rewrite task per inode at a time; setattrs that come while it runs are taken by
+/// its next round, so `cp -p` (utimens, chown, chmod) costs one or two rewrites, not three.
+#[derive(Default)]
+pub(super) struct MetaWrites {
+    /// ino -> whether a setattr came after the running round read the attributes.
+    running: Mutex<HashMap<u64, bool>>,
+    idle: Notify,
+}
+
+impl MetaWrites {
+    /// Returns once no rewrite runs (unmount waits for them, as for uploads).
+    pub(super) async fn wait(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.running.lock().is_empty() {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    /// Whether the caller must start a task (none runs for `ino`).
+    pub(super) fn start(&self, ino: u64) -> bool {
+        let mut r = self.running.lock();
+        match r.get_mut(&ino) {
+            Some(again) => {
+                *again = true;
+                false
+            }
+            None => {
+                r.insert(ino, false);
+                true
+            }
+        }
+    }
+
+    /// After a round: whether another is due; if not the task ends.
+    fn next_round(&self, ino: u64) -> bool {
+        let mut r = self.running.lock();
+        match r.get_mut(&ino) {
+            Some(again) if *again => {
+                *again = false;
+                true
+            }
+            _ => {
+                r.remove(&ino);
+                if r.is_empty() {
+                    self.idle.notify_waiters();
+                }
+                false
+            }
+        }
+    }
+}
+
+impl Fs {
+    /// Every attribute an object written now carries: what the node holds (its metadata
+    /// or this mount's changes), the mount's defaults for the rest, and its type bits.
+    pub(super) fn full_posix(&self, e: &Entry) -> Posix {
+        let mut p = e.posix.unwrap_or_default();
+        let (kind, default) = match e.kind {
+            Kind::Symlink => (S_IFLNK, 0o777),
+            Kind::Dir => (libc::S_IFDIR, u32::from(self.cfg.dir_mode)),
+            Kind::File => (S_IFREG, u32::from(self.cfg.file_mode)),
+            Kind::Special(bits) => (bits, u32::from(self.cfg.file_mode)),
+        };
+        let perm = p.perm().map_or(default, u32::from);
+        let kind = p
+            .mode
+            .map(|m| m & S_IFMT)
+            .filter(|k| *k != 0)
+            .unwrap_or(kind);
+        p.mode = Some(kind | perm);
+        p.uid = Some(p.uid.unwrap_or(self.cfg.uid));
+        p.gid = Some(p.gid.unwrap_or(self.cfg.gid));
+        p
+    }
+
+    /// The attributes of a new node made by the user `owner` (uid, gid) with `mode`.
+    pub(super) fn new_posix(&self, mode: u32, owner: Option<(u32, u32)>) -> Posix {
+        let (uid, gid) = owner.unwrap_or((self.cfg.uid, self.cfg.gid));
+        Posix {
+            mode: Some(mode),
+            uid: Some(uid),
+            gid: Some(gid),
+            ..Posix::default()
+        }
+    }
+
+    /// chmod, chown, utimens: the node takes them at once. A staged file's upload
+    /// carries them; an object already in the bucket has its metadata rewritten in the
+    /// background; a directory keeps them in memory.
+    pub(super) fn change_attrs(self: &Arc<Self>, ino: u64, c: AttrChanges) -> Result<()> {
+        if !c.any() {
+            return Ok(());
+        }
+        let rewrite = {
+            let mut t = self.inodes.lock();
+            let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
+            let mut p = n.entry.posix.unwrap_or_default();
+            if let Some(m) = c.mode {
+                p.mode = Some(p.mode.unwrap_or(0) & S_IFMT | m & 0o7777);
+            }
+            p.uid = c.uid.or(p.uid);
+            p.gid = c.gid.or(p.gid);
+            p.atime = c.atime.or(p.atime);
+            if let Some(m) = c.mtime {
+                p.mtime = Some(m);
+                self.wb.set_mtime(ino, m);
+            }
+            n.entry.posix = Some(p);
+            let (parent, name, e) = (n.parent, n.name.clone(), n.entry.clone());
+            let durable = e.kind != Kind::Dir && e.etag.is_some() && self.wb.stat(ino).is_none();
+            Self::listing_put(&mut t, parent, &name, Some(e));
+            durable && !self.cfg.read_only
+        };
+        if rewrite && self.meta_writes.start(ino) {
+            let fs = self.clone();
+            tokio::spawn(async move { fs.rewrite_meta(ino).await });
+        }
+        Ok(())
+    }
+
+    /// Rounds of metadata rewrites of `ino` until no setattr came during the last.
+    pub(super) async fn rewrite_meta(self: Arc<Self>, ino: u64) {
+        loop {
+            if let Err(e) = self.rewrite_once(ino).await {
+                tracing::warn!(ino, "attributes not stored in the bucket: {e}");
+            }
+            if !self.meta_writes.next_round(ino) {
+                return;
+            }
+        }
+    }
+
+    /// One HEAD (the object's other metadata, which a copy with REPLACE would drop, and
+    /// the version to change) and one copy onto itself, conditional on that version.
+    async fn rewrite_once(&self, ino: u64) -> std::result::Result<(), ClientError> {
+        let (key, posix) = {
+            let t = self.inodes.lock();
+            // A staged file's coming upload carries them too; an upload landing first
+            // makes the copy's condition fail, and one landing later carries them.
+            let Some(n) = t.get(ino).filter(|n| !n.unlinked) else {
+                return Ok(());
+            };
+            let Some(path) = t.path(ino) else {
+                return Ok(());
+            };
+            (self.key(&path), self.full_posix(&n.entry))
+        };
+        let head = match self.client.head(&key).await {
+            Err(ClientError::NotFound(_)) => return Ok(()),
+            r => r?,
+        };
+        let mut metadata = head.metadata.clone();
+        posix.encode_into(&mut metadata);
+        if metadata == head.metadata {
+            return Ok(());
+        }
+        let etag = head.info.etag.as_str();
+        match self
+            .client
+            .replace_metadata(&key, &metadata, Some(etag))
+            .await
+        {
+            Ok(put) => {
+                let mut t = self.inodes.lock();
+                if let Some(n) = t.get_mut(ino) {
+                    // The body is the same: what the kernel and the cache hold stays good.
+                    if n.entry.etag.as_deref() == Some(etag) {
+                        let new: Arc<str> = put.etag.as_str().into();
+                        n.entry.etag = Some(new.clone());
+                        if n.page_cache_etag.as_deref() == Some(etag) {
+                            n.page_cache_etag = Some(new);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            // Changed meanwhile (an upload, which carried the attributes, or another
+            // client), or gone: nothing of ours to keep there.
+            Err(ClientError::Precondition(_) | ClientError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// mknod of a FIFO, socket or device node: an empty object whose metadata holds its
+    /// mode (type bits included) and rdev, staged and uploaded in the background like a
+    /// symlink. The kernel opens, reads and writes it locally, never through flowfs.
+    pub(super) async fn mknod_special(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        rdev: u32,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Attr> {
+        self.check_writable()?;
+        valid_name(name)?;
+        let ino = {
+            let mut t = self.inodes.lock();
+            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
+                return Err(FsError::NotDir);
+            }
+            let path = join(&t.path(parent).ok_or(FsError::NotFound)?, name);
+            self.check_key(&path, false)?;
+            let mut posix = self.new_posix(mode, owner);
+            posix.rdev = (rdev != 0).then_some(rdev);
+            let e = Entry {
+                kind: Kind::Special(mode & S_IFMT),
+                size: 0,
+                mtime: SystemTime::now(),
+                etag: None,
+                target: None,
+                posix: Some(posix),
+            };
+            let ino = t.new_node(parent, name, e.clone());
+            if let Some(n) = t.get_mut(ino) {
+                n.lookups += 1;
+            }
+            Self::listing_put(&mut t, parent, name, Some(e));
+            Self::entries_changed(&mut t, parent);
+            ino
+        };
+        if let Err(e) = self.new_staged(ino, NewFile::Symlink, b"") {
+            self.undo_create(parent, name, ino);
+            return Err(e);
+        }
+        if let Some((_, true)) = self.wb.request_upload(ino) {
+            self.spawn_upload(ino);
+        }
+        self.attr_of(&self.inodes.lock(), ino)
+    }
+
+    /// Waits for the metadata rewrites under way, at most `limit`.
+    pub(super) async fn wait_meta_writes(&self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.meta_writes.wait())
+            .await
+            .is_ok()
+    }
+}

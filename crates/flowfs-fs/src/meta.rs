@@ -1,0 +1,219 @@
+//! POSIX attributes kept in object metadata, in the convention of s3fs-fuse (which rclone
+//! shares for `mtime`), so that other tools read what flowfs writes and the other way round.
+//! Pure data: no I/O. See SEMANTICS.md, "Attributes", for what is written and read.
+//!
+//! | key (`x-amz-meta-`) | written by flowfs | read |
+//! |---|---|---|
+//! | `mode` | decimal `st_mode`, file type bits included (`33261` = `0100755`) | decimal; with a leading `0`, octal |
+//! | `uid`, `gid` | decimal | decimal |
+//! | `mtime` | seconds since the epoch, `.` and nine digits of nanoseconds when not whole | seconds with an optional fraction of 1 to 9 digits (rclone writes fewer) |
+//! | `atime`, `ctime` | only when set explicitly, as `mtime` | as `mtime` |
+//! | `rdev` | special files only, decimal | decimal |
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Metadata names without the `x-amz-meta-` prefix (S3 hands them back in lower case).
+pub const MODE: &str = "mode";
+pub const UID: &str = "uid";
+pub const GID: &str = "gid";
+pub const MTIME: &str = "mtime";
+pub const ATIME: &str = "atime";
+pub const CTIME: &str = "ctime";
+pub const RDEV: &str = "rdev";
+const KEYS: [&str; 7] = [MODE, UID, GID, MTIME, ATIME, CTIME, RDEV];
+
+/// The file type bits of a mode.
+pub const S_IFMT: u32 = 0o170_000;
+/// A regular file's type bits.
+pub const S_IFREG: u32 = 0o100_000;
+
+/// What an object's metadata says of its POSIX attributes; `None` where it says nothing
+/// (an object written by a tool that keeps none shows the mount's defaults there).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Posix {
+    /// `st_mode`: file type bits and permission bits.
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub mtime: Option<SystemTime>,
+    pub atime: Option<SystemTime>,
+    pub ctime: Option<SystemTime>,
+    pub rdev: Option<u32>,
+}
+
+impl Posix {
+    /// Reads the keys above from user metadata (names compared without case); a value
+    /// that does not parse counts as absent rather than as a failure of the object.
+    pub fn decode(metadata: &HashMap<String, String>) -> Posix {
+        let get = |name: &str| {
+            metadata
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim())
+        };
+        Posix {
+            mode: get(MODE).and_then(parse_mode),
+            uid: get(UID).and_then(|v| v.parse().ok()),
+            gid: get(GID).and_then(|v| v.parse().ok()),
+            mtime: get(MTIME).and_then(parse_time),
+            atime: get(ATIME).and_then(parse_time),
+            ctime: get(CTIME).and_then(parse_time),
+            rdev: get(RDEV).and_then(|v| v.parse().ok()),
+        }
+    }
+
+    /// Writes every attribute it holds into `metadata`, replacing earlier values of these
+    /// keys (in any case) and keeping every other key.
+    pub fn encode_into(&self, metadata: &mut HashMap<String, String>) {
+        metadata.retain(|k, _| !KEYS.iter().any(|n| k.eq_ignore_ascii_case(n)));
+        let mut put = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                metadata.insert(k.to_string(), v);
+            }
+        };
+        put(MODE, self.mode.map(|m| m.to_string()));
+        put(UID, self.uid.map(|u| u.to_string()));
+        put(GID, self.gid.map(|g| g.to_string()));
+        put(MTIME, self.mtime.map(format_time));
+        put(ATIME, self.atime.map(format_time));
+        put(CTIME, self.ctime.map(format_time));
+        put(RDEV, self.rdev.map(|r| r.to_string()));
+    }
+
+    /// The permission bits (and setuid, setgid, sticky) of `mode`, if known.
+    pub fn perm(&self) -> Option<u16> {
+        self.mode.map(|m| (m & 0o7777) as u16)
+    }
+}
+
+/// `st_mode` as s3fs reads it: decimal, or octal when it starts with `0` (how rclone's
+/// `--metadata` and GCS's posix mode are usually written).
+pub fn parse_mode(s: &str) -> Option<u32> {
+    if s.len() > 1 && s.starts_with('0') {
+        u32::from_str_radix(&s[1..], 8).ok()
+    } else {
+        s.parse().ok()
+    }
+}
+
+/// Seconds since the epoch, and nine digits of nanoseconds when there are any: what s3fs
+/// writes, and what both s3fs (which takes the digits after the point as nanoseconds)
+/// and rclone (a decimal fraction) read as the same time.
+pub fn format_time(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    match d.subsec_nanos() {
+        0 => d.as_secs().to_string(),
+        n => format!("{}.{n:09}", d.as_secs()),
+    }
+}
+
+/// `secs` or `secs.fraction` (a decimal fraction of 1 to 9 digits, as rclone writes it).
+/// Times before the epoch, and anything else, are not understood.
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    let (secs, frac) = s.split_once('.').unwrap_or((s, ""));
+    if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let nanos = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<9}").parse::<u32>().ok()?
+    };
+    let secs: u64 = secs.parse().ok()?;
+    UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64, nanos: u32) -> SystemTime {
+        UNIX_EPOCH + Duration::new(secs, nanos)
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn times_are_seconds_with_nine_digit_nanoseconds() {
+        assert_eq!(format_time(at(1_600_000_000, 0)), "1600000000");
+        assert_eq!(format_time(at(1_600_000_000, 5)), "1600000000.000000005");
+        assert_eq!(
+            format_time(at(1_600_000_000, 500_000_000)),
+            "1600000000.500000000"
+        );
+    }
+
+    #[test]
+    fn times_read_as_s3fs_and_rclone_write_them() {
+        assert_eq!(parse_time("1600000000"), Some(at(1_600_000_000, 0)));
+        assert_eq!(
+            parse_time("1600000000.000000005"),
+            Some(at(1_600_000_000, 5))
+        );
+        // rclone drops trailing zeros: a decimal fraction, not a count of nanoseconds.
+        assert_eq!(
+            parse_time("1600000000.5"),
+            Some(at(1_600_000_000, 500_000_000))
+        );
+        // An empty fraction is no fraction, as s3fs reads it.
+        assert_eq!(parse_time("1."), Some(at(1, 0)));
+        for bad in ["", "-1", "1.2.3", "x", "1.1234567890", "1e9", ".5"] {
+            assert_eq!(parse_time(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn modes_are_decimal_or_octal_with_a_leading_zero() {
+        assert_eq!(parse_mode("33261"), Some(0o100_755));
+        assert_eq!(parse_mode("0100644"), Some(0o100_644));
+        assert_eq!(parse_mode("0"), Some(0));
+        assert_eq!(parse_mode("rwx"), None);
+        assert_eq!(parse_mode("09"), None);
+    }
+
+    #[test]
+    fn encode_then_decode_is_the_same_and_keeps_other_keys() {
+        let p = Posix {
+            mode: Some(0o100_755),
+            uid: Some(1000),
+            gid: Some(100),
+            mtime: Some(at(1_000_000_000, 123)),
+            atime: None,
+            ctime: Some(at(1_000_000_001, 0)),
+            rdev: None,
+        };
+        let mut m = map(&[("flowfs-symlink", "t"), ("MODE", "1")]);
+        p.encode_into(&mut m);
+        assert_eq!(
+            m,
+            map(&[
+                ("flowfs-symlink", "t"),
+                ("mode", "33261"),
+                ("uid", "1000"),
+                ("gid", "100"),
+                ("mtime", "1000000000.000000123"),
+                ("ctime", "1000000001"),
+            ])
+        );
+        assert_eq!(Posix::decode(&m), p);
+        assert_eq!(p.perm(), Some(0o755));
+    }
+
+    #[test]
+    fn decode_ignores_case_and_bad_values() {
+        let p = Posix::decode(&map(&[("Mode", "33188"), ("UID", "x"), ("Mtime", "12")]));
+        assert_eq!(p.mode, Some(0o100_644));
+        assert_eq!(p.uid, None);
+        assert_eq!(p.mtime, Some(at(12, 0)));
+        assert_eq!(Posix::decode(&HashMap::new()), Posix::default());
+    }
+}

@@ -1,0 +1,280 @@
+//! POSIX attributes in object metadata (issue 17): what uploads carry, chmod/chown/utimens
+//! of objects in the bucket, what listings cost, and what other tools' objects show.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use flowfs_client::mock::{MockClient, Op};
+use flowfs_fs::{AttrChanges, Fs, FsConfig, MetaHeads, ROOT};
+
+use crate::common::{await_count, fs_on, setup};
+
+fn meta(mock: &MockClient, key: &str) -> HashMap<String, String> {
+    mock.metadata(key).expect("object")
+}
+
+fn fs_with(mock: &Arc<MockClient>, cache: &std::path::Path, heads: MetaHeads) -> Arc<Fs> {
+    let mut cfg = FsConfig::new("b", "", cache.to_path_buf());
+    // Every readdir lists again: what a second listing costs is measured.
+    cfg.metadata_ttl = Duration::ZERO;
+    cfg.meta_heads = heads;
+    Arc::new(Fs::new(cfg, mock.clone()).expect("fs"))
+}
+
+async fn readdir_plus(fs: &Arc<Fs>, ino: u64) -> Vec<flowfs_fs::Attr> {
+    let fh = fs.opendir(ino).expect("opendir");
+    let items = fs.readdir(ino, fh, 0, true).await.expect("readdir");
+    fs.releasedir(fh);
+    items
+        .into_iter()
+        .filter(|i| i.name != "." && i.name != "..")
+        .map(|i| i.attr.expect("readdirplus attr"))
+        .collect()
+}
+
+/// The PUT of a new file carries its mode (with the type bits), the caller's uid and
+/// gid and the time of its last write; nothing reads the time back afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_carries_mode_owner_and_the_time_of_the_last_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs) = setup(dir.path(), "");
+    let (a, fh) = fs
+        .create_as(ROOT, "run.sh", 0o755, Some((1234, 5678)))
+        .await
+        .expect("create");
+    fs.write(fh, 0, b"#!/bin/sh\n").expect("write");
+    let written = fs.getattr(a.ino).await.expect("getattr").mtime;
+    fs.fsync(fh).await.expect("fsync");
+    fs.release(fh).expect("release");
+    let m = meta(&mock, "run.sh");
+    assert_eq!(m.get("mode").map(String::as_str), Some("33261"), "{m:?}");
+    assert_eq!(m.get("uid").map(String::as_str), Some("1234"));
+    assert_eq!(m.get("gid").map(String::as_str), Some("5678"));
+    let secs = written.duration_since(UNIX_EPOCH).expect("epoch");
+    let want = format!("{}.{:09}", secs.as_secs(), secs.subsec_nanos());
+    assert_eq!(m.get("mtime"), Some(&want), "the time of the last write");
+    assert_eq!(mock.count(Op::Put), 1);
+    assert_eq!(
+        mock.count(Op::Head) + mock.count(Op::List),
+        0,
+        "no read-back"
+    );
+    let after = fs.getattr(a.ino).await.expect("getattr");
+    assert_eq!((after.mtime, after.perm, after.uid), (written, 0o755, 1234));
+}
+
+/// chmod, chown and utimens of an object in the bucket rewrite its metadata with a copy
+/// onto itself: no byte is sent again, and other metadata stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setattr_of_a_durable_object_rewrites_its_metadata_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs) = setup(dir.path(), "");
+    mock.insert_with_metadata("obj", vec![7u8; 3000], &[("other", "kept")]);
+    let a = fs.lookup(ROOT, "obj").await.expect("lookup");
+    let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let c = AttrChanges {
+        mode: Some(0o100_700),
+        uid: Some(42),
+        mtime: Some(old),
+        ..AttrChanges::default()
+    };
+    let shown = fs
+        .setattr_with(a.ino, None, c, None)
+        .await
+        .expect("setattr");
+    assert_eq!((shown.perm, shown.uid, shown.mtime), (0o700, 42, old));
+    assert!(fs.flush_all().await.is_empty(), "flushed");
+    let m = meta(&mock, "obj");
+    assert_eq!(m.get("mode").map(String::as_str), Some("33216"), "{m:?}");
+    assert_eq!(m.get("uid").map(String::as_str), Some("42"));
+    assert_eq!(m.get("mtime").map(String::as_str), Some("1000000000"));
+    assert_eq!(m.get("other").map(String::as_str), Some("kept"));
+    assert_eq!(mock.object("obj").expect("body"), vec![7u8; 3000]);
+    assert_eq!(mock.count(Op::Copy), 1);
+    assert_eq!(
+        mock.count(Op::Put) + mock.count(Op::UploadPart),
+        0,
+        "no data sent"
+    );
+}
+
+/// `cp -p` sends utimens, chown and chmod one after the other: they share rewrites.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setattrs_that_come_together_share_a_rewrite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs) = setup(dir.path(), "");
+    mock.insert("obj", vec![1u8; 10]);
+    let a = fs.lookup(ROOT, "obj").await.expect("lookup");
+    mock.set_latency(Duration::from_millis(20));
+    let changes = [
+        AttrChanges {
+            mtime: Some(UNIX_EPOCH + Duration::from_secs(5)),
+            ..AttrChanges::default()
+        },
+        AttrChanges {
+            uid: Some(7),
+            gid: Some(8),
+            ..AttrChanges::default()
+        },
+        AttrChanges {
+            mode: Some(0o600),
+            ..AttrChanges::default()
+        },
+    ];
+    for c in changes {
+        fs.setattr_with(a.ino, None, c, None)
+            .await
+            .expect("setattr");
+    }
+    assert!(fs.flush_all().await.is_empty(), "flushed");
+    assert!(mock.count(Op::Copy) <= 2, "{} copies", mock.count(Op::Copy));
+    let m = meta(&mock, "obj");
+    for (k, v) in [
+        ("mtime", "5"),
+        ("uid", "7"),
+        ("gid", "8"),
+        ("mode", "33152"),
+    ] {
+        assert_eq!(m.get(k).map(String::as_str), Some(v), "{k}: {m:?}");
+    }
+}
+
+/// `ls -l` of plain objects (no directory marker) costs the LIST pages and no HEAD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_l_of_ten_thousand_plain_objects_sends_no_head() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    for i in 0..10_000 {
+        mock.insert(&format!("d/f{i:05}"), vec![0u8; 10]);
+    }
+    let fs = fs_with(&mock, dir.path(), MetaHeads::Marked);
+    let d = fs.lookup(ROOT, "d").await.expect("lookup");
+    mock.reset_counts();
+    let attrs = readdir_plus(&fs, d.ino).await;
+    assert_eq!(attrs.len(), 10_000);
+    assert!(attrs.iter().all(|a| a.perm == 0o644));
+    assert_eq!(mock.count(Op::Head), 0);
+    assert_eq!(mock.count(Op::List), 10, "LIST pages of 1,000");
+}
+
+/// In a directory with a marker (made by mkdir here or by s3fs), a listing HEADs each
+/// object once for its attributes; a listing again of the same versions HEADs none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_directory_reads_attributes_once_per_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    mock.insert("m/", Vec::new());
+    mock.insert_with_metadata(
+        "m/run.sh",
+        b"x".to_vec(),
+        &[("mode", "33261"), ("uid", "9")],
+    );
+    mock.insert("m/plain", b"y".to_vec());
+    let fs = fs_with(&mock, dir.path(), MetaHeads::Marked);
+    let m = fs.lookup(ROOT, "m").await.expect("lookup");
+    mock.reset_counts();
+    let attrs = readdir_plus(&fs, m.ino).await;
+    let perms: Vec<_> = attrs.iter().map(|a| (a.perm, a.uid)).collect();
+    assert_eq!(perms[0].0, 0o644, "plain: the defaults");
+    assert_eq!(perms[1], (0o755, 9), "run.sh: its metadata");
+    assert_eq!(mock.count(Op::Head), 2);
+    readdir_plus(&fs, m.ino).await;
+    assert_eq!(
+        mock.count(Op::Head),
+        2,
+        "known versions are not asked again"
+    );
+    assert_eq!(mock.count(Op::List), 2);
+}
+
+/// `--meta-heads always`: every directory's objects are asked, markers or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meta_heads_always_reads_unmarked_directories() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    mock.insert_with_metadata("run.sh", b"x".to_vec(), &[("mode", "33261")]);
+    let fs = fs_with(&mock, dir.path(), MetaHeads::Always);
+    let attrs = readdir_plus(&fs, ROOT).await;
+    assert_eq!(attrs[0].perm, 0o755);
+    assert_eq!(mock.count(Op::Head), 1);
+}
+
+/// An object written by s3fs (or rclone's mtime) shows its mode, owner and time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_of_other_tools_show_their_metadata() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs) = setup(dir.path(), "");
+    let s3fs = [
+        ("mode", "33256"),
+        ("uid", "42"),
+        ("gid", "43"),
+        ("mtime", "1600000000"),
+    ];
+    mock.insert_with_metadata("s3fs", b"a".to_vec(), &s3fs);
+    mock.insert_with_metadata("rclone", b"b".to_vec(), &[("mtime", "1600000000.25")]);
+    let a = fs.lookup(ROOT, "s3fs").await.expect("lookup");
+    let t = UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    assert_eq!((a.perm, a.uid, a.gid, a.mtime), (0o750, 42, 43, t));
+    let r = fs.lookup(ROOT, "rclone").await.expect("lookup");
+    assert_eq!(r.mtime, t + Duration::from_millis(250));
+    assert_eq!(r.perm, 0o644, "no mode: the default");
+}
+
+/// What a mount wrote, a later mount shows: mode and the time of the last write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mode_and_mtime_survive_a_remount() {
+    let (one, two) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    let (mock, fs) = setup(one.path(), "");
+    let d = fs.mkdir(ROOT, "task", 0o755).await.expect("mkdir");
+    let (a, fh) = fs.create(d.ino, "run.sh", 0o644).await.expect("create");
+    fs.write(fh, 0, b"echo\n").expect("write");
+    let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let c = AttrChanges {
+        mode: Some(0o755),
+        mtime: Some(old),
+        ..AttrChanges::default()
+    };
+    fs.setattr_with(a.ino, None, c, Some(fh))
+        .await
+        .expect("setattr");
+    fs.release(fh).expect("release");
+    assert!(fs.flush_all().await.is_empty(), "flushed");
+    assert_eq!(mock.count(Op::Copy), 0, "the upload carried them");
+    let later = fs_on(&mock, two.path(), "");
+    let d = later.lookup(ROOT, "task").await.expect("lookup");
+    let attrs = readdir_plus(&later, d.ino).await;
+    assert_eq!((attrs[0].perm, attrs[0].mtime), (0o755, old));
+    assert!(SystemTime::now() > old);
+}
+
+/// `echo x > f; touch -d @T f`: the close starts the upload, the utimens comes while it
+/// is under way and is not in its PUT, so it is rewritten afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_utimens_during_the_upload_is_rewritten_after_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs) = setup(dir.path(), "");
+    mock.set_latency_of(Op::Put, Duration::from_millis(100));
+    let (a, fh) = fs.create(ROOT, "f", 0o644).await.expect("create");
+    fs.write(fh, 0, b"x\n").expect("write");
+    fs.release(fh).expect("release");
+    await_count(&mock, Op::Put, 1).await;
+    let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let c = AttrChanges {
+        mtime: Some(old),
+        ..AttrChanges::default()
+    };
+    fs.setattr_with(a.ino, None, c, None)
+        .await
+        .expect("setattr");
+    assert!(fs.flush_all().await.is_empty(), "flushed");
+    assert_eq!(
+        meta(&mock, "f").get("mtime").map(String::as_str),
+        Some("1000000000")
+    );
+    assert_eq!((mock.count(Op::Put), mock.count(Op::Copy)), (1, 1));
+    assert_eq!(fs.getattr(a.ino).await.expect("getattr").mtime, old);
+}

@@ -1,0 +1,131 @@
+"""POSIX attributes kept in object metadata (issue 17), on a real mount and the real
+server: a script written with mode 0755 and an old mtime (`touch -d`) shows both after a
+remount, and boto3 reads them as s3fs-fuse's convention (x-amz-meta-mode, -uid, -gid,
+-mtime). Objects are checked with boto3 straight to the server."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from flowfs_mount import is_mounted
+
+OLD = 1_000_000_000  # 2001-09-09, whole seconds
+
+
+def test_mode_and_mtime_survive_a_remount_and_boto3_sees_them(mount, bucket, s3):
+    m = mount(bucket, "attrs")
+    os.makedirs(m / "task")
+    script = m / "task/run.sh"
+    script.write_text("#!/bin/sh\necho hello\n")
+    os.chmod(script, 0o755)
+    subprocess.run(["touch", "-d", "@%d" % OLD, str(script)], check=True)
+    plain = m / "task/plain.txt"
+    plain.write_text("data\n")
+    st = os.stat(script)
+    assert (stat.S_IMODE(st.st_mode), int(st.st_mtime)) == (0o755, OLD)
+    r = m.unmount(timeout=120)
+    assert r.returncode == 0, f"unmount exit {r.returncode}: {r.stderr}"
+
+    head = s3.head_object(Bucket=bucket, Key="attrs/task/run.sh")
+    meta = head["Metadata"]
+    assert int(meta["mode"]) == stat.S_IFREG | 0o755, meta
+    assert meta["mtime"] == str(OLD), meta
+    assert int(meta["uid"]) == os.getuid() and int(meta["gid"]) == os.getgid(), meta
+    plain_meta = s3.head_object(Bucket=bucket, Key="attrs/task/plain.txt")["Metadata"]
+    assert int(plain_meta["mode"]) == stat.S_IFREG | 0o644, plain_meta
+    # flowfs sends the directory's attributes with its marker; SeaweedFS 4.48 makes the
+    # marker a directory of its filer and keeps no user metadata on it (AWS S3 keeps it).
+    marker = s3.head_object(Bucket=bucket, Key="attrs/task/")["Metadata"]
+    assert "mode" not in marker or stat.S_ISDIR(int(marker["mode"])), marker
+
+    again = mount(bucket, "attrs")
+    # A listing first (ls -l), then the name: both show the metadata.
+    listed = {e.name: e.stat() for e in os.scandir(again / "task")}
+    assert stat.S_IMODE(listed["run.sh"].st_mode) == 0o755
+    assert int(listed["run.sh"].st_mtime) == OLD
+    out = subprocess.run([str(again / "task/run.sh")], capture_output=True, text=True, check=True)
+    assert out.stdout == "hello\n"
+    # chmod of an object in the bucket: its metadata is rewritten, its body kept.
+    os.chmod(again / "task/plain.txt", 0o600)
+    r = again.unmount(timeout=120)
+    assert r.returncode == 0, f"unmount exit {r.returncode}: {r.stderr}"
+    got = s3.get_object(Bucket=bucket, Key="attrs/task/plain.txt")
+    assert got["Body"].read() == b"data\n"
+    assert int(got["Metadata"]["mode"]) == stat.S_IFREG | 0o600, got["Metadata"]
+
+
+def test_objects_written_by_s3fs_show_their_attributes(mount, bucket, s3):
+    s3.put_object(Bucket=bucket, Key="x/tool", Body=b"#!/bin/sh\n",
+                  Metadata={"mode": str(stat.S_IFREG | 0o750), "uid": "1234", "gid": "4321",
+                            "mtime": "1600000000"})
+    s3.put_object(Bucket=bucket, Key="x/rclone", Body=b"r", Metadata={"mtime": "1600000000.5"})
+    m = mount(bucket, "x")
+    st = os.stat(m / "tool")
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, int(st.st_mtime)) == (0o750, 1234, 4321, 1600000000)
+    assert os.stat(m / "rclone").st_mtime == 1600000000.5
+
+
+S3FS = shutil.which("s3fs")
+
+
+@contextlib.contextmanager
+def s3fs_mount(seaweed, bucket: str, work_dir: Path):
+    """s3fs-fuse (apt) in the foreground on `bucket`, always unmounted and stopped."""
+    passwd = work_dir / "s3fs.passwd"
+    passwd.write_text(f"{seaweed.creds.access_key}:{seaweed.creds.secret_key}\n")
+    passwd.chmod(0o600)
+    mp = work_dir / f"s3fs-{bucket[-8:]}"
+    mp.mkdir()
+    opts = f"passwd_file={passwd},url={seaweed.endpoint},use_path_request_style,dbglevel=warn"
+    proc = subprocess.Popen([S3FS, bucket, str(mp), "-f", "-o", opts], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not is_mounted(mp):
+            assert proc.poll() is None, f"s3fs exited: {proc.stderr.read().decode()[-2000:]}"
+            assert time.monotonic() < deadline, "s3fs not mounted after 20 s"
+            time.sleep(0.05)
+        yield mp
+    finally:
+        subprocess.run(["fusermount", "-u", str(mp)], check=False, capture_output=True)
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.skipif(S3FS is None, reason="s3fs-fuse is not installed (apt install s3fs)")
+def test_s3fs_and_flowfs_read_each_others_attributes(mount, bucket, s3, seaweed, work_dir):
+    m = mount(bucket)
+    os.makedirs(m / "d")
+    (m / "d/by-flowfs.sh").write_text("#!/bin/sh\n")
+    os.chmod(m / "d/by-flowfs.sh", 0o755)
+    os.utime(m / "d/by-flowfs.sh", (OLD, OLD))
+    r = m.unmount(timeout=120)
+    assert r.returncode == 0, f"unmount exit {r.returncode}: {r.stderr}"
+
+    later = OLD + 86_400
+    with s3fs_mount(seaweed, bucket, work_dir) as mp:
+        st = os.stat(mp / "d/by-flowfs.sh")
+        assert (stat.S_IMODE(st.st_mode), int(st.st_mtime)) == (0o755, OLD), "s3fs reads flowfs's"
+        (mp / "d/by-s3fs.sh").write_text("#!/bin/sh\n")
+        os.chmod(mp / "d/by-s3fs.sh", 0o750)
+        os.utime(mp / "d/by-s3fs.sh", (later, later))
+    meta = s3.head_object(Bucket=bucket, Key="d/by-s3fs.sh")["Metadata"]
+    print(f"s3fs wrote {meta}")
+
+    again = mount(bucket)
+    st = os.stat(again / "d/by-s3fs.sh")
+    assert (stat.S_IMODE(st.st_mode), int(st.st_mtime)) == (0o750, later), f"flowfs reads s3fs's: {meta}"
+    listed = {e.name: e.stat() for e in os.scandir(again / "d")}
+    assert stat.S_IMODE(listed["by-flowfs.sh"].st_mode) == 0o755
