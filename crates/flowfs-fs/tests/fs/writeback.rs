@@ -119,6 +119,16 @@ fn current_thread() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// A mount whose tasks run on `rt`: dropping `rt` kills them, as a crash would.
+fn mount_in(
+    rt: &tokio::runtime::Runtime,
+    mock: &Arc<MockClient>,
+    dir: &std::path::Path,
+) -> Arc<Fs> {
+    let _e = rt.enter();
+    crate::common::fs_on(mock, dir, "")
+}
+
 /// A store holding `big.bin` ("old"), a mount of it on a runtime of its own (dropped to
 /// kill the mount), and 3 MiB of new content (seeded) to rewrite it with.
 fn big_file_to_rewrite(
@@ -134,10 +144,7 @@ fn big_file_to_rewrite(
     let mock = Arc::new(MockClient::new());
     mock.insert("big.bin", "old");
     let rt = current_thread();
-    let fs = {
-        let _e = rt.enter();
-        crate::common::fs_on(&mock, dir.path(), "")
-    };
+    let fs = mount_in(&rt, &mock, dir.path());
     (dir, mock, crate::common::data(3 << 20, seed), rt, fs)
 }
 
@@ -172,10 +179,7 @@ fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
     assert_eq!(mock.open_uploads(), 1);
     mock.set_latency_of(Op::UploadPart, Duration::ZERO);
     let rt = current_thread();
-    let fs = {
-        let _e = rt.enter();
-        crate::common::fs_on(&mock, dir.path(), "")
-    };
+    let fs = mount_in(&rt, &mock, dir.path());
     let (recovered, failed) = rt.block_on(fs.recover());
     assert_eq!((recovered, failed), (vec!["big.bin".to_string()], vec![]));
     assert_eq!(mock.open_uploads(), 0, "the dead mount's upload is aborted");
@@ -240,10 +244,7 @@ fn recover_after_the_lost_answer(mock: &Arc<MockClient>, dir: &std::path::Path, 
             .expect("the server's create");
     });
     assert_eq!(mock.open_uploads(), 1);
-    let fs = {
-        let _e = rt.enter();
-        crate::common::fs_on(mock, dir, "")
-    };
+    let fs = mount_in(&rt, mock, dir);
     let (recovered, failed) = rt.block_on(fs.recover());
     assert_eq!((recovered, failed), (vec![key.to_string()], vec![]));
     assert_eq!(
@@ -283,10 +284,7 @@ fn the_next_mount_aborts_a_symlink_upload_whose_create_was_never_answered() {
     let dir = tempfile::tempdir().unwrap();
     let mock = Arc::new(MockClient::new());
     let rt = current_thread();
-    let fs = {
-        let _e = rt.enter();
-        crate::common::fs_on(&mock, dir.path(), "")
-    };
+    let fs = mount_in(&rt, &mock, dir.path());
     rt.block_on(async {
         mock.set_latency(Duration::from_secs(3600)); // the create is sent, never answered
         let fs2 = fs.clone();
@@ -305,10 +303,7 @@ fn a_record_without_data_is_removed_by_the_next_mount() {
     let dir = tempfile::tempdir().unwrap();
     let mock = Arc::new(MockClient::new());
     let rt = current_thread();
-    let fs = {
-        let _e = rt.enter();
-        crate::common::fs_on(&mock, dir.path(), "")
-    };
+    let fs = mount_in(&rt, &mock, dir.path());
     mock.set_latency(Duration::from_secs(3600)); // the upload never ends
     rt.block_on(async {
         let (_, fh) = fs.create(ROOT, "out.txt", 0o644).await.unwrap();
@@ -334,10 +329,7 @@ fn a_record_without_data_is_removed_by_the_next_mount() {
     std::fs::remove_file(&data[0]).unwrap(); // as if adopted by the cache
     mock.set_latency(Duration::ZERO);
     let rt = current_thread();
-    let fs = {
-        let _e = rt.enter();
-        crate::common::fs_on(&mock, dir.path(), "")
-    };
+    let fs = mount_in(&rt, &mock, dir.path());
     let (recovered, failed) = rt.block_on(fs.recover());
     assert_eq!((recovered, failed), (vec![], vec![]));
     assert!(
@@ -374,10 +366,7 @@ fn a_recovery_the_store_refuses_for_good_is_set_aside_not_retried_forever() {
         1,
     );
     let rt = current_thread();
-    let fs = {
-        let _e = rt.enter();
-        crate::common::fs_on(&mock, dir.path(), "")
-    };
+    let fs = mount_in(&rt, &mock, dir.path());
     let (ok, failed) = rt.block_on(fs.recover());
     assert!(ok.is_empty());
     assert_eq!(failed.len(), 1, "{failed:?}");
@@ -398,10 +387,7 @@ fn a_recovery_the_store_refuses_for_good_is_set_aside_not_retried_forever() {
     drop(rt);
     let puts = mock.count(Op::Put);
     let rt = current_thread();
-    let fs = {
-        let _e = rt.enter();
-        crate::common::fs_on(&mock, dir.path(), "")
-    };
+    let fs = mount_in(&rt, &mock, dir.path());
     assert_eq!(rt.block_on(fs.recover()), (vec![], vec![]));
     assert_eq!(mock.count(Op::Put), puts, "not tried again");
 }
