@@ -10,7 +10,7 @@ impl Fs {
         let a = self.lookup(parent, name).await?;
         // The lookup above is ours, not the kernel's.
         if let Some(n) = self.inodes.lock().get_mut(a.ino) {
-            n.lookups = n.lookups.saturating_sub(1);
+            n.lookup_undone();
         }
         Ok(a.ino)
     }
@@ -55,7 +55,7 @@ impl Fs {
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
-                n.lookups += 1;
+                n.looked_up();
             }
             Self::listing_put(&mut t, parent, name, Some(e));
             Self::entries_changed(&mut t, parent);
@@ -181,7 +181,7 @@ impl Fs {
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
-                n.lookups += 1;
+                n.looked_up();
             }
             Self::listing_put(&mut t, parent, name, Some(e));
             Self::entries_changed(&mut t, parent);
@@ -216,7 +216,7 @@ impl Fs {
         self.wb.forget_key(&key);
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
-            n.validated = Some(Instant::now());
+            n.confirm(Instant::now());
         }
         t.detach(parent, name);
         Self::listing_put(&mut t, parent, name, None);
@@ -386,9 +386,7 @@ impl Fs {
             let entry = t.get(ino).map(|n| n.entry.clone());
             t.rename(ino, newparent, newname);
             if let Some(n) = t.get_mut(ino) {
-                if n.validated.is_some() {
-                    n.validated = Some(Instant::now());
-                }
+                n.reconfirm();
             }
             Self::listing_put(&mut t, parent, name, None);
             Self::entries_changed(&mut t, parent);
@@ -566,8 +564,8 @@ impl Fs {
     pub(super) fn undo_create(&self, parent: u64, name: &str, ino: u64) {
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
-            n.lookups = n.lookups.saturating_sub(1);
-            n.validated = Some(Instant::now());
+            n.lookup_undone();
+            n.confirm(Instant::now());
         }
         t.detach(parent, name);
         Self::listing_put(&mut t, parent, name, None);
