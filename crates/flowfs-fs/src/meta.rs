@@ -81,6 +81,25 @@ impl Posix {
         put(RDEV, self.rdev.map(|r| r.to_string()));
     }
 
+    /// What a directory shows when its marker says `self` and this mount knew `old`: the
+    /// marker's values where it has them, and the later of each time (entries added
+    /// here change a directory's times in memory only).
+    pub fn merged_over(self, old: Option<Posix>) -> Posix {
+        let Some(old) = old else {
+            return self;
+        };
+        let later = |a: Option<SystemTime>, b: Option<SystemTime>| a.max(b);
+        Posix {
+            mode: self.mode.or(old.mode),
+            uid: self.uid.or(old.uid),
+            gid: self.gid.or(old.gid),
+            mtime: later(self.mtime, old.mtime),
+            atime: self.atime.or(old.atime),
+            ctime: later(self.ctime, old.ctime),
+            rdev: self.rdev.or(old.rdev),
+        }
+    }
+
     /// The permission bits (and setuid, setgid, sticky) of `mode`, if known.
     pub fn perm(&self) -> Option<u16> {
         self.mode.map(|m| (m & 0o7777) as u16)

@@ -119,7 +119,12 @@ impl Fs {
         );
         let list = list?;
         if !list.objects.is_empty() || !list.prefixes.is_empty() {
-            return Ok(Some(Entry::dir(self.started)));
+            let mut e = Entry::dir(self.started);
+            // The marker (listed first) holds the directory's own attributes.
+            if list.objects.first().is_some_and(|o| o.key == dir) {
+                e.posix = self.marker_posix(&dir).await?;
+            }
+            return Ok(Some(e));
         }
         match head {
             Ok(meta) => Ok(Some(meta_entry(&meta))),
@@ -128,12 +133,26 @@ impl Fs {
         }
     }
 
-    /// Every entry of a directory, all listing pages, with symlinks resolved.
+    /// The attributes a directory's marker `dir` (its key, with the `/`) holds, unless
+    /// `--meta-heads never`: one HEAD. SeaweedFS keeps no metadata on markers: `None`.
+    async fn marker_posix(&self, dir: &str) -> Result<Option<Posix>> {
+        if self.cfg.meta_heads == MetaHeads::Never {
+            return Ok(None);
+        }
+        match self.client.head(dir).await {
+            Ok(meta) => Ok(Some(Posix::decode(&meta.metadata)).filter(|p| *p != Posix::default())),
+            Err(ClientError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every entry of a directory, all listing pages, with symlinks resolved, and the
+    /// attributes its own marker holds (`marker_posix`).
     pub(super) async fn list_remote(
         &self,
         ino: u64,
         path: &str,
-    ) -> Result<BTreeMap<String, Entry>> {
+    ) -> Result<(BTreeMap<String, Entry>, Option<Posix>)> {
         let prefix = self.dir_prefix(path);
         let mut entries = BTreeMap::new();
         let mut candidates = Vec::new();
@@ -187,8 +206,16 @@ impl Fs {
         if heads {
             candidates.append(&mut others);
         }
-        self.resolve_heads(ino, candidates, &mut entries).await?;
-        Ok(entries)
+        let marker = async {
+            match marked {
+                true => self.marker_posix(&prefix).await,
+                false => Ok(None),
+            }
+        };
+        let (heads, marker) =
+            tokio::join!(self.resolve_heads(ino, candidates, &mut entries), marker);
+        heads?;
+        Ok((entries, marker?))
     }
 
     /// Reads the metadata of `candidates` (name, key) of a listing of directory `ino`:
