@@ -214,7 +214,7 @@ impl Fs {
     /// than the TTL; counts a kernel reference.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
-        let path = {
+        let (path, marker) = {
             let mut t = self.inodes.lock();
             let p = t.get(parent).ok_or(FsError::NotFound)?;
             if p.entry.kind != Kind::Dir {
@@ -239,13 +239,15 @@ impl Fs {
                 Some(None) => return Err(FsError::NotFound),
                 None => {}
             }
-            path
+            // A directory known here does not read its marker again.
+            let known = t.child(parent, name).and_then(|c| t.get(c)).and_then(|n| n.entry.posix);
+            (path, known.is_none_or(|p| p.mode.is_none()))
         };
         let (found, at) = match self.via_listing(parent, name).await? {
             Some(f) => f,
             None => {
                 let at = Instant::now();
-                (self.stat_remote(&path).await?, at)
+                (self.stat_remote(&path, marker).await?, at)
             }
         };
         let mut t = self.inodes.lock();
@@ -297,7 +299,7 @@ impl Fs {
             Some(f) => f,
             None => {
                 let at = Instant::now();
-                (self.stat_remote(path).await?, at)
+                (self.stat_remote(path, false).await?, at)
             }
         };
         let mut t = self.inodes.lock();

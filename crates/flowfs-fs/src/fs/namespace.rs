@@ -127,7 +127,7 @@ impl Fs {
             )
         };
         self.check_key(&path, true)?;
-        if !known_absent && self.stat_remote(&path).await?.is_some() {
+        if !known_absent && self.stat_remote(&path, false).await?.is_some() {
             return Err(FsError::Exists);
         }
         // The marker object makes an empty directory survive a remount; its metadata

@@ -109,8 +109,9 @@ pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
 
 impl Fs {
     /// What the server holds at `path`: a directory (a common prefix or a `dir/`
-    /// marker) wins over an object of the same name.
-    pub(super) async fn stat_remote(&self, path: &str) -> Result<Option<Entry>> {
+    /// marker) wins over an object of the same name. `marker`: a directory's marker is
+    /// read for its attributes (this mount does not know them yet).
+    pub(super) async fn stat_remote(&self, path: &str, marker: bool) -> Result<Option<Entry>> {
         let key = self.key(path);
         let dir = format!("{key}/");
         let (head, list) = tokio::join!(
@@ -121,7 +122,7 @@ impl Fs {
         if !list.objects.is_empty() || !list.prefixes.is_empty() {
             let mut e = Entry::dir(self.started);
             // The marker (listed first) holds the directory's own attributes.
-            if list.objects.first().is_some_and(|o| o.key == dir) {
+            if marker && list.objects.first().is_some_and(|o| o.key == dir) {
                 e.posix = self.marker_posix(&dir).await?;
             }
             return Ok(Some(e));
@@ -134,13 +135,19 @@ impl Fs {
     }
 
     /// The attributes a directory's marker `dir` (its key, with the `/`) holds, unless
-    /// `--meta-heads never`: one HEAD. SeaweedFS keeps no metadata on markers: `None`.
+    /// `--meta-heads never`: one HEAD. A marker without them (SeaweedFS keeps no
+    /// metadata on markers) gives `--dir-mode`, so that the directory is not asked again.
     async fn marker_posix(&self, dir: &str) -> Result<Option<Posix>> {
         if self.cfg.meta_heads == MetaHeads::Never {
             return Ok(None);
         }
         match self.client.head(dir).await {
-            Ok(meta) => Ok(Some(Posix::decode(&meta.metadata)).filter(|p| *p != Posix::default())),
+            Ok(meta) => {
+                let mut p = Posix::decode(&meta.metadata);
+                let default = libc::S_IFDIR | u32::from(self.cfg.dir_mode);
+                p.mode = Some(p.mode.unwrap_or(default));
+                Ok(Some(p))
+            }
             Err(ClientError::NotFound(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -206,8 +213,13 @@ impl Fs {
         if heads {
             candidates.append(&mut others);
         }
+        // The directory's own attributes, from its marker, unless known already.
+        let known = {
+            let t = self.inodes.lock();
+            t.get(ino).and_then(|n| n.entry.posix).is_some_and(|p| p.mode.is_some())
+        };
         let marker = async {
-            match marked {
+            match marked && !known {
                 true => self.marker_posix(&prefix).await,
                 false => Ok(None),
             }
