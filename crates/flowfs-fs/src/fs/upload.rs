@@ -74,13 +74,24 @@ impl Fs {
     /// bucket lacks, removed once durable). A record that cannot be written fails the
     /// operation: a file is never changed without crash protection.
     pub(super) fn journal(&self, ino: u64) -> Result<()> {
-        let (key, symlink) = {
+        let (key, rec) = {
             let t = self.inodes.lock();
-            let symlink = t.get(ino).is_some_and(|n| n.entry.kind == Kind::Symlink);
-            (t.path(ino).map(|p| self.key(&p)), symlink)
+            let mut rec = crate::writeback::Record::default();
+            if let Some(n) = t.get(ino) {
+                rec.symlink = n.entry.kind == Kind::Symlink;
+                // A recovered FIFO stays a FIFO, a script executable (the times go:
+                // recovery takes the data file's).
+                let mut p = self.full_posix(&n.entry);
+                (p.mtime, p.atime, p.ctime) = (None, None, None);
+                let mut m = HashMap::new();
+                p.encode_into(&mut m);
+                rec.metadata = m.into_iter().collect();
+                rec.metadata.sort();
+            }
+            (t.path(ino).map(|p| self.key(&p)), rec)
         };
         self.wb
-            .sync_journal(ino, key.as_deref(), &self.cfg.bucket, symlink)
+            .sync_journal(ino, key.as_deref(), &self.cfg.bucket, &rec)
             .map_err(|e| {
                 tracing::warn!(?key, "cannot write the journal record: {e}");
                 FsError::from(e)

@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 pub use early::{Aborts, Early};
 pub use lifecycle::send_early;
 pub use report::PendingState;
-pub use staging::{OpenUpload, Orphan, StagedFile, Staging};
+pub use staging::{OpenUpload, Orphan, Record, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};
 
 /// Where a staged file stands on its way to the bucket.
@@ -418,7 +418,7 @@ impl WriteBack {
         ino: u64,
         key: Option<&str>,
         bucket: &str,
-        symlink: bool,
+        rec: &Record,
     ) -> io::Result<()> {
         let Some(file) = self.table.lock().files.get(&ino).map(|f| f.file.clone()) else {
             return Ok(());
@@ -438,7 +438,7 @@ impl WriteBack {
             return Ok(());
         }
         match &want {
-            Some(k) => file.write_record(bucket, k, symlink)?,
+            Some(k) => file.write_record(bucket, k, rec)?,
             None => file.remove_record(),
         }
         if let Some(f) = self.table.lock().files.get_mut(&ino) {
