@@ -240,7 +240,10 @@ impl Fs {
                 None => {}
             }
             // A directory known here does not read its marker again.
-            let known = t.child(parent, name).and_then(|c| t.get(c)).and_then(|n| n.entry.posix);
+            let known = t
+                .child(parent, name)
+                .and_then(|c| t.get(c))
+                .and_then(|n| n.entry.posix);
             (path, known.is_none_or(|p| p.mode.is_none()))
         };
         let (found, at) = match self.via_listing(parent, name).await? {

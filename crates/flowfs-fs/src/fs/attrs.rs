@@ -251,7 +251,7 @@ impl Fs {
         let etag = head.info.etag.as_str();
         match self
             .client
-            .replace_metadata(&key, &metadata, Some(etag))
+            .replace_metadata(&key, &metadata, Some(etag), head.info.size)
             .await
         {
             Ok(put) => {

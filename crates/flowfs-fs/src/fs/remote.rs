@@ -216,7 +216,9 @@ impl Fs {
         // The directory's own attributes, from its marker, unless known already.
         let known = {
             let t = self.inodes.lock();
-            t.get(ino).and_then(|n| n.entry.posix).is_some_and(|p| p.mode.is_some())
+            t.get(ino)
+                .and_then(|n| n.entry.posix)
+                .is_some_and(|p| p.mode.is_some())
         };
         let marker = async {
             match marked && !known {

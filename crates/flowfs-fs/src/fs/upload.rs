@@ -320,7 +320,7 @@ impl Fs {
             // copy onto itself gives it the metadata a PUT would have carried.
             let mut stamped = true;
             if !carried {
-                (r, stamped) = self.stamp_early(&key, &metadata, r).await;
+                (r, stamped) = self.stamp_early(&key, &metadata, r, job.size).await;
             }
             let mtime = r.as_ref().ok().and(written.mtime);
             // Before the upload counts as done (and wakes fsync and unmount), so that an
@@ -402,11 +402,15 @@ impl Fs {
         key: &str,
         metadata: &HashMap<String, String>,
         r: std::result::Result<String, ClientError>,
+        size: u64,
     ) -> (std::result::Result<String, ClientError>, bool) {
         let Ok(etag) = r else {
             return (r, true);
         };
-        match self.client.replace_metadata(key, metadata, Some(&etag)).await {
+        let stamp = self
+            .client
+            .replace_metadata(key, metadata, Some(&etag), size);
+        match stamp.await {
             Ok(put) => (Ok(put.etag), true),
             Err(e) => {
                 tracing::warn!(%key, "the attributes of an early upload not stamped yet: {e}");

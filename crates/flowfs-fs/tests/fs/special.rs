@@ -68,12 +68,18 @@ async fn a_crashed_mounts_fifo_is_recovered_as_a_fifo() {
     let fs = fs_on(&mock2, dir.path(), "");
     let (mut ok, failed) = fs.recover().await;
     ok.sort();
-    assert_eq!((ok, failed.len()), (vec!["pipe".into(), "run.sh".into()], 0));
+    assert_eq!(
+        (ok, failed.len()),
+        (vec!["pipe".into(), "run.sh".into()], 0)
+    );
     let m = mock2.metadata("pipe").expect("metadata");
     assert_eq!(m.get("mode").map(String::as_str), Some("4512"), "{m:?}");
     let p = fs.lookup(ROOT, "pipe").await.expect("lookup");
     assert_eq!((p.kind, p.perm, p.uid), (Kind::Special(S_IFIFO), 0o640, 5));
     let r = fs.lookup(ROOT, "run.sh").await.expect("lookup");
     assert_eq!((r.kind, r.perm, r.uid, r.gid), (Kind::File, 0o750, 7, 8));
-    assert!(mock2.metadata("run.sh").expect("meta").contains_key("mtime"));
+    assert!(mock2
+        .metadata("run.sh")
+        .expect("meta")
+        .contains_key("mtime"));
 }

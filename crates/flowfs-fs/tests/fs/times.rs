@@ -42,7 +42,11 @@ async fn ctime_moves_with_changes_and_not_with_uploads() {
     assert!(fs.flush_all().await.is_empty(), "flushed");
     assert_eq!(mock.count(Op::Put), 1);
     let up = fs.getattr(a.ino).await.expect("getattr");
-    assert_eq!((up.mtime, up.ctime), (c.mtime, c.ctime), "the upload moves neither");
+    assert_eq!(
+        (up.mtime, up.ctime),
+        (c.mtime, c.ctime),
+        "the upload moves neither"
+    );
 
     let old = UNIX_EPOCH + Duration::from_secs(OLD);
     let t = AttrChanges {
@@ -51,7 +55,10 @@ async fn ctime_moves_with_changes_and_not_with_uploads() {
         ..AttrChanges::default()
     };
     let before = SystemTime::now();
-    let u = fs.setattr_with(a.ino, None, t, None).await.expect("utimens");
+    let u = fs
+        .setattr_with(a.ino, None, t, None)
+        .await
+        .expect("utimens");
     assert_eq!(u.mtime, old);
     assert_eq!(u.atime, old + Duration::from_secs(5), "atime as set");
     assert!(u.ctime >= before, "utimens makes ctime now");
@@ -77,7 +84,9 @@ async fn truncate_and_rename_change_ctime() {
         .expect("truncate");
     assert!(t.ctime > before.ctime && t.mtime > before.mtime, "{t:?}");
     assert!(fs.flush_all().await.is_empty(), "flushed");
-    fs.rename(ROOT, "f", ROOT, "g", false).await.expect("rename");
+    fs.rename(ROOT, "f", ROOT, "g", false)
+        .await
+        .expect("rename");
     let r = fs.getattr(a.ino).await.expect("getattr");
     assert_eq!(r.mtime, t.mtime, "rename leaves mtime");
     assert!(r.ctime > t.ctime, "rename changes ctime");
@@ -109,7 +118,10 @@ async fn an_early_upload_carries_the_time_of_the_last_write() {
     assert_eq!(fs.getattr(a.ino).await.expect("getattr").mtime, last);
     let later = fs_on(&mock, two.path(), "");
     let b = later.lookup(ROOT, "big").await.expect("lookup");
-    assert_eq!((b.mtime, b.perm, b.size), (last, 0o640, body.len() as u64 + 4));
+    assert_eq!(
+        (b.mtime, b.perm, b.size),
+        (last, 0o640, body.len() as u64 + 4)
+    );
 }
 
 /// A directory's mtime and ctime change when entries are added, renamed or removed
@@ -125,13 +137,18 @@ async fn directory_times_follow_entries_and_the_marker_keeps_attributes() {
     let d = fs.mkdir(ROOT, "d", 0o755).await.expect("mkdir");
     let mut last = fs.getattr(d.ino).await.expect("getattr");
     let mut changed = |now: flowfs_fs::Attr, what: &str| {
-        assert!(now.mtime > last.mtime && now.ctime > last.ctime, "{what}: {now:?}");
+        assert!(
+            now.mtime > last.mtime && now.ctime > last.ctime,
+            "{what}: {now:?}"
+        );
         last = now;
     };
     let (_, fh) = fs.create(d.ino, "a", 0o644).await.expect("create");
     fs.release(fh).expect("release");
     changed(fs.getattr(d.ino).await.expect("getattr"), "create");
-    fs.rename(d.ino, "a", d.ino, "b", false).await.expect("rename");
+    fs.rename(d.ino, "a", d.ino, "b", false)
+        .await
+        .expect("rename");
     changed(fs.getattr(d.ino).await.expect("getattr"), "rename");
     fs.unlink(d.ino, "b").await.expect("unlink");
     changed(fs.getattr(d.ino).await.expect("getattr"), "unlink");
@@ -141,7 +158,10 @@ async fn directory_times_follow_entries_and_the_marker_keeps_attributes() {
         ..AttrChanges::default()
     };
     let a = fs.setattr_with(d.ino, None, c, None).await.expect("chmod");
-    assert!(a.ctime > last.ctime && a.mtime == last.mtime, "chmod: {a:?}");
+    assert!(
+        a.ctime > last.ctime && a.mtime == last.mtime,
+        "chmod: {a:?}"
+    );
     assert!(fs.flush_all().await.is_empty(), "flushed");
     let m = mock.metadata("d/").expect("marker");
     assert_eq!(m.get("mode").map(String::as_str), Some("16832"), "{m:?}");
