@@ -60,8 +60,9 @@ demo: setup build
 bench: setup workflow-deps build
 	$(PYTHON) bench/run.py --doc
 
+# BENCH_TOOLS=a,b limits the peers (CI: flowfs and the mounting peers, not the copy CLIs).
 bench-quick: setup build
-	$(PYTHON) bench/run.py --quick
+	$(PYTHON) bench/run.py --quick $(if $(BENCH_TOOLS),--tools $(BENCH_TOOLS))
 
 # Issue 15's scale benchmark (bench/scale.py): 100,000 files in 100 directories; re-listing
 # one directory on a mount that has seen all of them against one that has seen only it.

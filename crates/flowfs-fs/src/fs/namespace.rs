@@ -315,40 +315,11 @@ impl Fs {
         if noreplace && target.is_some() {
             return Err(FsError::Exists);
         }
-        let (kind, old_path, new_path) = {
-            let t = self.inodes.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            if n.entry.kind == Kind::Dir && t.is_within(newparent, ino) {
-                return Err(FsError::Invalid("cannot move a directory into itself"));
-            }
-            let np = t.path(newparent).ok_or(FsError::NotFound)?;
-            self.check_key(&join(&np, newname), n.entry.kind == Kind::Dir)?;
-            (
-                n.entry.kind,
-                t.path(ino).ok_or(FsError::NotFound)?,
-                join(&np, newname),
-            )
+        let (kind, old_path, new_path) = self.rename_paths(ino, newparent, newname)?;
+        let replaced_remote = match target {
+            Some(tino) => self.rename_clear_target(kind, tino, &new_path).await?,
+            None => false,
         };
-        let mut replaced_remote = false;
-        if let Some(tino) = target {
-            let tkind = self.inodes.lock().get(tino).map(|n| n.entry.kind);
-            match (kind == Kind::Dir, tkind == Some(Kind::Dir)) {
-                (false, true) => return Err(FsError::IsDir),
-                (true, false) => return Err(FsError::NotDir),
-                (true, true) => {
-                    if self.dir_has_children(tino, &new_path).await? {
-                        return Err(FsError::NotEmpty);
-                    }
-                    self.client.delete(&self.dir_prefix(&new_path)).await?;
-                }
-                (false, false) => {
-                    // A staged target loses its pending upload: the source replaces it.
-                    if self.wb.retire(tino).await.unwrap_or(true) {
-                        replaced_remote = true;
-                    }
-                }
-            }
-        }
         // No upload of the source runs from here until the node has its new name: the
         // bucket's state decided below stays true, and the upload queued meanwhile goes to
         // the new name. A clean source (not staged) has no upload to hold back.
@@ -361,24 +332,78 @@ impl Fs {
         };
         match kind {
             Kind::Dir => self.rename_dir_remote(&old_path, &new_path).await?,
-            _ => {
-                match self.wb.remote_state(ino) {
-                    // Only staged here: its upload goes to the new name.
-                    Some((false, _)) => {}
-                    // Staged and changed since its last upload: drop the old object.
-                    Some((true, true)) => self.client.delete(&self.key(&old_path)).await?,
-                    // Clean: the bucket's copy moves.
-                    Some((true, false)) | None => {
-                        self.client
-                            .copy(&self.key(&old_path), &self.key(&new_path))
-                            .await?;
-                        self.client.delete(&self.key(&old_path)).await?;
-                    }
-                }
-            }
+            _ => self.rename_file_remote(ino, &old_path, &new_path).await?,
         }
         // Until its upload lands, a staged source shadows the object it replaced.
         self.wb.set_shadows(ino, replaced_remote);
+        self.rename_nodes(ino, (parent, name), (newparent, newname))
+    }
+
+    /// The source's kind, its path and the path it goes to; a directory cannot move into
+    /// itself, and the new key must be one the store takes.
+    fn rename_paths(
+        &self,
+        ino: u64,
+        newparent: u64,
+        newname: &str,
+    ) -> Result<(Kind, String, String)> {
+        let t = self.inodes.lock();
+        let n = t.get(ino).ok_or(FsError::NotFound)?;
+        if n.entry.kind == Kind::Dir && t.is_within(newparent, ino) {
+            return Err(FsError::Invalid("cannot move a directory into itself"));
+        }
+        let new_path = join(&t.path(newparent).ok_or(FsError::NotFound)?, newname);
+        self.check_key(&new_path, n.entry.kind == Kind::Dir)?;
+        Ok((
+            n.entry.kind,
+            t.path(ino).ok_or(FsError::NotFound)?,
+            new_path,
+        ))
+    }
+
+    /// Makes room at the target name: an empty directory's marker goes, a file's pending
+    /// upload is retired. True when the replaced file was (or may be) in the bucket.
+    async fn rename_clear_target(&self, kind: Kind, tino: u64, new_path: &str) -> Result<bool> {
+        let tkind = self.inodes.lock().get(tino).map(|n| n.entry.kind);
+        match (kind == Kind::Dir, tkind == Some(Kind::Dir)) {
+            (false, true) => Err(FsError::IsDir),
+            (true, false) => Err(FsError::NotDir),
+            (true, true) => {
+                if self.dir_has_children(tino, new_path).await? {
+                    return Err(FsError::NotEmpty);
+                }
+                self.client.delete(&self.dir_prefix(new_path)).await?;
+                Ok(false)
+            }
+            // A staged target loses its pending upload: the source replaces it.
+            (false, false) => Ok(self.wb.retire(tino).await.unwrap_or(true)),
+        }
+    }
+
+    /// Moves a file's object in the bucket, as far as its write-back state says one is
+    /// there (the caller holds its naming lock).
+    async fn rename_file_remote(&self, ino: u64, old_path: &str, new_path: &str) -> Result<()> {
+        match self.wb.remote_state(ino) {
+            // Only staged here: its upload goes to the new name.
+            Some((false, _)) => {}
+            // Staged and changed since its last upload: drop the old object.
+            Some((true, true)) => self.client.delete(&self.key(old_path)).await?,
+            // Clean: the bucket's copy moves.
+            Some((true, false)) | None => {
+                self.client
+                    .copy(&self.key(old_path), &self.key(new_path))
+                    .await?;
+                self.client.delete(&self.key(old_path)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The namespace after a rename: the node under its new name, both listings and the
+    /// old name's negative entry; staged files below a moved directory journaled under
+    /// their new keys.
+    fn rename_nodes(&self, ino: u64, from: (u64, &str), to: (u64, &str)) -> Result<()> {
+        let ((parent, name), (newparent, newname)) = (from, to);
         let staged = self.wb.staged(false);
         let rejournal: Vec<u64> = {
             let mut t = self.inodes.lock();
@@ -400,7 +425,6 @@ impl Fs {
             Self::entries_changed(&mut t, newparent);
             t.add_negative(parent, name);
             t.set_listing(ino, None);
-            // Staged files below a moved directory now go to new keys.
             staged
                 .iter()
                 .map(|(i, _)| *i)
