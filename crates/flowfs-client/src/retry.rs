@@ -302,9 +302,32 @@ impl ObjectClient for Retrying {
         key: &str,
         metadata: &HashMap<String, String>,
         etag: Option<&str>,
+        size: u64,
     ) -> Result<PutResult> {
-        self.retry(key, || self.inner.replace_metadata(key, metadata, etag))
-            .await
+        if size > crate::copy::MAX_COPY {
+            // In parts, each of them retried here.
+            let limits = crate::copy::CopyLimits::default();
+            return crate::copy::copy_in_parts(self, key, metadata, etag, size, limits).await;
+        }
+        self.retry(key, || {
+            self.inner.replace_metadata(key, metadata, etag, size)
+        })
+        .await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        range: (u64, u64),
+        etag: Option<&str>,
+    ) -> Result<String> {
+        self.retry(key, || {
+            self.inner
+                .upload_part_copy(key, upload_id, part_number, range, etag)
+        })
+        .await
     }
 
     async fn delete(&self, key: &str) -> Result<()> {

@@ -427,6 +427,31 @@ impl ObjectClient for S3Client {
         })
     }
 
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        (start, end): (u64, u64),
+        etag: Option<&str>,
+    ) -> Result<String> {
+        let out = self
+            .client
+            .upload_part_copy()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(part_number)
+            .copy_source(encode_copy_source(&self.bucket, key))
+            .copy_source_range(format!("bytes={start}-{}", end.saturating_sub(1)))
+            .set_copy_source_if_match(etag.map(str::to_string))
+            .send()
+            .await
+            .map_err(|e| map_err(key, e))?;
+        let etag = out.copy_part_result().and_then(|r| r.e_tag()).unwrap_or("");
+        Ok(quoted(etag))
+    }
+
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
         self.client
             .abort_multipart_upload()
@@ -493,7 +518,12 @@ impl ObjectClient for S3Client {
         key: &str,
         metadata: &HashMap<String, String>,
         etag: Option<&str>,
+        size: u64,
     ) -> Result<PutResult> {
+        if size > crate::copy::MAX_COPY {
+            let limits = crate::copy::CopyLimits::default();
+            return crate::copy::copy_in_parts(self, key, metadata, etag, size, limits).await;
+        }
         let out = self
             .client
             .copy_object()

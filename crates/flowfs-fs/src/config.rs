@@ -37,9 +37,10 @@ pub struct FsConfig {
     /// Names of files (like Nextflow's `.exitcode`) uploaded only after every file
     /// closed before them in their directory tree is durable.
     pub completion_markers: Vec<String>,
-    /// Owner every file shows.
+    /// Owner shown by objects whose metadata names none, and of nodes made without a
+    /// caller (`--uid`, else the mounting user).
     pub uid: u32,
-    /// Group every file shows.
+    /// Group likewise (`--gid`).
     pub gid: u32,
     /// Permission bits of files (until a chmod through this mount).
     pub file_mode: u16,

@@ -26,7 +26,6 @@ use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
 use crate::prefetch::{Prefetcher, Reader};
-use crate::stamp::Stamps;
 pub use crate::writeback::PendingState;
 use crate::writeback::{
     download_into, send_early, upload_file, Early, NewFile, StagedFile, Staging, UploadSlots,
@@ -104,7 +103,6 @@ pub struct Fs {
     /// Held shared by each upload, exclusively by a directory rename: an upload below a
     /// directory that moves must neither land nor start while its objects are copied.
     dir_moves: tokio::sync::RwLock<()>,
-    stamps: Arc<Stamps>,
     /// chmod, chown and utimens of objects already in the bucket, on their way there.
     meta_writes: MetaWrites,
 }
@@ -150,7 +148,6 @@ impl Fs {
             recovered: Mutex::new(Vec::new()),
             fill: tokio::sync::Mutex::new(()),
             dir_moves: tokio::sync::RwLock::new(()),
-            stamps: Arc::new(Stamps::default()),
             meta_writes: MetaWrites::default(),
             started: SystemTime::now(),
             cfg,
@@ -176,11 +173,14 @@ impl Fs {
         };
         // What the object's metadata (or this mount) says, else the mount's defaults.
         let p = e.posix.unwrap_or_default();
+        let mtime = e.shown_mtime();
         Attr {
             ino,
             kind: e.kind,
             size,
-            mtime: e.shown_mtime(),
+            mtime,
+            atime: p.atime.unwrap_or(mtime),
+            ctime: p.ctime.unwrap_or(mtime),
             perm: p.perm().filter(|_| e.kind != Kind::Symlink).unwrap_or(perm),
             uid: p.uid.unwrap_or(self.cfg.uid),
             gid: p.gid.unwrap_or(self.cfg.gid),
@@ -214,7 +214,7 @@ impl Fs {
     /// than the TTL; counts a kernel reference.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
-        let path = {
+        let (path, marker) = {
             let mut t = self.inodes.lock();
             let p = t.get(parent).ok_or(FsError::NotFound)?;
             if p.entry.kind != Kind::Dir {
@@ -239,13 +239,18 @@ impl Fs {
                 Some(None) => return Err(FsError::NotFound),
                 None => {}
             }
-            path
+            // A directory known here does not read its marker again.
+            let known = t
+                .child(parent, name)
+                .and_then(|c| t.get(c))
+                .and_then(|n| n.entry.posix);
+            (path, known.is_none_or(|p| p.mode.is_none()))
         };
         let (found, at) = match self.via_listing(parent, name).await? {
             Some(f) => f,
             None => {
                 let at = Instant::now();
-                (self.stat_remote(&path).await?, at)
+                (self.stat_remote(&path, marker).await?, at)
             }
         };
         let mut t = self.inodes.lock();
@@ -297,7 +302,7 @@ impl Fs {
             Some(f) => f,
             None => {
                 let at = Instant::now();
-                (self.stat_remote(path).await?, at)
+                (self.stat_remote(path, false).await?, at)
             }
         };
         let mut t = self.inodes.lock();
@@ -374,8 +379,11 @@ impl Fs {
             t.path(ino).ok_or(FsError::NotFound)?
         };
         let at = Instant::now();
-        let mut entries = self.list_remote(ino, &path).await?;
+        let (mut entries, marker) = self.list_remote(ino, &path).await?;
         let mut t = self.inodes.lock();
+        if let (Some(p), Some(n)) = (marker, t.get_mut(ino)) {
+            n.entry.posix = Some(p.merged_over(n.entry.posix));
+        }
         // The LIST is a snapshot from `at`. What this mount did here since then is newer:
         // files staged and not yet in the bucket, uploads that landed while the LIST ran
         // (their nodes were confirmed after `at`), names removed after `at`.
@@ -383,9 +391,9 @@ impl Fs {
             let staged = self.wb.stat(cino);
             if staged.is_some() || n.validated().is_none_or(|v| v > at) {
                 let mut e = n.entry.clone();
-                if let Some((size, mtime)) = staged {
-                    e.size = size;
-                    e.mtime = mtime;
+                if let Some(st) = staged {
+                    e.size = st.size;
+                    e.mtime = st.mtime;
                 }
                 entries.insert(n.name().to_string(), e);
             }
@@ -503,9 +511,13 @@ impl Fs {
 
     fn node_attr(&self, ino: u64, n: &crate::inode::Node) -> Attr {
         let mut a = self.attr(ino, &n.entry);
-        if let Some((size, mtime)) = self.wb.stat(ino) {
-            a.size = size;
-            a.mtime = mtime;
+        if let Some(st) = self.wb.stat(ino) {
+            let p = n.entry.posix.unwrap_or_default();
+            a.size = st.size;
+            a.mtime = st.mtime;
+            a.atime = p.atime.unwrap_or(st.mtime);
+            // The later of the node's last change (chmod) and the staged file's (write).
+            a.ctime = a.ctime.max(st.ctime);
         }
         if n.is_unlinked() {
             a.nlink = 0;
@@ -523,12 +535,16 @@ impl Fs {
         t.listing_put(parent, name, e);
     }
 
-    /// An entry was added to or removed from `dir` through this mount: its mtime (and
-    /// ctime, which flowfs shows equal) is now, as on a local file system. Kept in memory
-    /// only (S3 has no directory times).
+    /// An entry was added to, removed from or renamed in `dir` through this mount: its
+    /// mtime and ctime are now, as on a local file system. Kept in memory only (a marker's
+    /// metadata is not rewritten for it).
     fn entries_changed(t: &mut Inodes, dir: u64) {
         if let Some(n) = t.get_mut(dir) {
-            n.entry.mtime = SystemTime::now();
+            let now = SystemTime::now();
+            n.entry.mtime = now;
+            let p = n.entry.posix.get_or_insert_with(Default::default);
+            p.mtime = Some(now);
+            p.ctime = Some(now);
         }
     }
 

@@ -12,7 +12,6 @@ mod fuse;
 mod inode;
 mod meta;
 mod prefetch;
-mod stamp;
 mod writeback;
 
 pub use cache::{disk_space, DiskSpace};

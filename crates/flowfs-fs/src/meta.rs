@@ -4,7 +4,7 @@
 //!
 //! | key (`x-amz-meta-`) | written by flowfs | read |
 //! |---|---|---|
-//! | `mode` | decimal `st_mode`, file type bits included (`33261` = `0100755`) | decimal; with a leading `0`, octal |
+//! | `mode` | decimal `st_mode`, file type bits included (`33261` = `0100755`) | decimal; with a leading `0`, or when no `st_mode` as decimal (rclone's `100755`), octal |
 //! | `uid`, `gid` | decimal | decimal |
 //! | `mtime` | seconds since the epoch, `.` and nine digits of nanoseconds when not whole | seconds with an optional fraction of 1 to 9 digits (rclone writes fewer) |
 //! | `atime`, `ctime` | only when set explicitly, as `mtime` | as `mtime` |
@@ -81,20 +81,50 @@ impl Posix {
         put(RDEV, self.rdev.map(|r| r.to_string()));
     }
 
+    /// What a directory shows when its marker says `self` and this mount knew `old`: the
+    /// marker's values where it has them, and the later of each time (entries added
+    /// here change a directory's times in memory only).
+    pub fn merged_over(self, old: Option<Posix>) -> Posix {
+        let Some(old) = old else {
+            return self;
+        };
+        let later = |a: Option<SystemTime>, b: Option<SystemTime>| a.max(b);
+        Posix {
+            mode: self.mode.or(old.mode),
+            uid: self.uid.or(old.uid),
+            gid: self.gid.or(old.gid),
+            mtime: later(self.mtime, old.mtime),
+            atime: self.atime.or(old.atime),
+            ctime: later(self.ctime, old.ctime),
+            rdev: self.rdev.or(old.rdev),
+        }
+    }
+
     /// The permission bits (and setuid, setgid, sticky) of `mode`, if known.
     pub fn perm(&self) -> Option<u16> {
         self.mode.map(|m| (m & 0o7777) as u16)
     }
 }
 
-/// `st_mode` as s3fs reads it: decimal, or octal when it starts with `0` (how rclone's
-/// `--metadata` and GCS's posix mode are usually written).
+/// `st_mode`: decimal as s3fs writes it (`33261`), octal with a leading `0`, or octal as
+/// rclone's `--metadata` writes it (`100755`): a number read as decimal that is no
+/// `st_mode` (above `0o177777`, or file type bits that name no type) is read as octal.
 pub fn parse_mode(s: &str) -> Option<u32> {
     if s.len() > 1 && s.starts_with('0') {
-        u32::from_str_radix(&s[1..], 8).ok()
-    } else {
-        s.parse().ok()
+        return u32::from_str_radix(&s[1..], 8).ok();
     }
+    let typed = |m: &u32| {
+        *m <= 0o177_777
+            && [0o01, 0o02, 0o04, 0o06, 0o10, 0o12, 0o14].contains(&((m & S_IFMT) >> 12))
+    };
+    let dec = s.parse::<u32>().ok();
+    if let Some(d) = dec.filter(typed) {
+        return Some(d);
+    }
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| typed(m) || *m <= 0o7777)
+        .or(dec.filter(|d| *d <= 0o7777))
 }
 
 /// Seconds since the epoch, and nine digits of nanoseconds when there are any: what s3fs
@@ -174,7 +204,14 @@ mod tests {
     #[test]
     fn modes_are_decimal_or_octal_with_a_leading_zero() {
         assert_eq!(parse_mode("33261"), Some(0o100_755));
+        assert_eq!(parse_mode("16877"), Some(0o040_755));
+        assert_eq!(parse_mode("4516"), Some(0o010_644));
         assert_eq!(parse_mode("0100644"), Some(0o100_644));
+        // rclone --metadata: octal without the 0.
+        assert_eq!(parse_mode("100755"), Some(0o100_755));
+        assert_eq!(parse_mode("40700"), Some(0o040_700));
+        assert_eq!(parse_mode("120777"), Some(0o120_777));
+        assert_eq!(parse_mode("644"), Some(0o644));
         assert_eq!(parse_mode("0"), Some(0));
         assert_eq!(parse_mode("rwx"), None);
         assert_eq!(parse_mode("09"), None);

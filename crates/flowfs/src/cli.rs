@@ -130,7 +130,8 @@ pub struct MountOptions {
     /// Stay in the foreground; unmount cleanly on SIGINT or SIGTERM
     #[arg(short, long, help_heading = "Mount options")]
     pub foreground: bool,
-    /// Let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)
+    /// Let other users access the mount, with mode bits enforced by the kernel
+    /// (default_permissions; needs user_allow_other in /etc/fuse.conf unless root)
     #[arg(long, help_heading = "Mount options")]
     pub allow_other: bool,
     /// Permission bits of files
@@ -149,6 +150,12 @@ pub struct MountOptions {
         help_heading = "Mount options"
     )]
     pub dir_mode: String,
+    /// Owner shown for objects whose metadata names none [default: the mounting user]
+    #[arg(long, value_name = "UID", help_heading = "Mount options")]
+    pub uid: Option<u32>,
+    /// Group shown for objects whose metadata names none [default: the mounting user's]
+    #[arg(long, value_name = "GID", help_heading = "Mount options")]
+    pub gid: Option<u32>,
     /// Which directory listings read their objects' attributes (mode, owner, mtime) with a
     /// HEAD each: marked (directories with a marker object, as mkdir makes), always, never
     #[arg(

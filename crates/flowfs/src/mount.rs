@@ -73,6 +73,8 @@ fn fs_config(args: &MountArgs, bucket: &str, prefix: &str) -> Result<FsConfig> {
         .map_err(|_| anyhow!("--file-mode must be octal, like 644"))?;
     cfg.dir_mode = u16::from_str_radix(&args.opts.dir_mode, 8)
         .map_err(|_| anyhow!("--dir-mode must be octal, like 755"))?;
+    cfg.uid = args.opts.uid.unwrap_or(cfg.uid);
+    cfg.gid = args.opts.gid.unwrap_or(cfg.gid);
     cfg.meta_heads = match args.opts.meta_heads.as_str() {
         "always" => MetaHeads::Always,
         "never" => MetaHeads::Never,

@@ -100,6 +100,9 @@ fn fuse_config(args: &MountArgs, read_only: bool) -> Result<fuser::Config> {
             bail!("--allow-other needs user_allow_other in /etc/fuse.conf");
         }
         fcfg.acl = fuser::SessionACL::All;
+        // A shared mount is as safe as a local directory: the kernel checks the mode
+        // bits and owners flowfs shows (and chmod/chown/utimens against the caller).
+        opts.push(fuser::MountOption::DefaultPermissions);
     } else if allow_other_ok {
         // allow_root is what auto_unmount needs; a mount stays private to its user.
         fcfg.acl = fuser::SessionACL::RootAndOwner;

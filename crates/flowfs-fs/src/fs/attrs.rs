@@ -22,8 +22,12 @@ pub struct Attr {
     pub kind: Kind,
     /// Bytes (the target's length for a symlink).
     pub size: u64,
-    /// Last modification (also shown as atime and ctime).
+    /// Last modification of the content (or what utimens set).
     pub mtime: SystemTime,
+    /// Last access as utimens set it (the mount is `noatime`), else mtime.
+    pub atime: SystemTime,
+    /// Last change of content or attributes, else mtime.
+    pub ctime: SystemTime,
     /// Permission bits.
     pub perm: u16,
     /// Owner (the mounting user).
@@ -60,7 +64,7 @@ pub struct AttrChanges {
     pub uid: Option<u32>,
     /// New group.
     pub gid: Option<u32>,
-    /// New access time (kept in metadata; shown times are mtime's).
+    /// New access time (kept in metadata).
     pub atime: Option<SystemTime>,
     /// New modification time.
     pub mtime: Option<SystemTime>,
@@ -159,13 +163,14 @@ impl Fs {
             mode: Some(mode),
             uid: Some(uid),
             gid: Some(gid),
+            ctime: Some(SystemTime::now()),
             ..Posix::default()
         }
     }
 
-    /// chmod, chown, utimens: the node takes them at once. A staged file's upload
-    /// carries them; an object already in the bucket has its metadata rewritten in the
-    /// background; a directory keeps them in memory.
+    /// chmod, chown, utimens: the node takes them at once, and its ctime is now. A staged
+    /// file's upload carries them; an object already in the bucket, or a directory's
+    /// marker, has its metadata rewritten in the background.
     pub(super) fn change_attrs(self: &Arc<Self>, ino: u64, c: AttrChanges) -> Result<()> {
         if !c.any() {
             return Ok(());
@@ -184,9 +189,17 @@ impl Fs {
                 p.mtime = Some(m);
                 self.wb.set_mtime(ino, m);
             }
+            p.ctime = Some(SystemTime::now());
             n.entry.posix = Some(p);
+<<<<<<< HEAD
             let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
             let durable = e.kind != Kind::Dir && e.etag.is_some() && self.wb.stat(ino).is_none();
+=======
+            let (parent, name, e) = (n.parent, n.name.clone(), n.entry.clone());
+            // A directory rewrites its marker, if it has one (a HEAD tells).
+            let durable = (e.kind == Kind::Dir && ino != ROOT)
+                || (e.etag.is_some() && self.wb.stat(ino).is_none());
+>>>>>>> attrs2
             Self::listing_put(&mut t, parent, &name, Some(e));
             durable && !self.cfg.read_only
         };
@@ -222,7 +235,14 @@ impl Fs {
             let Some(path) = t.path(ino) else {
                 return Ok(());
             };
-            (self.key(&path), self.full_posix(&n.entry))
+            let key = match n.entry.kind {
+                Kind::Dir => format!("{}/", self.key(&path)),
+                _ => self.key(&path),
+            };
+            // The copy gets a new LastModified: the time shown so far goes with it.
+            let mut posix = self.full_posix(&n.entry);
+            posix.mtime = Some(n.entry.shown_mtime());
+            (key, posix)
         };
         let head = match self.client.head(&key).await {
             Err(ClientError::NotFound(_)) => return Ok(()),
@@ -236,7 +256,7 @@ impl Fs {
         let etag = head.info.etag.as_str();
         match self
             .client
-            .replace_metadata(&key, &metadata, Some(etag))
+            .replace_metadata(&key, &metadata, Some(etag), head.info.size)
             .await
         {
             Ok(put) => {

@@ -137,18 +137,23 @@ impl Fs {
             .orphans(&self.cfg.cache_dir, &self.cfg.bucket)
         {
             let r = async {
-                let mut metadata = HashMap::new();
-                if o.symlink {
+                let mut metadata: HashMap<_, _> = o.record.metadata.iter().cloned().collect();
+                let symlink = o.record.symlink;
+                if symlink {
                     let target = std::fs::read_to_string(&o.data)
                         .map_err(|e| ClientError::Other(e.to_string()))?;
                     metadata.insert(SYMLINK_META.to_string(), percent_encode(&target));
                 }
                 let f =
                     std::fs::File::open(&o.data).map_err(|e| ClientError::Other(e.to_string()))?;
-                let size = f
+                let stat = f
                     .metadata()
-                    .map_err(|e| ClientError::Other(e.to_string()))?
-                    .len();
+                    .map_err(|e| ClientError::Other(e.to_string()))?;
+                let size = stat.len();
+                // The data file was last written when the file was.
+                if let Ok(t) = stat.modified() {
+                    metadata.insert(crate::meta::MTIME.into(), crate::meta::format_time(t));
+                }
                 upload_file(
                     &self.client,
                     &o.key,
@@ -157,7 +162,7 @@ impl Fs {
                     self.cfg.part_size,
                     &self.slots,
                     &metadata,
-                    o.symlink,
+                    symlink,
                     Note {
                         path: o.upload_note_path(),
                         bucket: &self.cfg.bucket,

@@ -95,8 +95,19 @@ impl Fs {
     }
 
     /// Creates a directory as an empty marker object `name/`, so that it survives a remount
-    /// while empty.
+    /// while empty; it belongs to the mounting user.
     pub async fn mkdir(&self, parent: u64, name: &str, mode: u32) -> Result<Attr> {
+        self.mkdir_as(parent, name, mode, None).await
+    }
+
+    /// `mkdir` by the user `owner` (uid, gid: the caller's), whose marker carries them.
+    pub async fn mkdir_as(
+        &self,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
         let (path, known_absent) = {
@@ -116,14 +127,14 @@ impl Fs {
             )
         };
         self.check_key(&path, true)?;
-        if !known_absent && self.stat_remote(&path).await?.is_some() {
+        if !known_absent && self.stat_remote(&path, false).await?.is_some() {
             return Err(FsError::Exists);
         }
         // The marker object makes an empty directory survive a remount; its metadata
         // holds the directory's attributes (as s3fs writes them), and tells a listing of
         // it that its objects may carry theirs.
         let mut e = Entry::dir(SystemTime::now());
-        e.posix = Some(self.new_posix(libc::S_IFDIR | mode & 0o7777, None));
+        e.posix = Some(self.new_posix(libc::S_IFDIR | mode & 0o7777, owner));
         let mut metadata = HashMap::new();
         let mut posix = self.full_posix(&e);
         posix.mtime = Some(e.mtime);
@@ -154,6 +165,17 @@ impl Fs {
     /// Creates a symlink: staged and uploaded like a file, as a small object whose metadata
     /// holds the target.
     pub async fn symlink(self: &Arc<Self>, parent: u64, name: &str, target: &str) -> Result<Attr> {
+        self.symlink_as(parent, name, target, None).await
+    }
+
+    /// `symlink` by the user `owner` (uid, gid: the caller's).
+    pub async fn symlink_as(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        target: &str,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
         if target.len() as u64 > MAX_SYMLINK {
@@ -177,7 +199,7 @@ impl Fs {
                 mtime: SystemTime::now(),
                 etag: None,
                 target: Some(target.to_string()),
-                posix: Some(self.new_posix(0o120_777, None)),
+                posix: Some(self.new_posix(0o120_777, owner)),
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
@@ -216,7 +238,13 @@ impl Fs {
         self.wb.forget_key(&key);
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
+<<<<<<< HEAD
             n.confirm(Instant::now());
+=======
+            n.validated = Some(Instant::now());
+            // Its link count changed (still open, fstat shows it).
+            n.entry.posix.get_or_insert_with(Default::default).ctime = Some(SystemTime::now());
+>>>>>>> attrs2
         }
         t.detach(parent, name);
         Self::listing_put(&mut t, parent, name, None);
@@ -383,11 +411,24 @@ impl Fs {
         let staged = self.wb.staged(false);
         let rejournal: Vec<u64> = {
             let mut t = self.inodes.lock();
-            let entry = t.get(ino).map(|n| n.entry.clone());
             t.rename(ino, newparent, newname);
+<<<<<<< HEAD
             if let Some(n) = t.get_mut(ino) {
                 n.reconfirm();
             }
+=======
+            let entry = t.get_mut(ino).map(|n| {
+                if n.validated.is_some() {
+                    n.validated = Some(Instant::now());
+                }
+                // Its ctime is now, as Linux file systems show (in memory only: the copy
+                // keeps the metadata it had). Unknown attributes stay unknown.
+                if let Some(p) = n.entry.posix.as_mut() {
+                    p.ctime = Some(SystemTime::now());
+                }
+                n.entry.clone()
+            });
+>>>>>>> attrs2
             Self::listing_put(&mut t, parent, name, None);
             Self::entries_changed(&mut t, parent);
             Self::listing_put(&mut t, newparent, newname, entry);

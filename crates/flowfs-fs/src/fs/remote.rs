@@ -109,8 +109,9 @@ pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
 
 impl Fs {
     /// What the server holds at `path`: a directory (a common prefix or a `dir/`
-    /// marker) wins over an object of the same name.
-    pub(super) async fn stat_remote(&self, path: &str) -> Result<Option<Entry>> {
+    /// marker) wins over an object of the same name. `marker`: a directory's marker is
+    /// read for its attributes (this mount does not know them yet).
+    pub(super) async fn stat_remote(&self, path: &str, marker: bool) -> Result<Option<Entry>> {
         let key = self.key(path);
         let dir = format!("{key}/");
         let (head, list) = tokio::join!(
@@ -119,7 +120,12 @@ impl Fs {
         );
         let list = list?;
         if !list.objects.is_empty() || !list.prefixes.is_empty() {
-            return Ok(Some(Entry::dir(self.started)));
+            let mut e = Entry::dir(self.started);
+            // The marker (listed first) holds the directory's own attributes.
+            if marker && list.objects.first().is_some_and(|o| o.key == dir) {
+                e.posix = self.marker_posix(&dir).await?;
+            }
+            return Ok(Some(e));
         }
         match head {
             Ok(meta) => Ok(Some(meta_entry(&meta))),
@@ -128,12 +134,32 @@ impl Fs {
         }
     }
 
-    /// Every entry of a directory, all listing pages, with symlinks resolved.
+    /// The attributes a directory's marker `dir` (its key, with the `/`) holds, unless
+    /// `--meta-heads never`: one HEAD. A marker without them (SeaweedFS keeps no
+    /// metadata on markers) gives `--dir-mode`, so that the directory is not asked again.
+    async fn marker_posix(&self, dir: &str) -> Result<Option<Posix>> {
+        if self.cfg.meta_heads == MetaHeads::Never {
+            return Ok(None);
+        }
+        match self.client.head(dir).await {
+            Ok(meta) => {
+                let mut p = Posix::decode(&meta.metadata);
+                let default = libc::S_IFDIR | u32::from(self.cfg.dir_mode);
+                p.mode = Some(p.mode.unwrap_or(default));
+                Ok(Some(p))
+            }
+            Err(ClientError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every entry of a directory, all listing pages, with symlinks resolved, and the
+    /// attributes its own marker holds (`marker_posix`).
     pub(super) async fn list_remote(
         &self,
         ino: u64,
         path: &str,
-    ) -> Result<BTreeMap<String, Entry>> {
+    ) -> Result<(BTreeMap<String, Entry>, Option<Posix>)> {
         let prefix = self.dir_prefix(path);
         let mut entries = BTreeMap::new();
         let mut candidates = Vec::new();
@@ -187,8 +213,23 @@ impl Fs {
         if heads {
             candidates.append(&mut others);
         }
-        self.resolve_heads(ino, candidates, &mut entries).await?;
-        Ok(entries)
+        // The directory's own attributes, from its marker, unless known already.
+        let known = {
+            let t = self.inodes.lock();
+            t.get(ino)
+                .and_then(|n| n.entry.posix)
+                .is_some_and(|p| p.mode.is_some())
+        };
+        let marker = async {
+            match marked && !known {
+                true => self.marker_posix(&prefix).await,
+                false => Ok(None),
+            }
+        };
+        let (heads, marker) =
+            tokio::join!(self.resolve_heads(ino, candidates, &mut entries), marker);
+        heads?;
+        Ok((entries, marker?))
     }
 
     /// Reads the metadata of `candidates` (name, key) of a listing of directory `ino`:

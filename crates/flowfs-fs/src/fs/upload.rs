@@ -74,13 +74,24 @@ impl Fs {
     /// bucket lacks, removed once durable). A record that cannot be written fails the
     /// operation: a file is never changed without crash protection.
     pub(super) fn journal(&self, ino: u64) -> Result<()> {
-        let (key, symlink) = {
+        let (key, rec) = {
             let t = self.inodes.lock();
-            let symlink = t.get(ino).is_some_and(|n| n.entry.kind == Kind::Symlink);
-            (t.path(ino).map(|p| self.key(&p)), symlink)
+            let mut rec = crate::writeback::Record::default();
+            if let Some(n) = t.get(ino) {
+                rec.symlink = n.entry.kind == Kind::Symlink;
+                // A recovered FIFO stays a FIFO, a script executable (the times go:
+                // recovery takes the data file's).
+                let mut p = self.full_posix(&n.entry);
+                (p.mtime, p.atime, p.ctime) = (None, None, None);
+                let mut m = HashMap::new();
+                p.encode_into(&mut m);
+                rec.metadata = m.into_iter().collect();
+                rec.metadata.sort();
+            }
+            (t.path(ino).map(|p| self.key(&p)), rec)
         };
         self.wb
-            .sync_journal(ino, key.as_deref(), &self.cfg.bucket, symlink)
+            .sync_journal(ino, key.as_deref(), &self.cfg.bucket, &rec)
             .map_err(|e| {
                 tracing::warn!(?key, "cannot write the journal record: {e}");
                 FsError::from(e)
@@ -305,25 +316,21 @@ impl Fs {
             let Some(_name) = self.wb.hold_name(ino).await else {
                 return;
             };
-            let Some((job, key, metadata, mut written)) = self.begin_upload(ino) else {
+            let Some((job, key, metadata, written)) = self.begin_upload(ino) else {
                 return;
             };
-            let (r, carried) = self.upload_job(&job, &key, &metadata).await;
-            let begun = written.mtime;
+            let (mut r, carried) = self.upload_job(&job, &key, &metadata).await;
             // The object carries the time of the last write, which every later mount
-            // shows. An early multipart upload was begun before that time was known: the
-            // bucket's time then stands for it, read back after the upload.
+            // shows. An early multipart upload was begun before that time was known: one
+            // copy onto itself gives it the metadata a PUT would have carried.
+            let mut stamped = true;
             if !carried {
-                written.mtime = None;
+                (r, stamped) = self.stamp_early(&key, &metadata, r, job.size).await;
             }
-            let mtime = match &r {
-                Ok(_) if carried => written.mtime,
-                Ok(etag) => self.stamps.last_modified(&self.client, &key, etag).await,
-                Err(_) => None,
-            };
+            let mtime = r.as_ref().ok().and(written.mtime);
             // Before the upload counts as done (and wakes fsync and unmount), so that an
             // unmount waits for the rewrite this may call for.
-            let rewrite = r.is_ok() && self.after_upload_attrs(ino, &written, begun);
+            let rewrite = r.is_ok() && self.after_upload_attrs(ino, &written, stamped);
             let fin = self.finish_upload(ino, &job, &key, r, mtime);
             if rewrite {
                 let fs = self.clone();
@@ -362,35 +369,59 @@ impl Fs {
                 metadata.insert(SYMLINK_META.to_string(), percent_encode(target));
             }
             posix = self.full_posix(&n.entry);
-            posix.mtime = self.wb.stat(ino).map(|(_, m)| m);
+            if let Some(st) = self.wb.stat(ino) {
+                posix.mtime = Some(st.mtime);
+                posix.ctime = Some(posix.ctime.map_or(st.ctime, |c| c.max(st.ctime)));
+            }
             posix.encode_into(&mut metadata);
             // A utimens from now on differs from this: after_upload_attrs tells it so.
-            n.entry.posix.get_or_insert_with(Posix::default).mtime = posix.mtime;
+            let p = n.entry.posix.get_or_insert_with(Posix::default);
+            (p.mtime, p.ctime) = (posix.mtime, posix.ctime);
         }
         Some((job, key, metadata, posix))
     }
 
-    /// After an upload that `written` went with (`begun`: the time of the last write when
-    /// it began): the node shows the time the object carries, and a chmod, chown or
-    /// utimens that came while it was under way (`write; touch -d` closes, which starts
-    /// the upload, then sets the time), which the upload did not carry, goes to the
-    /// bucket as a metadata rewrite.
+    /// After an upload that `written` went with: a chmod, chown or utimens that came
+    /// while it was under way (`write; touch -d` closes, which starts the upload, then
+    /// sets the time), which the upload did not carry, goes to the bucket as a metadata
+    /// rewrite. So does a failed `stamp_early` (`stamped` false).
     /// Returns whether the caller must start that rewrite's task.
-    fn after_upload_attrs(&self, ino: u64, written: &Posix, begun: Option<SystemTime>) -> bool {
+    fn after_upload_attrs(&self, ino: u64, written: &Posix, stamped: bool) -> bool {
         let stale = {
-            let mut t = self.inodes.lock();
-            let Some(n) = t.get_mut(ino) else {
+            let t = self.inodes.lock();
+            let Some(n) = t.get(ino) else {
                 return false;
             };
-            let p = n.entry.posix.get_or_insert_with(Posix::default);
-            if p.mtime == begun {
-                p.mtime = written.mtime;
-            }
             let mut now = self.full_posix(&n.entry);
             now.atime = written.atime;
-            now != *written
+            now != *written || !stamped
         };
         stale && self.meta_writes.start(ino)
+    }
+
+    /// The metadata of an early multipart upload just completed (`r`: its ETag), which
+    /// began before its last write: one CopyObject onto itself (UploadPartCopy above 5 GiB),
+    /// conditional on that ETag. Returns the object's ETag now, and whether it is stamped.
+    async fn stamp_early(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+        r: std::result::Result<String, ClientError>,
+        size: u64,
+    ) -> (std::result::Result<String, ClientError>, bool) {
+        let Ok(etag) = r else {
+            return (r, true);
+        };
+        let stamp = self
+            .client
+            .replace_metadata(key, metadata, Some(&etag), size);
+        match stamp.await {
+            Ok(put) => (Ok(put.etag), true),
+            Err(e) => {
+                tracing::warn!(%key, "the attributes of an early upload not stamped yet: {e}");
+                (Ok(etag), false)
+            }
+        }
     }
 
     async fn upload_job(
@@ -526,7 +557,7 @@ impl Fs {
             } => (ino, staged),
             _ => return Err(FsError::BadHandle),
         };
-        if off + len > self.wb.stat(ino).map_or(0, |(size, _)| size) {
+        if off + len > self.wb.stat(ino).map_or(0, |st| st.size) {
             self.wb.set_len(ino, &staged, off + len)?;
             self.journal(ino)?;
         }

@@ -340,7 +340,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -348,11 +348,12 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyEntry,
     ) {
         let span = span("mkdir", About::Entry(parent.0, name));
+        let owner = Some((req.uid(), req.gid()));
         let (name, ttl) = (utf8(name), self.ttl);
         self.run(
             span,
             reply,
-            |fs| async move { fs.mkdir(parent.0, &name?, mode).await },
+            |fs| async move { fs.mkdir_as(parent.0, &name?, mode, owner).await },
             move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
         );
     }
@@ -381,7 +382,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &std::path::Path,
@@ -389,10 +390,11 @@ impl fuser::Filesystem for FuseAdapter {
     ) {
         let span = span("symlink", About::Entry(parent.0, link_name));
         let (name, target, ttl) = (utf8(link_name), utf8(target.as_os_str()), self.ttl);
+        let owner = Some((req.uid(), req.gid()));
         self.run(
             span,
             reply,
-            |fs| async move { fs.symlink(parent.0, &name?, &target?).await },
+            |fs| async move { fs.symlink_as(parent.0, &name?, &target?, owner).await },
             move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
         );
     }

@@ -54,18 +54,18 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Takes what the server says now. A directory keeps its time: S3 has none for it,
-    /// so the time this mount first gave it (the mount's start, or its mkdir) stays, and
-    /// its attributes (kept in memory). An object still of the same ETag keeps the
-    /// attributes read from its metadata when the news (a listing) tells none.
+    /// Takes what the server says now. A directory keeps its time (the mount's start, or
+    /// its mkdir) and attributes, under what its marker says (`Posix::merged_over`). An
+    /// object still of the same ETag keeps the attributes read from its metadata when
+    /// the news (a listing) tells none.
     pub fn refresh(&mut self, new: &Entry) {
         let (mtime, posix) = (self.mtime, self.posix);
         let same = self.etag.is_some() && self.etag == new.etag;
         *self = new.clone();
         if new.kind == Kind::Dir {
             self.mtime = mtime;
-        }
-        if new.posix.is_none() && (same || new.kind == Kind::Dir) {
+            self.posix = new.posix.map_or(posix, |p| Some(p.merged_over(posix)));
+        } else if new.posix.is_none() && same {
             self.posix = posix;
         }
     }

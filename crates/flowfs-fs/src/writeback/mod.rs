@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 pub use early::{Aborts, Early};
 pub use lifecycle::send_early;
 pub use report::PendingState;
-pub use staging::{OpenUpload, Orphan, StagedFile, Staging};
+pub use staging::{OpenUpload, Orphan, Record, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};
 
 /// Where a staged file stands on its way to the bucket.
@@ -65,6 +65,9 @@ struct FileWb {
     size: u64,
     /// The time of the last change of content or size (what stat shows while staged).
     mtime: SystemTime,
+    /// The time of the last change of content, size or mtime here (ctime; the node's
+    /// own may be later: a chmod). The epoch until the first.
+    ctime: SystemTime,
     /// Bumped by every change of content or size.
     gen: u64,
     /// The generation the bucket holds (0: none).
@@ -86,6 +89,7 @@ impl FileWb {
             file,
             size,
             mtime,
+            ctime: SystemTime::UNIX_EPOCH,
             gen: 1,
             durable_gen: u64::from(durable),
             writers: 0,
@@ -137,6 +141,16 @@ pub enum NewFile {
     Created,
     /// A symlink (its target is the content) or a special file (empty), uploaded at once.
     Symlink,
+}
+
+/// What stat shows of a staged file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagedStat {
+    pub size: u64,
+    /// The time of its last write, truncation or utimens.
+    pub mtime: SystemTime,
+    /// The time of its last write, truncation or utimens here (the epoch before any).
+    pub ctime: SystemTime,
 }
 
 /// What a release asks its caller to do.
@@ -225,7 +239,9 @@ impl WriteBack {
     ) -> io::Result<Arc<StagedFile>> {
         let file = self.staging.create()?;
         file.file.write_all_at(target, 0)?;
-        let mut f = FileWb::new(file, target.len() as u64, false, SystemTime::now());
+        let now = SystemTime::now();
+        let mut f = FileWb::new(file, target.len() as u64, false, now);
+        f.ctime = now;
         if let NewFile::Created = kind {
             f.writers = 1;
             f.early = EarlyState::On {
@@ -321,12 +337,17 @@ impl WriteBack {
     pub fn set_mtime(&self, ino: u64, mtime: SystemTime) {
         if let Some(f) = self.table.lock().files.get_mut(&ino) {
             f.mtime = mtime;
+            f.ctime = SystemTime::now();
         }
     }
 
-    /// Size and time of the last change of `ino`'s staged content, if it has any.
-    pub fn stat(&self, ino: u64) -> Option<(u64, SystemTime)> {
-        self.table.lock().files.get(&ino).map(|f| (f.size, f.mtime))
+    /// Size and times of `ino`'s staged content, if it has any.
+    pub fn stat(&self, ino: u64) -> Option<StagedStat> {
+        self.table.lock().files.get(&ino).map(|f| StagedStat {
+            size: f.size,
+            mtime: f.mtime,
+            ctime: f.ctime,
+        })
     }
 
     /// Up to `len` bytes at `off` of the staged content.
@@ -346,6 +367,7 @@ impl WriteBack {
         f.size = f.size.max(off + data.len() as u64);
         f.gen += 1;
         f.mtime = SystemTime::now();
+        f.ctime = f.mtime;
         Ok(f.journaled.is_none() && f.phase != Phase::Retired)
     }
 
@@ -381,6 +403,7 @@ impl WriteBack {
         if ok {
             f.size = size;
             f.mtime = SystemTime::now();
+            f.ctime = f.mtime;
         } else if let Some(b) = before {
             f.size = f.size.max(b);
         }
@@ -395,7 +418,7 @@ impl WriteBack {
         ino: u64,
         key: Option<&str>,
         bucket: &str,
-        symlink: bool,
+        rec: &Record,
     ) -> io::Result<()> {
         let Some(file) = self.table.lock().files.get(&ino).map(|f| f.file.clone()) else {
             return Ok(());
@@ -415,7 +438,7 @@ impl WriteBack {
             return Ok(());
         }
         match &want {
-            Some(k) => file.write_record(bucket, k, symlink)?,
+            Some(k) => file.write_record(bucket, k, rec)?,
             None => file.remove_record(),
         }
         if let Some(f) = self.table.lock().files.get_mut(&ino) {

@@ -91,8 +91,8 @@ impl StagedFile {
         &self.data
     }
 
-    pub(super) fn write_record(&self, bucket: &str, key: &str, symlink: bool) -> io::Result<()> {
-        write_record(&self.rec, bucket, key, symlink)
+    pub(super) fn write_record(&self, bucket: &str, key: &str, rec: &Record) -> io::Result<()> {
+        write_record(&self.rec, bucket, key, rec)
     }
 
     pub(super) fn remove_record(&self) {
@@ -116,12 +116,38 @@ pub struct Staging {
     next: AtomicU64,
 }
 
-/// `bucket`, `key` and, for a symlink (whose data is its target), a third line `symlink`.
-fn write_record(path: &Path, bucket: &str, key: &str, symlink: bool) -> io::Result<()> {
+/// What a journal record says of its file beside its key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Record {
+    /// The data is a symlink's target.
+    pub symlink: bool,
+    /// The user metadata its object carries (mode with the type bits of a FIFO, socket or
+    /// device, rdev, uid, gid: meta.rs), so that a recovered file keeps them.
+    pub metadata: Vec<(String, String)>,
+}
+
+/// `bucket`, `key`, `symlink` or `file`, then a line `meta NAME VALUE` per metadata
+/// entry. Records of earlier versions end after the key (or `symlink`).
+fn write_record(path: &Path, bucket: &str, key: &str, rec: &Record) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
-    let kind = if symlink { "symlink\n" } else { "" };
-    fs::write(&tmp, format!("{bucket}\n{key}\n{kind}"))?;
+    let kind = if rec.symlink { "symlink" } else { "file" };
+    let mut text = format!("{bucket}\n{key}\n{kind}\n");
+    for (k, v) in &rec.metadata {
+        text.push_str(&format!("meta {k} {v}\n"));
+    }
+    fs::write(&tmp, text)?;
     fs::rename(tmp, path)
+}
+
+/// The lines after the key of a record (see `write_record`).
+fn read_record<'a>(mut lines: impl Iterator<Item = &'a str>) -> Record {
+    let symlink = lines.next() == Some("symlink");
+    let metadata = lines
+        .filter_map(|l| l.strip_prefix("meta "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Record { symlink, metadata }
 }
 
 /// Notes a multipart upload of `key` in `path` (see `StagedFile::upload_note_path`):
@@ -182,8 +208,8 @@ impl OpenUpload {
 pub struct Orphan {
     pub key: String,
     pub data: PathBuf,
-    /// The data is a symlink's target.
-    pub symlink: bool,
+    /// Its kind and metadata, as its record holds them.
+    pub record: Record,
     rec: PathBuf,
 }
 
@@ -355,7 +381,7 @@ impl Staging {
                         out.push(Orphan {
                             key: k.to_string(),
                             data: p.with_extension("data"),
-                            symlink: lines.next() == Some("symlink"),
+                            record: read_record(lines),
                             rec: p,
                         });
                     }

@@ -56,5 +56,5 @@ fn a_failed_truncation_keeps_the_size() {
     let (_dir, wb, _file) = with_closed_file(&[5u8; 4096]);
     let before = wb.resize_begin(7, 10);
     wb.resize_end(7, 10, before, false);
-    assert_eq!(wb.stat(7).map(|(size, _)| size), Some(4096));
+    assert_eq!(wb.stat(7).map(|st| st.size), Some(4096));
 }

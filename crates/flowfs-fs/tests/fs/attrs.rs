@@ -278,3 +278,36 @@ async fn a_utimens_during_the_upload_is_rewritten_after_it() {
     assert_eq!((mock.count(Op::Put), mock.count(Op::Copy)), (1, 1));
     assert_eq!(fs.getattr(a.ino).await.expect("getattr").mtime, old);
 }
+
+/// chmod of an object above the single-copy limit (S3: 5 GiB; here lowered to 4 MiB)
+/// rewrites its metadata by a copy in parts (UploadPartCopy): no byte is sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setattr_of_an_object_above_the_copy_limit_copies_it_in_parts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let limits = flowfs_client::copy::CopyLimits {
+        max_copy: 4 << 20,
+        part: 1 << 20,
+    };
+    let mock = Arc::new(MockClient::with_copy_limits(limits));
+    let body: Vec<u8> = (0..(5 << 20) + 7).map(|i: u32| i as u8).collect();
+    mock.insert_with_metadata("big", body.clone(), &[("other", "kept")]);
+    let fs = fs_with(&mock, dir.path(), MetaHeads::Marked);
+    let a = fs.lookup(ROOT, "big").await.expect("lookup");
+    let c = AttrChanges {
+        mode: Some(0o100_700),
+        ..AttrChanges::default()
+    };
+    fs.setattr_with(a.ino, None, c, None).await.expect("chmod");
+    assert!(fs.flush_all().await.is_empty(), "flushed");
+    let m = meta(&mock, "big");
+    assert_eq!(m.get("mode").map(String::as_str), Some("33216"), "{m:?}");
+    assert_eq!(m.get("other").map(String::as_str), Some("kept"));
+    assert_eq!(mock.object("big").expect("object"), body);
+    assert_eq!(
+        mock.count(Op::UploadPartCopy),
+        6,
+        "six parts of 1 MiB or less"
+    );
+    assert_eq!((mock.count(Op::Copy), mock.count(Op::Put)), (0, 0));
+    assert_eq!(mock.open_uploads(), 0);
+}

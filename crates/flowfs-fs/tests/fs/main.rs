@@ -14,4 +14,5 @@ mod rename_upload;
 mod scale_probe;
 mod special;
 mod status;
+mod times;
 mod writeback;

@@ -3,6 +3,7 @@
 //! What SeaweedFS 4.48 does is pinned here; AWS S3 documents the same (metadata names are
 //! lower-cased, a copy of a non-multipart object keeps its MD5 ETag).
 
+use flowfs_client::copy::{copy_in_parts, CopyLimits};
 use flowfs_client::{ClientError, CompletedPart, ObjectClient};
 
 use super::{assert_not_found, data, err, meta};
@@ -42,7 +43,7 @@ pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str)
         .await
         .expect("put");
     let done = c
-        .replace_metadata(&key, &meta(&[("mode", "33188")]), Some(&put.etag))
+        .replace_metadata(&key, &meta(&[("mode", "33188")]), Some(&put.etag), 3000)
         .await
         .expect("replace");
     assert_eq!(done.etag, put.etag, "the ETag stays");
@@ -78,7 +79,12 @@ pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &st
         .await
         .expect("complete");
     let r = c
-        .replace_metadata(&key, &meta(&[("mode", "33188")]), Some(&done.etag))
+        .replace_metadata(
+            &key,
+            &meta(&[("mode", "33188")]),
+            Some(&done.etag),
+            PART as u64 + 10,
+        )
         .await
         .expect("replace");
     let h = c.head(&key).await.expect("head");
@@ -98,7 +104,12 @@ pub async fn replace_metadata_of_a_changed_object_is_precondition(c: &dyn Object
         .await
         .expect("put");
     let r = c
-        .replace_metadata(&key, &meta(&[("mode", "1")]), Some("\"0123456789abcdef\""))
+        .replace_metadata(
+            &key,
+            &meta(&[("mode", "1")]),
+            Some("\"0123456789abcdef\""),
+            10,
+        )
         .await;
     let e = err(r, "stale ETag");
     assert!(matches!(e, ClientError::Precondition(_)), "{e:?}");
@@ -109,9 +120,45 @@ pub async fn replace_metadata_of_a_changed_object_is_precondition(c: &dyn Object
 pub async fn replace_metadata_of_a_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}missing");
     assert_not_found(
-        c.replace_metadata(&key, &meta(&[("mode", "1")]), None)
+        c.replace_metadata(&key, &meta(&[("mode", "1")]), None, 1)
             .await,
         "replace of a missing key",
     );
     assert_not_found(c.head(&key).await, "nothing appears");
+}
+
+/// A copy onto itself in parts (UploadPartCopy, what a metadata rewrite above 5 GiB
+/// does), here with parts of PART bytes: the body stays, the metadata is replaced, and a
+/// stale ETag fails it with `Precondition`, leaving no upload open.
+pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectClient, p: &str) {
+    let key = format!("{p}large");
+    let size = 2 * PART + 10;
+    let put = c
+        .put(&key, data(size, 6), &meta(&[("mode", "33261")]))
+        .await
+        .expect("put");
+    let limits = CopyLimits {
+        max_copy: PART as u64,
+        part: PART as u64,
+    };
+    let other = meta(&[("mode", "1")]);
+    let stale = copy_in_parts(c, &key, &other, Some("\"0\""), size as u64, limits);
+    let e = err(stale.await, "stale ETag");
+    assert!(matches!(e, ClientError::Precondition(_)), "{e:?}");
+    assert!(
+        c.list_uploads(&key).await.expect("list").is_empty(),
+        "aborted"
+    );
+    let m = meta(&[("mode", "33188")]);
+    let done = copy_in_parts(c, &key, &m, Some(&put.etag), size as u64, limits)
+        .await
+        .expect("copy in parts");
+    let h = c.head(&key).await.expect("head");
+    assert_eq!(
+        (h.info.etag.as_str(), h.info.size),
+        (done.etag.as_str(), size as u64)
+    );
+    assert_eq!(h.metadata, m);
+    let got = c.get_range(&key, 0, size as u64, None).await.expect("get");
+    assert_eq!(got, data(size, 6));
 }

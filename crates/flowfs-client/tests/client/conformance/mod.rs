@@ -79,6 +79,7 @@ pub fn all() -> Vec<Behaviour> {
         behaviour!(metadata::replace_metadata_of_a_multipart_object),
         behaviour!(metadata::replace_metadata_of_a_changed_object_is_precondition),
         behaviour!(metadata::replace_metadata_of_a_missing_key_is_not_found),
+        behaviour!(metadata::copy_in_parts_replaces_metadata_and_keeps_the_body),
     ]
 }
 

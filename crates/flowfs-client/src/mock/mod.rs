@@ -9,10 +9,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use crate::copy::{copy_in_parts, CopyLimits};
 use crate::{
     AlignedBuf, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
     PutResult, Result, UploadInfo,
 };
+
+mod objects;
+
+use objects::lower;
 
 /// A kind of request, for counters and injected failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,8 +40,10 @@ pub enum Op {
     AbortMultipart,
     /// ListMultipartUploads.
     ListUploads,
-    /// CopyObject.
+    /// CopyObject (also of an object onto itself: a metadata rewrite).
     Copy,
+    /// UploadPartCopy.
+    UploadPartCopy,
     /// DeleteObject.
     Delete,
 }
@@ -77,6 +84,8 @@ pub struct MockClient {
     /// Continuation tokens handed out: token -> (prefix, last entry of its page). Opaque
     /// as on S3, so that no caller can get away with making one from a key.
     tokens: Mutex<HashMap<String, (String, String)>>,
+    /// S3's 5 GiB limit of one copy, lowered by tests (`with_copy_limits`).
+    copy_limits: CopyLimits,
 }
 
 impl MockClient {
@@ -208,44 +217,6 @@ impl MockClient {
         faults.retain(|f| f.1 > 0 || f.3 > 0);
         Ok(())
     }
-
-    fn store(&self, key: &str, data: Bytes, metadata: HashMap<String, String>) -> String {
-        self.store_parts(key, data, metadata, None)
-    }
-
-    /// Multipart objects get an ETag ending in `-PARTS`, as on S3.
-    fn store_parts(
-        &self,
-        key: &str,
-        data: Bytes,
-        metadata: HashMap<String, String>,
-        parts: Option<usize>,
-    ) -> String {
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let etag = match parts {
-            Some(p) => format!("\"mock-{n}-{p}\""),
-            None => format!("\"mock{n}\""),
-        };
-        self.visible.lock().push(key.to_string());
-        self.objects.lock().insert(
-            key.to_string(),
-            Obj {
-                data,
-                etag: etag.clone(),
-                modified: SystemTime::now(),
-                metadata,
-            },
-        );
-        etag
-    }
-}
-
-/// User metadata as S3 keeps it: names travel as HTTP headers and come back lower-cased.
-fn lower(metadata: &HashMap<String, String>) -> HashMap<String, String> {
-    metadata
-        .iter()
-        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
-        .collect()
 }
 
 fn info(key: &str, o: &Obj) -> ObjectInfo {
@@ -564,25 +535,32 @@ impl ObjectClient for MockClient {
     }
 
     /// A copy onto itself: the body and the ETag stay, as on SeaweedFS 4.48 (pinned by
-    /// the conformance suite); the mock leaves the time as it was.
+    /// the conformance suite); the mock leaves the time as it was. Above its copy limit
+    /// in parts, as S3 wants; one copy of an object above it is refused, as by S3.
     async fn replace_metadata(
         &self,
         key: &str,
         metadata: &HashMap<String, String>,
         etag: Option<&str>,
+        size: u64,
     ) -> Result<PutResult> {
-        self.enter(Op::Copy).await?;
-        let mut objects = self.objects.lock();
-        let o = objects
-            .get_mut(key)
-            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
-        if etag.is_some_and(|e| e != o.etag) {
-            return Err(ClientError::Precondition(key.to_string()));
+        if size > self.copy_limits.max_copy {
+            return copy_in_parts(self, key, metadata, etag, size, self.copy_limits).await;
         }
-        o.metadata = lower(metadata);
-        Ok(PutResult {
-            etag: o.etag.clone(),
-        })
+        self.enter(Op::Copy).await?;
+        self.rewrite(key, metadata, etag)
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        range: (u64, u64),
+        etag: Option<&str>,
+    ) -> Result<String> {
+        self.enter(Op::UploadPartCopy).await?;
+        self.part_copy(key, upload_id, part_number, range, etag)
     }
 
     async fn delete(&self, key: &str) -> Result<()> {

@@ -1,0 +1,116 @@
+//! Writes to the mock's object table: stored objects, copies of an object onto itself
+//! (a metadata rewrite in one request) and the parts of a copy in parts (crate::copy),
+//! with S3's limits (lowered by tests).
+
+use super::*;
+
+impl MockClient {
+    /// A mock whose single copies stop at `limits.max_copy` bytes (S3: 5 GiB), so that a
+    /// test makes a copy in parts with small objects.
+    pub fn with_copy_limits(limits: CopyLimits) -> MockClient {
+        MockClient {
+            copy_limits: limits,
+            ..MockClient::default()
+        }
+    }
+
+    /// One CopyObject of `key` onto itself with new metadata.
+    pub(super) fn rewrite(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+        etag: Option<&str>,
+    ) -> Result<PutResult> {
+        let mut objects = self.objects.lock();
+        let o = objects
+            .get_mut(key)
+            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
+        if etag.is_some_and(|e| e != o.etag) {
+            return Err(ClientError::Precondition(key.to_string()));
+        }
+        if o.data.len() as u64 > self.copy_limits.max_copy {
+            let msg = "The specified copy source is larger than the maximum allowable size";
+            return Err(http_error(key, 400, "InvalidRequest", msg));
+        }
+        o.metadata = lower(metadata);
+        Ok(PutResult {
+            etag: o.etag.clone(),
+        })
+    }
+
+    /// One UploadPartCopy: bytes `[start, end)` of `key` as part `part_number`.
+    pub(super) fn part_copy(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        (start, end): (u64, u64),
+        etag: Option<&str>,
+    ) -> Result<String> {
+        let body = {
+            let objects = self.objects.lock();
+            let o = objects
+                .get(key)
+                .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
+            if etag.is_some_and(|e| e != o.etag) {
+                return Err(ClientError::Precondition(key.to_string()));
+            }
+            if start >= end || end > o.data.len() as u64 {
+                return Err(http_error(key, 400, "InvalidRange", "bad copy range"));
+            }
+            o.data.slice(start as usize..end as usize)
+        };
+        let mut uploads = self.uploads.lock();
+        let u = uploads
+            .get_mut(upload_id)
+            .filter(|u| u.key == key)
+            .ok_or_else(|| ClientError::NotFound(format!("upload {upload_id}")))?;
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let etag = format!("\"copy-{part_number}-{n}\"");
+        u.parts.insert(part_number, (etag.clone(), body));
+        Ok(etag)
+    }
+
+    pub(super) fn store(
+        &self,
+        key: &str,
+        data: Bytes,
+        metadata: HashMap<String, String>,
+    ) -> String {
+        self.store_parts(key, data, metadata, None)
+    }
+
+    /// Multipart objects get an ETag ending in `-PARTS`, as on S3.
+    pub(super) fn store_parts(
+        &self,
+        key: &str,
+        data: Bytes,
+        metadata: HashMap<String, String>,
+        parts: Option<usize>,
+    ) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let etag = match parts {
+            Some(p) => format!("\"mock-{n}-{p}\""),
+            None => format!("\"mock{n}\""),
+        };
+        self.visible.lock().push(key.to_string());
+        self.objects.lock().insert(
+            key.to_string(),
+            Obj {
+                data,
+                etag: etag.clone(),
+                modified: SystemTime::now(),
+                metadata,
+            },
+        );
+        etag
+    }
+}
+
+/// User metadata as S3 keeps it: names travel as HTTP headers and come back lower-cased.
+pub(super) fn lower(metadata: &HashMap<String, String>) -> HashMap<String, String> {
+    metadata
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .collect()
+}
