@@ -191,15 +191,10 @@ impl Fs {
             }
             p.ctime = Some(SystemTime::now());
             n.entry.posix = Some(p);
-<<<<<<< HEAD
             let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
-            let durable = e.kind != Kind::Dir && e.etag.is_some() && self.wb.stat(ino).is_none();
-=======
-            let (parent, name, e) = (n.parent, n.name.clone(), n.entry.clone());
             // A directory rewrites its marker, if it has one (a HEAD tells).
             let durable = (e.kind == Kind::Dir && ino != ROOT)
                 || (e.etag.is_some() && self.wb.stat(ino).is_none());
->>>>>>> attrs2
             Self::listing_put(&mut t, parent, &name, Some(e));
             durable && !self.cfg.read_only
         };

@@ -238,13 +238,9 @@ impl Fs {
         self.wb.forget_key(&key);
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
-<<<<<<< HEAD
             n.confirm(Instant::now());
-=======
-            n.validated = Some(Instant::now());
             // Its link count changed (still open, fstat shows it).
             n.entry.posix.get_or_insert_with(Default::default).ctime = Some(SystemTime::now());
->>>>>>> attrs2
         }
         t.detach(parent, name);
         Self::listing_put(&mut t, parent, name, None);
@@ -412,15 +408,8 @@ impl Fs {
         let rejournal: Vec<u64> = {
             let mut t = self.inodes.lock();
             t.rename(ino, newparent, newname);
-<<<<<<< HEAD
-            if let Some(n) = t.get_mut(ino) {
-                n.reconfirm();
-            }
-=======
             let entry = t.get_mut(ino).map(|n| {
-                if n.validated.is_some() {
-                    n.validated = Some(Instant::now());
-                }
+                n.reconfirm();
                 // Its ctime is now, as Linux file systems show (in memory only: the copy
                 // keeps the metadata it had). Unknown attributes stay unknown.
                 if let Some(p) = n.entry.posix.as_mut() {
@@ -428,7 +417,6 @@ impl Fs {
                 }
                 n.entry.clone()
             });
->>>>>>> attrs2
             Self::listing_put(&mut t, parent, name, None);
             Self::entries_changed(&mut t, parent);
             Self::listing_put(&mut t, newparent, newname, entry);
