@@ -172,7 +172,7 @@ impl Fs {
             Kind::Symlink => (0o777, e.target.as_ref().map_or(e.size, |t| t.len() as u64)),
         };
         // What the object's metadata (or this mount) says, else the mount's defaults.
-        let p = e.posix.unwrap_or_default();
+        let p = e.posix().unwrap_or_default();
         let mtime = e.shown_mtime();
         Attr {
             ino,
@@ -243,7 +243,7 @@ impl Fs {
             let known = t
                 .child(parent, name)
                 .and_then(|c| t.get(c))
-                .and_then(|n| n.entry.posix);
+                .and_then(|n| n.entry.posix());
             (path, known.is_none_or(|p| p.mode.is_none()))
         };
         let (found, at) = match self.via_listing(parent, name).await? {
@@ -382,7 +382,7 @@ impl Fs {
         let (mut entries, marker) = self.list_remote(ino, &path).await?;
         let mut t = self.inodes.lock();
         if let (Some(p), Some(n)) = (marker, t.get_mut(ino)) {
-            n.entry.posix = Some(p.merged_over(n.entry.posix));
+            n.entry.set_posix(Some(p.merged_over(n.entry.posix())));
         }
         // The LIST is a snapshot from `at`. What this mount did here since then is newer:
         // files staged and not yet in the bucket, uploads that landed while the LIST ran
@@ -512,7 +512,7 @@ impl Fs {
     fn node_attr(&self, ino: u64, n: &crate::inode::Node) -> Attr {
         let mut a = self.attr(ino, &n.entry);
         if let Some(st) = self.wb.stat(ino) {
-            let p = n.entry.posix.unwrap_or_default();
+            let p = n.entry.posix().unwrap_or_default();
             a.size = st.size;
             a.mtime = st.mtime;
             a.atime = p.atime.unwrap_or(st.mtime);
@@ -542,7 +542,7 @@ impl Fs {
         if let Some(n) = t.get_mut(dir) {
             let now = SystemTime::now();
             n.entry.mtime = now;
-            let p = n.entry.posix.get_or_insert_with(Default::default);
+            let p = n.entry.posix_mut();
             p.mtime = Some(now);
             p.ctime = Some(now);
         }

@@ -137,7 +137,7 @@ impl Fs {
     /// Every attribute an object written now carries: what the node holds (its metadata
     /// or this mount's changes), the mount's defaults for the rest, and its type bits.
     pub(super) fn full_posix(&self, e: &Entry) -> Posix {
-        let mut p = e.posix.unwrap_or_default();
+        let mut p = e.posix().unwrap_or_default();
         let (kind, default) = match e.kind {
             Kind::Symlink => (S_IFLNK, 0o777),
             Kind::Dir => (libc::S_IFDIR, u32::from(self.cfg.dir_mode)),
@@ -178,7 +178,7 @@ impl Fs {
         let rewrite = {
             let mut t = self.inodes.lock();
             let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
-            let mut p = n.entry.posix.unwrap_or_default();
+            let mut p = n.entry.posix().unwrap_or_default();
             if let Some(m) = c.mode {
                 p.mode = Some(p.mode.unwrap_or(0) & S_IFMT | m & 0o7777);
             }
@@ -190,7 +190,7 @@ impl Fs {
                 self.wb.set_mtime(ino, m);
             }
             p.ctime = Some(SystemTime::now());
-            n.entry.posix = Some(p);
+            n.entry.set_posix(Some(p));
             let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
             // A directory rewrites its marker, if it has one (a HEAD tells).
             let durable = (e.kind == Kind::Dir && ino != ROOT)
@@ -303,7 +303,7 @@ impl Fs {
                 mtime: SystemTime::now(),
                 etag: None,
                 target: None,
-                posix: Some(posix),
+                posix: Some(Box::new(posix)),
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {

@@ -51,7 +51,9 @@ impl Fs {
                 mtime: SystemTime::now(),
                 etag: None,
                 target: None,
-                posix: Some(self.new_posix(crate::meta::S_IFREG | mode & 0o7777, owner)),
+                posix: Some(Box::new(
+                    self.new_posix(crate::meta::S_IFREG | mode & 0o7777, owner),
+                )),
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
@@ -134,7 +136,7 @@ impl Fs {
         // holds the directory's attributes (as s3fs writes them), and tells a listing of
         // it that its objects may carry theirs.
         let mut e = Entry::dir(SystemTime::now());
-        e.posix = Some(self.new_posix(libc::S_IFDIR | mode & 0o7777, owner));
+        e.set_posix(Some(self.new_posix(libc::S_IFDIR | mode & 0o7777, owner)));
         let mut metadata = HashMap::new();
         let mut posix = self.full_posix(&e);
         posix.mtime = Some(e.mtime);
@@ -199,7 +201,7 @@ impl Fs {
                 mtime: SystemTime::now(),
                 etag: None,
                 target: Some(target.to_string()),
-                posix: Some(self.new_posix(0o120_777, owner)),
+                posix: Some(Box::new(self.new_posix(0o120_777, owner))),
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
@@ -240,7 +242,7 @@ impl Fs {
         if let Some(n) = t.get_mut(ino) {
             n.confirm(Instant::now());
             // Its link count changed (still open, fstat shows it).
-            n.entry.posix.get_or_insert_with(Default::default).ctime = Some(SystemTime::now());
+            n.entry.posix_mut().ctime = Some(SystemTime::now());
         }
         t.detach(parent, name);
         Self::listing_put(&mut t, parent, name, None);
@@ -412,7 +414,7 @@ impl Fs {
                 n.reconfirm();
                 // Its ctime is now, as Linux file systems show (in memory only: the copy
                 // keeps the metadata it had). Unknown attributes stay unknown.
-                if let Some(p) = n.entry.posix.as_mut() {
+                if let Some(p) = n.entry.posix.as_deref_mut() {
                     p.ctime = Some(SystemTime::now());
                 }
                 n.entry.clone()

@@ -94,7 +94,7 @@ fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
 pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
     let mut e = file_entry(&meta.info);
     let posix = Posix::decode(&meta.metadata);
-    e.posix = Some(posix);
+    e.set_posix(Some(posix));
     if let Some(bits) = posix.mode.map(|m| m & crate::meta::S_IFMT) {
         if [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK].contains(&bits) {
             e.kind = Kind::Special(bits);
@@ -123,7 +123,7 @@ impl Fs {
             let mut e = Entry::dir(self.started);
             // The marker (listed first) holds the directory's own attributes.
             if marker && list.objects.first().is_some_and(|o| o.key == dir) {
-                e.posix = self.marker_posix(&dir).await?;
+                e.set_posix(self.marker_posix(&dir).await?);
             }
             return Ok(Some(e));
         }
@@ -217,7 +217,7 @@ impl Fs {
         let known = {
             let t = self.inodes.lock();
             t.get(ino)
-                .and_then(|n| n.entry.posix)
+                .and_then(|n| n.entry.posix())
                 .is_some_and(|p| p.mode.is_some())
         };
         let marker = async {
@@ -266,7 +266,7 @@ impl Fs {
                     Some(k) => {
                         listed.kind = k.kind;
                         listed.target = k.target.clone();
-                        listed.posix = k.posix;
+                        listed.posix = k.posix.clone();
                         false
                     }
                     None => true,

@@ -375,7 +375,7 @@ impl Fs {
             }
             posix.encode_into(&mut metadata);
             // A utimens from now on differs from this: after_upload_attrs tells it so.
-            let p = n.entry.posix.get_or_insert_with(Posix::default);
+            let p = n.entry.posix_mut();
             (p.mtime, p.ctime) = (posix.mtime, posix.ctime);
         }
         Some((job, key, metadata, posix))
