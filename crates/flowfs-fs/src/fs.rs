@@ -223,7 +223,7 @@ impl Fs {
             if let Some(ino) = t.child(parent, name) {
                 if let Some(n) = t.get_mut(ino) {
                     if n.fresh(self.cfg.metadata_ttl) {
-                        n.lookups += 1;
+                        n.looked_up();
                         return self.attr_of(&t, ino);
                     }
                 }
@@ -268,7 +268,7 @@ impl Fs {
 
     fn counted(&self, t: &mut Inodes, ino: u64) -> Result<Attr> {
         let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
-        n.lookups += 1;
+        n.looked_up();
         self.attr_of(t, ino)
     }
 
@@ -284,7 +284,7 @@ impl Fs {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             // Directories are confirmed by the lookups of their parent.
-            if n.fresh(self.cfg.metadata_ttl) || n.entry.kind == Kind::Dir || n.open > 0 {
+            if n.fresh(self.cfg.metadata_ttl) || n.entry.kind == Kind::Dir || n.is_open() {
                 return Ok(self.node_attr(ino, n));
             }
             t.path(ino).ok_or(FsError::NotFound)?
@@ -296,7 +296,7 @@ impl Fs {
         let (parent, name) = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
-            (n.parent, n.name.clone())
+            (n.parent(), n.name().clone())
         };
         let (found, at) = match self.via_listing(parent, &name).await? {
             Some(f) => f,
@@ -309,9 +309,9 @@ impl Fs {
         let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
         match found {
             Some(e) if e.kind == n.entry.kind => {
-                if n.validated.is_some_and(|v| at >= v) {
+                if n.validated().is_some_and(|v| at >= v) {
                     n.entry.refresh(&e);
-                    n.validated = Some(at);
+                    n.confirm(at);
                 }
                 Ok(self.node_attr(ino, n))
             }
@@ -389,13 +389,13 @@ impl Fs {
         // (their nodes were confirmed after `at`), names removed after `at`.
         for (cino, n) in t.children_of(ino) {
             let staged = self.wb.stat(cino);
-            if staged.is_some() || n.validated.is_none_or(|v| v > at) {
+            if staged.is_some() || n.validated().is_none_or(|v| v > at) {
                 let mut e = n.entry.clone();
                 if let Some(st) = staged {
                     e.size = st.size;
                     e.mtime = st.mtime;
                 }
-                entries.insert(n.name.to_string(), e);
+                entries.insert(n.name().to_string(), e);
             }
         }
         if let Some(n) = t.get_mut(ino) {
@@ -465,7 +465,7 @@ impl Fs {
         let items = h.items.clone().unwrap_or_default();
         let mut t = self.inodes.lock();
         let dir_entry = t.get(ino).ok_or(FsError::NotFound)?.entry.clone();
-        let parent = t.get(ino).map_or(ROOT, |n| n.parent);
+        let parent = t.get(ino).map_or(ROOT, |n| n.parent());
         let mut out = Vec::new();
         for (i, name) in [".", ".."].iter().enumerate() {
             if offset <= i as u64 {
@@ -519,7 +519,7 @@ impl Fs {
             // The later of the node's last change (chmod) and the staged file's (write).
             a.ctime = a.ctime.max(st.ctime);
         }
-        if n.unlinked {
+        if n.is_unlinked() {
             a.nlink = 0;
         }
         a

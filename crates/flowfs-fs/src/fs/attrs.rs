@@ -191,7 +191,7 @@ impl Fs {
             }
             p.ctime = Some(SystemTime::now());
             n.entry.posix = Some(p);
-            let (parent, name, e) = (n.parent, n.name.clone(), n.entry.clone());
+            let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
             // A directory rewrites its marker, if it has one (a HEAD tells).
             let durable = (e.kind == Kind::Dir && ino != ROOT)
                 || (e.etag.is_some() && self.wb.stat(ino).is_none());
@@ -224,7 +224,7 @@ impl Fs {
             let t = self.inodes.lock();
             // A staged file's coming upload carries them too; an upload landing first
             // makes the copy's condition fail, and one landing later carries them.
-            let Some(n) = t.get(ino).filter(|n| !n.unlinked) else {
+            let Some(n) = t.get(ino).filter(|n| !n.is_unlinked()) else {
                 return Ok(());
             };
             let Some(path) = t.path(ino) else {
@@ -261,8 +261,8 @@ impl Fs {
                     if n.entry.etag.as_deref() == Some(etag) {
                         let new: Arc<str> = put.etag.as_str().into();
                         n.entry.etag = Some(new.clone());
-                        if n.page_cache_etag.as_deref() == Some(etag) {
-                            n.page_cache_etag = Some(new);
+                        if n.page_cache_etag().map(|e| &**e) == Some(etag) {
+                            n.set_page_cache_etag(Some(new));
                         }
                     }
                 }
@@ -307,7 +307,7 @@ impl Fs {
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
-                n.lookups += 1;
+                n.looked_up();
             }
             Self::listing_put(&mut t, parent, name, Some(e));
             Self::entries_changed(&mut t, parent);

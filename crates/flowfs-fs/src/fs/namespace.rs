@@ -10,7 +10,7 @@ impl Fs {
         let a = self.lookup(parent, name).await?;
         // The lookup above is ours, not the kernel's.
         if let Some(n) = self.inodes.lock().get_mut(a.ino) {
-            n.lookups = n.lookups.saturating_sub(1);
+            n.lookup_undone();
         }
         Ok(a.ino)
     }
@@ -55,7 +55,7 @@ impl Fs {
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
-                n.lookups += 1;
+                n.looked_up();
             }
             Self::listing_put(&mut t, parent, name, Some(e));
             Self::entries_changed(&mut t, parent);
@@ -203,7 +203,7 @@ impl Fs {
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {
-                n.lookups += 1;
+                n.looked_up();
             }
             Self::listing_put(&mut t, parent, name, Some(e));
             Self::entries_changed(&mut t, parent);
@@ -238,7 +238,7 @@ impl Fs {
         self.wb.forget_key(&key);
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
-            n.validated = Some(Instant::now());
+            n.confirm(Instant::now());
             // Its link count changed (still open, fstat shows it).
             n.entry.posix.get_or_insert_with(Default::default).ctime = Some(SystemTime::now());
         }
@@ -409,9 +409,7 @@ impl Fs {
             let mut t = self.inodes.lock();
             t.rename(ino, newparent, newname);
             let entry = t.get_mut(ino).map(|n| {
-                if n.validated.is_some() {
-                    n.validated = Some(Instant::now());
-                }
+                n.reconfirm();
                 // Its ctime is now, as Linux file systems show (in memory only: the copy
                 // keeps the metadata it had). Unknown attributes stay unknown.
                 if let Some(p) = n.entry.posix.as_mut() {
@@ -595,8 +593,8 @@ impl Fs {
     pub(super) fn undo_create(&self, parent: u64, name: &str, ino: u64) {
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
-            n.lookups = n.lookups.saturating_sub(1);
-            n.validated = Some(Instant::now());
+            n.lookup_undone();
+            n.confirm(Instant::now());
         }
         t.detach(parent, name);
         Self::listing_put(&mut t, parent, name, None);

@@ -52,9 +52,9 @@ impl Fs {
             let mut t = self.inodes.lock();
             let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
             let etag = n.entry.etag.clone().filter(|e| !e.is_empty());
-            let keep = etag.is_some() && n.page_cache_etag == etag;
-            n.page_cache_etag = etag.clone();
-            n.open += 1;
+            let keep = etag.is_some() && n.page_cache_etag() == etag.as_ref();
+            n.set_page_cache_etag(etag.clone());
+            n.opened();
             (etag, n.entry.size, keep)
         };
         let reader = match self
@@ -91,7 +91,7 @@ impl Fs {
     /// A handle on a staged file `WriteBack` has already counted.
     pub(super) fn open_local(&self, ino: u64, staged: Arc<StagedFile>, write: bool) -> u64 {
         if let Some(n) = self.inodes.lock().get_mut(ino) {
-            n.open += 1;
+            n.opened();
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.files
@@ -148,7 +148,7 @@ impl Fs {
         let todo: Vec<(String, Entry)> = {
             let mut t = self.inodes.lock();
             let Some(n) = t.get(ino) else { return };
-            let (parent, name) = (n.parent, n.name.to_string());
+            let (parent, name) = (n.parent(), n.name().to_string());
             let Some(dir) = t.path(parent) else { return };
             let Some(p) = t.get_mut(parent) else { return };
             let Some((l, last, prefetched_to)) = p.opened_child(&name) else {

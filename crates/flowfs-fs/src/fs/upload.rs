@@ -101,7 +101,7 @@ impl Fs {
     pub(super) fn close_node(&self, ino: u64) {
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
-            n.open = n.open.saturating_sub(1);
+            n.closed();
         }
         t.remove_if_unreferenced(ino);
     }
@@ -262,7 +262,7 @@ impl Fs {
     pub async fn fsyncdir(self: &Arc<Self>, ino: u64) -> Result<()> {
         let staged = self.closed_staged(|t, i| {
             t.get(i)
-                .is_some_and(|n| n.parent == ino && t.child(ino, &n.name) == Some(i))
+                .is_some_and(|n| n.parent() == ino && t.child(ino, n.name()) == Some(i))
         });
         self.wait_all_durable(staged).await
     }
@@ -295,8 +295,13 @@ impl Fs {
         let marker = {
             let t = self.inodes.lock();
             t.get(ino)
-                .filter(|n| self.cfg.completion_markers.iter().any(|m| **m == *n.name))
-                .map(|n| n.parent)
+                .filter(|n| {
+                    self.cfg
+                        .completion_markers
+                        .iter()
+                        .any(|m| **m == **n.name())
+                })
+                .map(|n| n.parent())
         };
         if let Some(dir) = marker {
             if let Err(e) = self.wait_tree(dir, ino).await {
@@ -486,11 +491,11 @@ impl Fs {
                     n.entry.mtime = m;
                 }
                 // The kernel's pages are exactly what we uploaded.
-                n.page_cache_etag = Some(etag);
+                n.set_page_cache_etag(Some(etag));
                 if fin.released.is_some() {
-                    n.validated = Some(Instant::now());
+                    n.confirm(Instant::now());
                 }
-                let (parent, name, e) = (n.parent, n.name.clone(), n.entry.clone());
+                let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
                 Self::listing_put(&mut t, parent, &name, Some(e));
             }
             if let Some(file) = &fin.released {
@@ -526,12 +531,12 @@ impl Fs {
         let out = self.wb.release(ino, staged, write);
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
-            n.open = n.open.saturating_sub(1);
+            n.closed();
             match out {
                 // The time of the last change, as a local file system shows.
                 Released::Upload => n.entry.mtime = SystemTime::now(),
                 // The bucket's copy is current again: the node follows it as before.
-                Released::Dropped => n.validated = Some(Instant::now()),
+                Released::Dropped => n.confirm(Instant::now()),
                 Released::Nothing => {}
             }
         }

@@ -3,9 +3,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use crate::meta::Posix;
+
+mod node;
+
+use node::Cached;
+pub use node::Node;
 
 /// The inode number of the mount's root directory (FUSE's fixed 1).
 pub const ROOT: u64 = 1;
@@ -98,148 +103,6 @@ pub enum MetaHeads {
     Always,
     /// Never: listings show the defaults (and symlinks as before).
     Never,
-}
-
-#[derive(Debug)]
-pub struct Node {
-    pub parent: u64,
-    /// One allocation shared with the parent's child index.
-    pub name: Arc<str>,
-    pub entry: Entry,
-    /// When the attributes were last confirmed; `None` for nodes this mount owns.
-    pub validated: Option<Instant>,
-    pub lookups: u64,
-    pub open: u32,
-    /// ETag of the bytes the kernel may still hold in its page cache.
-    pub page_cache_etag: Option<Arc<str>>,
-    /// Its name was removed (unlink, replaced by a rename) while it is still open or
-    /// known to the kernel: no name leads to it any more.
-    pub unlinked: bool,
-    /// What only a directory has, made on first use: most nodes are files, and what
-    /// every node carries is paid a million times over (issue 15: 1,000,000 files seen
-    /// in 400 MiB; the directory fields inline cost a file 200 bytes of its 905).
-    dir: Option<Box<DirState>>,
-}
-
-/// A directory's own state: its cached listing, its negative entries, the lock that
-/// makes one LIST serve every lookup waiting on it, and where the prefetch of its files
-/// in listing order stands.
-#[derive(Debug, Default)]
-struct DirState {
-    listing: Option<Cached>,
-    negative: HashMap<String, Instant>,
-    list_lock: Arc<tokio::sync::Mutex<()>>,
-    /// The last file opened here and how far its siblings were prefetched.
-    last_open: Option<String>,
-    prefetched_to: Option<String>,
-}
-
-/// What is left of a directory's listing.
-#[derive(Debug)]
-enum Cached {
-    /// Kept, as number `seq` in the order listings were stored (`Inodes::held`).
-    Held { listing: Listing, seq: u64 },
-    /// Dropped to keep listings within `MAX_LISTED`: how many entries it had.
-    Dropped { len: usize },
-}
-
-impl Node {
-    fn new(parent: u64, name: &str, entry: Entry, validated: Option<Instant>) -> Node {
-        Node {
-            parent,
-            name: name.into(),
-            entry,
-            validated,
-            lookups: 0,
-            open: 0,
-            page_cache_etag: None,
-            unlinked: false,
-            dir: None,
-        }
-    }
-
-    fn dir_mut(&mut self) -> &mut DirState {
-        self.dir.get_or_insert_with(Box::default)
-    }
-
-    /// The directory's cached listing, however old, unless it was dropped.
-    pub fn listing(&self) -> Option<&Listing> {
-        match self.dir.as_ref()?.listing.as_ref()? {
-            Cached::Held { listing, .. } => Some(listing),
-            Cached::Dropped { .. } => None,
-        }
-    }
-
-    /// How many entries the directory's last listing had, kept or dropped.
-    pub fn listed_len(&self) -> Option<usize> {
-        match self.dir.as_ref()?.listing.as_ref()? {
-            Cached::Held { listing, .. } => Some(listing.entries.len()),
-            Cached::Dropped { len } => Some(*len),
-        }
-    }
-
-    /// Takes the listing out; a kept one returns its size and number.
-    fn take_listing(&mut self) -> Option<(usize, u64)> {
-        match self.dir.as_mut()?.listing.take()? {
-            Cached::Held { listing, seq } => Some((listing.entries.len(), seq)),
-            Cached::Dropped { .. } => None,
-        }
-    }
-
-    /// The lock one listing of this directory at a time holds.
-    pub fn list_lock(&mut self) -> Arc<tokio::sync::Mutex<()>> {
-        self.dir_mut().list_lock.clone()
-    }
-
-    /// Drops the negative entries from before `at` and returns the names of the newer
-    /// ones: a listing taken at `at` must not bring those names back.
-    pub fn negatives_after(&mut self, at: Instant) -> Vec<String> {
-        let Some(d) = self.dir.as_mut() else {
-            return Vec::new();
-        };
-        d.negative.retain(|_, when| *when > at);
-        d.negative.keys().cloned().collect()
-    }
-
-    fn remove_negative(&mut self, name: &str) {
-        if let Some(d) = self.dir.as_mut() {
-            d.negative.remove(name);
-        }
-    }
-
-    /// Records that `name` was opened here; returns the listing, the file opened before
-    /// it and how far siblings were prefetched, for the choice of what to fetch next.
-    pub fn opened_child(
-        &mut self,
-        name: &str,
-    ) -> Option<(Listing, Option<String>, Option<String>)> {
-        let l = self.listing()?.clone();
-        let d = self.dir.as_mut()?;
-        let last = d.last_open.replace(name.to_string());
-        Some((l, last, d.prefetched_to.clone()))
-    }
-
-    pub fn set_prefetched_to(&mut self, name: String) {
-        self.dir_mut().prefetched_to = Some(name);
-    }
-
-    pub fn fresh(&self, ttl: Duration) -> bool {
-        self.validated.is_none_or(|t| t.elapsed() < ttl)
-    }
-
-    /// What this directory's listing or negative entries younger than `ttl` say of
-    /// `name`: `Some(Some((entry, listed at)))` there, `Some(None)` absent, `None` unknown.
-    pub fn cached_child(&self, name: &str, ttl: Duration) -> Option<Option<(Entry, Instant)>> {
-        if let Some(l) = self.listing().filter(|l| l.at.elapsed() < ttl) {
-            return Some(l.entries.get(name).map(|e| (e.clone(), l.at)));
-        }
-        self.dir
-            .as_ref()?
-            .negative
-            .get(name)
-            .is_some_and(|at| at.elapsed() < ttl)
-            .then_some(None)
-    }
 }
 
 /// The inode table and the names that lead to its nodes. Its state is private: every
@@ -544,6 +407,7 @@ impl Inodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn listing_of(n: usize) -> Listing {
         let entries = (0..n)
