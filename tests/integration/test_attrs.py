@@ -248,3 +248,28 @@ def test_rclone_and_flowfs_read_each_others_attributes(mount, bucket, seaweed, w
     st = os.stat(again / "d/by-rclone.sh")
     assert (stat.S_IMODE(st.st_mode), st.st_mtime) == (0o750, OLD + 0.5)
     assert os.stat(again / "d/plain-rclone.sh").st_mtime == OLD + 0.5, "mtime without -M too"
+
+
+def test_a_file_uploaded_while_written_carries_its_last_write_time_and_ctime(mount, bucket, s3):
+    """A file larger than a part, written front to back, goes up early (its parts sent
+    while it is written); its metadata still gets the time of its last write (one copy
+    onto itself after the upload), and ctime, which a later mount shows."""
+    m = mount(bucket, "early")
+    chunk = os.urandom(1 << 20)
+    with open(m / "big.bin", "wb") as f:
+        for _ in range(20):  # 20 MiB: two whole 8 MiB parts go up before the close
+            f.write(chunk)
+            f.flush()
+        written = time.time_ns()
+    r = m.unmount(timeout=120)
+    assert r.returncode == 0, f"unmount exit {r.returncode}: {r.stderr}"
+    head = s3.head_object(Bucket=bucket, Key="early/big.bin")
+    assert "-" in head["ETag"], f"a multipart upload: {head['ETag']}"
+    meta = head["Metadata"]
+    secs, _, frac = meta["mtime"].partition(".")
+    mtime_ns = int(secs) * 10**9 + int((frac or "0").ljust(9, "0"))
+    assert abs(mtime_ns - written) < 2 * 10**9, f"the last write, not the upload's end: {meta}"
+    assert "ctime" in meta and int(meta["mode"]) == stat.S_IFREG | 0o644, meta
+    again = mount(bucket, "early")
+    st = os.stat(again / "big.bin")
+    assert st.st_mtime_ns == mtime_ns and st.st_size == 20 << 20
