@@ -9,6 +9,7 @@ mod ends;
 mod namespace;
 mod open;
 mod remote;
+mod rename;
 mod status;
 mod upload;
 

@@ -1,0 +1,228 @@
+//! Rename: a file is copied and deleted (S3 has no rename), a directory moves every key
+//! below it; the namespace and the staged files below follow.
+
+use super::*;
+
+impl Fs {
+    /// Renames a file (copy and delete) or a directory (every key below it); `noreplace`
+    /// fails with EEXIST.
+    pub async fn rename(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        newparent: u64,
+        newname: &str,
+        noreplace: bool,
+    ) -> Result<()> {
+        self.check_writable()?;
+        valid_name(newname)?;
+        let ino = self.resolve(parent, name).await?;
+        let target = match self.resolve(newparent, newname).await {
+            Ok(t) => Some(t),
+            Err(FsError::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        if target == Some(ino) {
+            return Ok(());
+        }
+        if noreplace && target.is_some() {
+            return Err(FsError::Exists);
+        }
+        let (kind, old_path, new_path) = self.rename_paths(ino, newparent, newname)?;
+        let replaced_remote = match target {
+            Some(tino) => self.rename_clear_target(kind, tino, &new_path).await?,
+            None => false,
+        };
+        // No upload of the source runs from here until the node has its new name: the
+        // bucket's state decided below stays true, and the upload queued meanwhile goes to
+        // the new name. A clean source (not staged) has no upload to hold back.
+        let _name = self.wb.hold_name(ino).await;
+        // Held until the nodes below have their new names: an upload that landed under
+        // the old prefix after the LIST of the copy would be left behind there.
+        let _moving = match kind {
+            Kind::Dir => Some(self.dir_moves.write().await),
+            _ => None,
+        };
+        match kind {
+            Kind::Dir => self.rename_dir_remote(&old_path, &new_path).await?,
+            _ => self.rename_file_remote(ino, &old_path, &new_path).await?,
+        }
+        // Until its upload lands, a staged source shadows the object it replaced.
+        self.wb.set_shadows(ino, replaced_remote);
+        self.rename_nodes(ino, (parent, name), (newparent, newname))
+    }
+
+    /// The source's kind, its path and the path it goes to; a directory cannot move into
+    /// itself, and the new key must be one the store takes.
+    fn rename_paths(
+        &self,
+        ino: u64,
+        newparent: u64,
+        newname: &str,
+    ) -> Result<(Kind, String, String)> {
+        let t = self.inodes.lock();
+        let n = t.get(ino).ok_or(FsError::NotFound)?;
+        if n.entry.kind == Kind::Dir && t.is_within(newparent, ino) {
+            return Err(FsError::Invalid("cannot move a directory into itself"));
+        }
+        let new_path = join(&t.path(newparent).ok_or(FsError::NotFound)?, newname);
+        self.check_key(&new_path, n.entry.kind == Kind::Dir)?;
+        Ok((
+            n.entry.kind,
+            t.path(ino).ok_or(FsError::NotFound)?,
+            new_path,
+        ))
+    }
+
+    /// Makes room at the target name: an empty directory's marker goes, a file's pending
+    /// upload is retired. True when the replaced file was (or may be) in the bucket.
+    async fn rename_clear_target(&self, kind: Kind, tino: u64, new_path: &str) -> Result<bool> {
+        let tkind = self.inodes.lock().get(tino).map(|n| n.entry.kind);
+        match (kind == Kind::Dir, tkind == Some(Kind::Dir)) {
+            (false, true) => Err(FsError::IsDir),
+            (true, false) => Err(FsError::NotDir),
+            (true, true) => {
+                if self.dir_has_children(tino, new_path).await? {
+                    return Err(FsError::NotEmpty);
+                }
+                self.client.delete(&self.dir_prefix(new_path)).await?;
+                Ok(false)
+            }
+            // A staged target loses its pending upload: the source replaces it.
+            (false, false) => Ok(self.wb.retire(tino).await.unwrap_or(true)),
+        }
+    }
+
+    /// Moves a file's object in the bucket, as far as its write-back state says one is
+    /// there (the caller holds its naming lock).
+    async fn rename_file_remote(&self, ino: u64, old_path: &str, new_path: &str) -> Result<()> {
+        match self.wb.remote_state(ino) {
+            // Only staged here: its upload goes to the new name.
+            Some((false, _)) => {}
+            // Staged and changed since its last upload: drop the old object.
+            Some((true, true)) => self.client.delete(&self.key(old_path)).await?,
+            // Clean: the bucket's copy moves.
+            Some((true, false)) | None => {
+                self.client
+                    .copy(&self.key(old_path), &self.key(new_path))
+                    .await?;
+                self.client.delete(&self.key(old_path)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The namespace after a rename: the node under its new name, both listings and the
+    /// old name's negative entry; staged files below a moved directory journaled under
+    /// their new keys.
+    fn rename_nodes(&self, ino: u64, from: (u64, &str), to: (u64, &str)) -> Result<()> {
+        let ((parent, name), (newparent, newname)) = (from, to);
+        let staged = self.wb.staged(false);
+        let rejournal: Vec<u64> = {
+            let mut t = self.inodes.lock();
+            t.rename(ino, newparent, newname);
+            let entry = t.get_mut(ino).map(|n| {
+                n.reconfirm();
+                // Its ctime is now, as Linux file systems show (in memory only: the copy
+                // keeps the metadata it had). Unknown attributes stay unknown.
+                if let Some(p) = n.entry.posix.as_deref_mut() {
+                    p.ctime = Some(SystemTime::now());
+                }
+                n.entry.clone()
+            });
+            Self::listing_put(&mut t, parent, name, None);
+            Self::entries_changed(&mut t, parent);
+            Self::listing_put(&mut t, newparent, newname, entry);
+            Self::entries_changed(&mut t, newparent);
+            t.add_negative(parent, name);
+            t.set_listing(ino, None);
+            staged
+                .iter()
+                .map(|(i, _)| *i)
+                .filter(|i| t.is_within(*i, ino))
+                .collect()
+        };
+        for i in rejournal {
+            if self.wb.rekey(i) {
+                self.journal(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves every object under a directory prefix (S3 has no rename).
+    pub(super) async fn rename_dir_remote(&self, old: &str, new: &str) -> Result<()> {
+        let (from, to) = (self.dir_prefix(old), self.dir_prefix(new));
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self.client.list_page(&from, None, token, None).await?;
+            keys.extend(page.objects.into_iter().map(|o| o.key));
+            token = page.next_token;
+            if token.is_none() {
+                break;
+            }
+        }
+        // Every folder below `from`, whether it has a marker object or not.
+        let mut folders = std::collections::BTreeSet::new();
+        folders.insert(from.clone());
+        for k in &keys {
+            let rel = &k[from.len()..];
+            for (i, _) in rel.match_indices('/') {
+                folders.insert(format!("{from}{}", &rel[..=i]));
+            }
+        }
+        let objects: Vec<&String> = keys.iter().filter(|k| !k.ends_with('/')).collect();
+        let client = &self.client;
+        batched(
+            &objects,
+            |k| {
+                let (client, k) = (client.clone(), (*k).clone());
+                let nk = format!("{to}{}", &k[from.len()..]);
+                async move {
+                    client.copy(&k, &nk).await?;
+                    client.delete(&k).await
+                }
+            },
+            |r| r.map_err(FsError::from),
+        )
+        .await?;
+        // Markers are empty (some servers cannot copy them) and keep empty directories.
+        let markers: Vec<String> = keys
+            .iter()
+            .filter(|k| k.ends_with('/'))
+            .map(|k| format!("{to}{}", &k[from.len()..]))
+            .collect();
+        batched(
+            &markers,
+            |nk| {
+                let (client, nk) = (client.clone(), nk.clone());
+                async move { client.put(&nk, bytes::Bytes::new(), &HashMap::new()).await }
+            },
+            |r| r.map(|_| ()).map_err(FsError::from),
+        )
+        .await?;
+        // Servers with real folders (SeaweedFS) keep an emptied folder listed until it is
+        // deleted, and cannot delete one that still holds a folder: deepest first, one
+        // depth at a time. Elsewhere these are deletes of absent keys.
+        let mut by_depth: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for f in folders {
+            by_depth.entry(f.matches('/').count()).or_default().push(f);
+        }
+        for (_, level) in by_depth.into_iter().rev() {
+            batched(
+                &level,
+                |f| {
+                    let (client, f) = (client.clone(), f.clone());
+                    async move { client.delete(&f).await }
+                },
+                |r| match r {
+                    Ok(()) | Err(ClientError::NotFound(_)) => Ok(()),
+                    Err(e) => Err(e.into()),
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
