@@ -15,7 +15,7 @@ mod prefetch;
 mod stamp;
 mod writeback;
 
-pub use cache::{disk_space, DiskSpace};
+pub use cache::{admin, disk_space, DiskSpace};
 pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
 pub use fs::{
