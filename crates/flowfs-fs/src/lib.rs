@@ -23,3 +23,4 @@ pub use fs::{
 };
 pub use fuse::FuseAdapter;
 pub use inode::{Kind, ROOT};
+pub use prefetch::Warmer;

@@ -301,9 +301,9 @@ impl CacheEntry {
         let files = self.files()?;
         let fd = reopen(&files.file, false)?;
         let (start, len) = (self.layout.word(c0), (c1 - c0) * 4);
-        if !ofd_lock(&fd, Lock::Exclusive, start, len, false)?
-            && !(wait && ofd_lock(&fd, Lock::Exclusive, start, len, true)?)
-        {
+        let locked = ofd_lock(&fd, Lock::Exclusive, start, len, false)?
+            || (wait && ofd_lock(&fd, Lock::Exclusive, start, len, true)?);
+        if !locked {
             return Ok(None);
         }
         Ok(Some(FetchLock {

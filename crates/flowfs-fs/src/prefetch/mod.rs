@@ -19,6 +19,7 @@ mod gets;
 mod object;
 mod policy;
 mod task;
+mod warm;
 #[cfg(test)]
 mod tests;
 
@@ -35,6 +36,7 @@ use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 use gets::{Sizing, PIECE};
 use policy::SeqState;
+pub use warm::Warmer;
 
 /// Reads of every open file of a mount, and the GETs they cost.
 pub(crate) struct Prefetcher {
