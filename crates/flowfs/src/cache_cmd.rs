@@ -19,7 +19,11 @@ pub fn cache(cmd: CacheCommand) -> Result<()> {
         CacheCommand::Prefetch(a) => prefetch(&a),
         CacheCommand::Clear(a) => {
             let n = admin::clear(&a.dir, a.force)?;
-            println!("removed {} of cached data from {}", human(n), a.dir.display());
+            println!(
+                "removed {} of cached data from {}",
+                human(n),
+                a.dir.display()
+            );
             Ok(())
         }
     }
@@ -45,7 +49,12 @@ fn stats(dir: &Path, json: bool) -> Result<()> {
     let ratio = hit_ratio(&st);
     if json {
         let buckets: BTreeMap<_, _> = (st.buckets.iter())
-            .map(|(b, s)| (b, serde_json::json!({"objects": s.objects, "bytes": s.bytes})))
+            .map(|(b, s)| {
+                (
+                    b,
+                    serde_json::json!({"objects": s.objects, "bytes": s.bytes}),
+                )
+            })
             .collect();
         let v = serde_json::json!({
             "dir": dir.display().to_string(),
@@ -80,10 +89,10 @@ fn stats(dir: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// Bytes read from the cache out of all bytes read (fetched bytes were read once each).
+/// Bytes read from the cache file out of those and the bytes fetched.
 fn hit_ratio(st: &CacheStats) -> Option<f64> {
-    let total = st.hit_bytes.max(st.fetched_bytes);
-    (total > 0).then(|| st.hit_bytes.saturating_sub(st.fetched_bytes) as f64 / total as f64)
+    let total = st.hit_bytes + st.fetched_bytes;
+    (total > 0).then(|| st.hit_bytes as f64 / total as f64)
 }
 
 fn prefetch(args: &PrefetchArgs) -> Result<()> {
@@ -104,8 +113,7 @@ fn prefetch(args: &PrefetchArgs) -> Result<()> {
     for (bucket, keys) in by_bucket {
         let cfg = fs_config(&args.opts, &bucket, "")?;
         let client = connect(&rt, &args.opts, &cfg)?;
-        let w = Warmer::new(&cfg, client)
-            .context("cannot open the cache")?;
+        let w = Warmer::new(&cfg, client).context("cannot open the cache")?;
         let r = rt.block_on(async {
             for k in &keys {
                 let n = (w.object(k).await).with_context(|| format!("s3://{bucket}/{k}"))?;

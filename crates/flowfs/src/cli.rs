@@ -70,8 +70,10 @@ pub struct CacheClearArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "The cache and object storage options are those of `flowfs mount`.\n\n\
-    Example:\n  flowfs cache prefetch s3://refs/GRCh38.fa s3://refs/GRCh38.fa.fai --cache-dir /scratch/flowfs")]
+#[command(
+    after_help = "The cache and object storage options are those of `flowfs mount`.\n\n\
+    Example:\n  flowfs cache prefetch s3://refs/GRCh38.fa s3://refs/GRCh38.fa.fai --cache-dir /scratch/flowfs"
+)]
 pub struct PrefetchArgs {
     /// Objects to read into the cache: s3://BUCKET/KEY (repeatable)
     #[arg(value_name = "s3://BUCKET/KEY", required = true)]
@@ -414,7 +416,9 @@ pub fn parse_object(s: &str) -> Result<(String, String), String> {
         Some((b, k)) if !b.is_empty() && !k.is_empty() && !k.ends_with('/') => {
             Ok((b.to_string(), k.to_string()))
         }
-        _ => Err(format!("an object must look like s3://BUCKET/KEY, got {s:?}")),
+        _ => Err(format!(
+            "an object must look like s3://BUCKET/KEY, got {s:?}"
+        )),
     }
 }
 

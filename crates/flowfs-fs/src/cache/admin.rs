@@ -31,9 +31,10 @@ pub struct CacheStats {
     pub bytes: u64,
     /// The same, per bucket.
     pub buckets: BTreeMap<String, BucketStats>,
-    /// Bytes read from the cache and fetched into it since the directory was made or
-    /// cleared, as its processes counted them (each adds its counts when it closes a
-    /// file and at its end).
+    /// Bytes read from the cache files (not those read from memory just after their
+    /// fetch) and bytes fetched into them, since the directory was made or cleared, as
+    /// its processes counted them (each adds its counts when it closes a file and at its
+    /// end).
     pub hit_bytes: u64,
     /// See `hit_bytes`.
     pub fetched_bytes: u64,

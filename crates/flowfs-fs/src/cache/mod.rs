@@ -282,10 +282,11 @@ impl DiskCache {
     /// Bytes `[off, off + len)` of the entry from memory or the cache file, if it has all
     /// of them.
     pub fn read(&self, e: &CacheEntry, off: u64, len: usize) -> io::Result<Option<Bytes>> {
-        let got = match self.read_mem(e, off, len) {
-            Some(data) => Some(data),
-            None => e.try_read(off, len)?.map(Bytes::from),
-        };
+        if let Some(data) = self.read_mem(e, off, len) {
+            // Just fetched (a miss, counted as fetched).
+            return Ok(Some(data));
+        }
+        let got = e.try_read(off, len)?.map(Bytes::from);
         if let Some(d) = &got {
             self.hits.fetch_add(d.len() as u64, Ordering::Relaxed);
         }

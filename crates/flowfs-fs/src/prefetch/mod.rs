@@ -19,9 +19,9 @@ mod gets;
 mod object;
 mod policy;
 mod task;
-mod warm;
 #[cfg(test)]
 mod tests;
+mod warm;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
