@@ -43,7 +43,7 @@ pub enum CacheCommand {
     Stats(CacheStatsArgs),
     /// Read whole objects into the cache of --cache-dir (e.g. a reference genome before
     /// the tasks of a node start); mounts on that directory then read them from disk
-    Prefetch(PrefetchArgs),
+    Prefetch(Box<PrefetchArgs>),
     /// Remove every cached object from the cache directory DIR (files staged for upload
     /// stay); refused while a flowfs process uses DIR, unless --force
     Clear(CacheClearArgs),
