@@ -139,10 +139,10 @@ impl CacheEntry {
     /// The entry's open files; opened again (and the hint read anew) after they were
     /// closed: the file may have been removed and made again meanwhile.
     pub(super) fn files(&self) -> io::Result<Arc<Files>> {
-        let mut slot = self.files.lock();
-        if let Some(f) = &*slot {
+        if let Some(f) = &*self.files.lock() {
             return Ok(f.clone());
         }
+        // Opened without the lock (hits take it): two threads may both open; one wins.
         let (file, inuse) = self.open_in_use()?;
         let direct = reopen(&file, true).ok();
         let words = persist::read_words(&file, &self.layout, 0, self.layout.chunks)?;
@@ -151,6 +151,10 @@ impl CacheEntry {
             direct,
             _inuse: inuse,
         });
+        let mut slot = self.files.lock();
+        if let Some(f) = &*slot {
+            return Ok(f.clone());
+        }
         *slot = Some(files.clone());
         drop(slot);
         self.take_words(0, &words);
