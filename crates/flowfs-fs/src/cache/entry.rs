@@ -236,7 +236,9 @@ impl CacheEntry {
             };
             if now.saturating_sub(last.load(Ordering::Relaxed)) >= STAMP_EVERY {
                 last.store(now, Ordering::Relaxed);
-                if let Some(f) = self.files.lock().clone() {
+                // Not under `files`: hits take it.
+                let files = self.files.lock().clone();
+                if let Some(f) = files {
                     persist::write_stamp(&f.file, &self.layout, b, now);
                 }
             }
