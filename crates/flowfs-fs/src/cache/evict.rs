@@ -1,6 +1,6 @@
 //! Eviction for the whole directory, by whichever process finds it over its limit: one
-//! at a time across processes (`objects/evict.lock`, flock, not waited for: a process
-//! that finds it taken leaves the work to its holder). It scans every entry file, orders
+//! at a time across processes (`objects/evict.lock`, flock; the next one looks at the
+//! count again once it has the lock, and finds nothing to do if its holder did it). It scans every entry file, orders
 //! their blocks by use time (index.rs), and punches the oldest under each block's fetch
 //! lock (entry.rs `punch_block`), skipping blocks being fetched. Files left empty and in
 //! use by nobody are removed. No lock of the cache is held across its I/O; a cache hit
@@ -38,19 +38,35 @@ impl DiskCache {
         if !*open {
             return;
         }
-        let avail = self.avail(room);
-        let used = self.usage.get();
-        if used <= self.limit(used, room, avail) {
+        if !self.over(room) {
             return;
         }
-        let Some(_one) = self.evicting.try_lock() else {
-            return;
-        };
+        // Waited for, not skipped: an eviction that runs now may skip blocks a fetch still
+        // holds, and only the eviction after that fetch takes them. Each is bounded work
+        // (a scan, punches that never wait); a killed evictor's flock goes with it.
+        let _one = self.evicting.lock();
         let fd = self.evict_lock.as_raw_fd();
         // SAFETY: flock on an fd we own; released below (or with the fd).
-        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
             return;
         }
+        if self.over(room) {
+            self.evict_locked(room);
+        }
+        // SAFETY: as above.
+        unsafe { libc::flock(fd, libc::LOCK_UN) };
+    }
+
+    /// Whether the directory holds more than its limit (one `pread` of its count; a
+    /// statvfs too under a free-space floor).
+    fn over(&self, room: u64) -> bool {
+        let used = self.usage.get();
+        used > self.limit(used, room, self.avail(room))
+    }
+
+    /// The eviction itself, under both eviction locks.
+    fn evict_locked(&self, room: u64) {
+        let used = self.usage.get();
         let found = persist::scan(&self.root);
         let total: u64 = found
             .iter()
@@ -66,8 +82,6 @@ impl DiskCache {
         // The count becomes what was found, less what went; stores since the scan have
         // added theirs to it already.
         self.usage.add(total as i64 - used as i64 - freed as i64);
-        // SAFETY: as above.
-        unsafe { libc::flock(fd, libc::LOCK_UN) };
     }
 
     /// Takes blocks of the scanned files, least recently used first, until they hold at
