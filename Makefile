@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults demo bench bench-quick bench-scale bench-scale-core workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults demo bench bench-quick bench-scale bench-scale-core bench-shared workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -63,6 +63,12 @@ bench: setup workflow-deps build
 # BENCH_TOOLS=a,b limits the peers (CI: flowfs and the mounting peers, not the copy CLIs).
 bench-quick: setup build
 	$(PYTHON) bench/run.py --quick $(if $(BENCH_TOOLS),--tools $(BENCH_TOOLS))
+
+# Issue 16's node-cache benchmark (bench/shared_cache.py): 8 concurrent `flowfs run` tasks on
+# one --cache-dir, each reading the same object cold; SIZE=1G by default, PRIVATE=1 adds the
+# same tasks with a cache dir each.
+bench-shared: setup build
+	$(PYTHON) bench/shared_cache.py --size $(or $(SIZE),1G) $(if $(PRIVATE),--private)
 
 # Issue 15's scale benchmark (bench/scale.py): 100,000 files in 100 directories; re-listing
 # one directory on a mount that has seen all of them against one that has seen only it.

@@ -14,7 +14,7 @@ mod meta;
 mod prefetch;
 mod writeback;
 
-pub use cache::{disk_space, DiskSpace};
+pub use cache::{admin, disk_space, DiskSpace};
 pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
 pub use fs::{
@@ -22,3 +22,4 @@ pub use fs::{
 };
 pub use fuse::FuseAdapter;
 pub use inode::{Kind, ROOT};
+pub use prefetch::Warmer;

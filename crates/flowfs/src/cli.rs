@@ -32,6 +32,54 @@ pub enum Command {
     Status(StatusArgs),
     /// Mount, run a task command, flush its outputs, unmount (a task wrapper)
     Run(RunArgs),
+    /// The node cache: its statistics, objects read into it ahead of tasks, its removal
+    #[command(subcommand)]
+    Cache(CacheCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CacheCommand {
+    /// Show what the cache directory DIR holds: size, objects, per bucket, hit ratio
+    Stats(CacheStatsArgs),
+    /// Read whole objects into the cache of --cache-dir (e.g. a reference genome before
+    /// the tasks of a node start); mounts on that directory then read them from disk
+    Prefetch(Box<PrefetchArgs>),
+    /// Remove every cached object from the cache directory DIR (files staged for upload
+    /// stay); refused while a flowfs process uses DIR, unless --force
+    Clear(CacheClearArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CacheStatsArgs {
+    /// Cache directory (the --cache-dir of the mounts)
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CacheClearArgs {
+    /// Cache directory (the --cache-dir of the mounts)
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Clear it even while mounts use it (their reads fetch again)
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "The cache and object storage options are those of `flowfs mount`.\n\n\
+    Example:\n  flowfs cache prefetch s3://refs/GRCh38.fa s3://refs/GRCh38.fa.fai --cache-dir /scratch/flowfs"
+)]
+pub struct PrefetchArgs {
+    /// Objects to read into the cache: s3://BUCKET/KEY (repeatable)
+    #[arg(value_name = "s3://BUCKET/KEY", required = true)]
+    pub objects: Vec<String>,
+    #[command(flatten)]
+    pub opts: MountOptions,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -366,6 +414,21 @@ pub fn parse_min_free(s: &str, disk: u64) -> Result<u64, String> {
     }
 }
 
+/// `s3://bucket/key` (one object) into its bucket and key, the key as written.
+pub fn parse_object(s: &str) -> Result<(String, String), String> {
+    let rest = s
+        .strip_prefix("s3://")
+        .ok_or_else(|| format!("an object must look like s3://BUCKET/KEY, got {s:?}"))?;
+    match rest.split_once('/') {
+        Some((b, k)) if !b.is_empty() && !k.is_empty() && !k.ends_with('/') => {
+            Ok((b.to_string(), k.to_string()))
+        }
+        _ => Err(format!(
+            "an object must look like s3://BUCKET/KEY, got {s:?}"
+        )),
+    }
+}
+
 /// `s3://bucket/prefix` into its bucket and prefix.
 pub fn parse_source(s: &str) -> Result<(String, String), String> {
     let rest = s
@@ -428,6 +491,17 @@ mod tests {
         }
         let e = parse_endpoint("https://key:secret@host").unwrap_err();
         assert!(!e.contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn objects() {
+        assert_eq!(
+            parse_object("s3://b/a/b.fa"),
+            Ok(("b".into(), "a/b.fa".into()))
+        );
+        for bad in ["s3://b", "s3://b/", "s3:///k", "b/k", "s3://b/dir/"] {
+            assert!(parse_object(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

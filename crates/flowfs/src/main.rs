@@ -1,5 +1,6 @@
 //! flowfs: the binary. Errors end here as one line on stderr and a non-zero exit.
 
+mod cache_cmd;
 mod cli;
 mod control;
 mod daemon;
@@ -21,6 +22,7 @@ fn main() {
         cli::Command::Unmount(args) => unmount::unmount(&args.dir, args.force),
         cli::Command::Status(args) => std::process::exit(status::status(&args.dir, args.json)),
         cli::Command::Run(args) => std::process::exit(run::run(args)),
+        cli::Command::Cache(cmd) => cache_cmd::cache(cmd),
     };
     if let Err(e) = r {
         eprintln!("flowfs: {}", format!("{e:#}").replace('\n', " "));

@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use flowfs_fs::{disk_space, FsConfig, MetaHeads};
 
-use crate::cli::{parse_endpoint, parse_min_free, parse_size, parse_source, MountArgs};
+use crate::cli::{
+    parse_endpoint, parse_min_free, parse_size, parse_source, MountArgs, MountOptions,
+};
 use crate::daemon::{self, Ready};
 use crate::mountinfo::mount_type;
 use crate::session;
@@ -18,14 +20,14 @@ use crate::session;
 /// foreground: once it is unmounted).
 pub fn mount(args: MountArgs) -> Result<()> {
     let (bucket, prefix) = parse_source(&args.source).map_err(|e| anyhow!(e))?;
-    check_endpoint(&args)?;
+    check_endpoint(&args.opts)?;
     let dir = check_mountpoint(&args.dir)?;
     if !Path::new("/dev/fuse").exists() {
         bail!(
             "/dev/fuse is missing: load the fuse module, or give the container --device /dev/fuse"
         );
     }
-    let cfg = fs_config(&args, &bucket, &prefix)?;
+    let cfg = fs_config(&args.opts, &bucket, &prefix)?;
     if args.opts.fuse_threads == 0 {
         bail!("--fuse-threads must be at least 1");
     }
@@ -36,46 +38,46 @@ pub fn mount(args: MountArgs) -> Result<()> {
 }
 
 /// The settings of the file system, from the options.
-fn fs_config(args: &MountArgs, bucket: &str, prefix: &str) -> Result<FsConfig> {
-    let mut cfg = FsConfig::new(bucket, prefix, cache_dir(args)?);
-    cfg.cache_size = parse_size(&args.opts.cache_size).map_err(|e| anyhow!("--cache-size: {e}"))?;
+pub(crate) fn fs_config(opts: &MountOptions, bucket: &str, prefix: &str) -> Result<FsConfig> {
+    let mut cfg = FsConfig::new(bucket, prefix, cache_dir(opts)?);
+    cfg.cache_size = parse_size(&opts.cache_size).map_err(|e| anyhow!("--cache-size: {e}"))?;
     cfg.cache_min_free = parse_min_free(
-        &args.opts.cache_min_free,
+        &opts.cache_min_free,
         // A file system that cannot be asked gets no floor.
         disk_space(&cfg.cache_dir).map_or(0, |d| d.total),
     )
     .map_err(|e| anyhow!("--cache-min-free: {e}"))?;
-    cfg.part_size = parse_size(&args.opts.part_size).map_err(|e| anyhow!("--part-size: {e}"))?;
+    cfg.part_size = parse_size(&opts.part_size).map_err(|e| anyhow!("--part-size: {e}"))?;
     if cfg.part_size < (5 << 20) || cfg.part_size > (5 << 30) {
         bail!("--part-size must be between 5M and 5G (the limits of S3 multipart uploads)");
     }
     cfg.max_readahead =
-        parse_size(&args.opts.max_readahead).map_err(|e| anyhow!("--max-readahead: {e}"))?;
-    if !(args.opts.metadata_ttl >= 0.0 && args.opts.metadata_ttl < 1e6) {
+        parse_size(&opts.max_readahead).map_err(|e| anyhow!("--max-readahead: {e}"))?;
+    if !(opts.metadata_ttl >= 0.0 && opts.metadata_ttl < 1e6) {
         bail!("--metadata-ttl must be a number of seconds");
     }
-    cfg.metadata_ttl = Duration::from_secs_f64(args.opts.metadata_ttl);
-    if !(args.opts.unmount_timeout > 0.0 && args.opts.unmount_timeout < 1e6) {
+    cfg.metadata_ttl = Duration::from_secs_f64(opts.metadata_ttl);
+    if !(opts.unmount_timeout > 0.0 && opts.unmount_timeout < 1e6) {
         bail!("--unmount-timeout must be a positive number of seconds");
     }
-    cfg.unmount_timeout = Duration::from_secs_f64(args.opts.unmount_timeout);
-    if !(args.opts.retry_budget >= 0.0 && args.opts.retry_budget < 1e6) {
+    cfg.unmount_timeout = Duration::from_secs_f64(opts.unmount_timeout);
+    if !(opts.retry_budget >= 0.0 && opts.retry_budget < 1e6) {
         bail!(
             "--retry-budget must be a number of seconds from 0 (no retries), not {}",
-            args.opts.retry_budget
+            opts.retry_budget
         );
     }
-    cfg.read_only = args.opts.read_only;
-    cfg.completion_markers = args.opts.completion_markers.clone();
-    cfg.max_gets = args.opts.max_concurrency.max(1);
-    cfg.max_uploads = args.opts.max_upload_concurrency.max(1);
-    cfg.file_mode = u16::from_str_radix(&args.opts.file_mode, 8)
+    cfg.read_only = opts.read_only;
+    cfg.completion_markers = opts.completion_markers.clone();
+    cfg.max_gets = opts.max_concurrency.max(1);
+    cfg.max_uploads = opts.max_upload_concurrency.max(1);
+    cfg.file_mode = u16::from_str_radix(&opts.file_mode, 8)
         .map_err(|_| anyhow!("--file-mode must be octal, like 644"))?;
-    cfg.dir_mode = u16::from_str_radix(&args.opts.dir_mode, 8)
+    cfg.dir_mode = u16::from_str_radix(&opts.dir_mode, 8)
         .map_err(|_| anyhow!("--dir-mode must be octal, like 755"))?;
-    cfg.uid = args.opts.uid.unwrap_or(cfg.uid);
-    cfg.gid = args.opts.gid.unwrap_or(cfg.gid);
-    cfg.meta_heads = match args.opts.meta_heads.as_str() {
+    cfg.uid = opts.uid.unwrap_or(cfg.uid);
+    cfg.gid = opts.gid.unwrap_or(cfg.gid);
+    cfg.meta_heads = match opts.meta_heads.as_str() {
         "always" => MetaHeads::Always,
         "never" => MetaHeads::Never,
         _ => MetaHeads::Marked,
@@ -85,8 +87,8 @@ fn fs_config(args: &MountArgs, bucket: &str, prefix: &str) -> Result<FsConfig> {
 
 /// The endpoint, from the option or the environment, before anything touches the disk
 /// or the network: a typo is named as such, not as a request that could not be sent.
-fn check_endpoint(args: &MountArgs) -> Result<()> {
-    if let Some(url) = &args.opts.endpoint_url {
+pub(crate) fn check_endpoint(opts: &MountOptions) -> Result<()> {
+    if let Some(url) = &opts.endpoint_url {
         parse_endpoint(url).map_err(|e| anyhow!("--endpoint-url: {e}"))?;
     } else if let Some(url) = std::env::var("AWS_ENDPOINT_URL")
         .ok()
@@ -97,8 +99,8 @@ fn check_endpoint(args: &MountArgs) -> Result<()> {
     Ok(())
 }
 
-fn cache_dir(args: &MountArgs) -> Result<PathBuf> {
-    let d = match &args.opts.cache_dir {
+fn cache_dir(opts: &MountOptions) -> Result<PathBuf> {
+    let d = match &opts.cache_dir {
         Some(d) => d.clone(),
         None => match std::env::var_os("XDG_CACHE_HOME") {
             Some(x) if !x.is_empty() => PathBuf::from(x).join("flowfs"),

@@ -12,7 +12,7 @@ use flowfs_client::s3::{S3Client, S3Config};
 use flowfs_client::{ClientError, ObjectClient};
 use flowfs_fs::{Fs, FsConfig, FuseAdapter};
 
-use crate::cli::MountArgs;
+use crate::cli::{MountArgs, MountOptions};
 use crate::control;
 use crate::daemon::Ready;
 use crate::logging;
@@ -35,27 +35,26 @@ pub fn serve(args: &MountArgs, cfg: FsConfig, dir: &Path, mut ready: Ready) -> R
 }
 
 /// The S3 client, once credentials and the bucket are checked (within 30 s).
-fn connect(
+pub(crate) fn connect(
     rt: &tokio::runtime::Runtime,
-    args: &MountArgs,
+    opts: &MountOptions,
     cfg: &FsConfig,
 ) -> Result<Arc<Retrying>> {
     let s3cfg = S3Config {
         bucket: cfg.bucket.clone(),
-        endpoint_url: args.opts.endpoint_url.clone(),
-        region: args.opts.region.clone(),
+        endpoint_url: opts.endpoint_url.clone(),
+        region: opts.region.clone(),
         // One attempt per SDK call: the retry layer decides them all (`Retrying`).
         max_attempts: 1,
     };
-    let endpoint = args
-        .opts
+    let endpoint = opts
         .endpoint_url
         .clone()
         .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
         .unwrap_or_else(|| "AWS S3".into());
     let policy = RetryPolicy {
-        budget: Duration::from_secs_f64(args.opts.retry_budget),
-        max_attempts: args.opts.max_attempts.max(1),
+        budget: Duration::from_secs_f64(opts.retry_budget),
+        max_attempts: opts.max_attempts.max(1),
         ..RetryPolicy::default()
     };
     let s3 = Arc::new(rt.block_on(S3Client::new(&s3cfg)));
@@ -144,7 +143,7 @@ fn session(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Re
         .thread_name("flowfs-io")
         .enable_all()
         .build()?;
-    let client = connect(&rt, args, &cfg)?;
+    let client = connect(&rt, &args.opts, &cfg)?;
     let read_only = cfg.read_only;
     let fs = Arc::new(Fs::new(cfg, client.clone())?);
     // What a killed mount left staged goes up before this one serves anything.

@@ -1,77 +1,82 @@
-//! The bitmap of the 64 KiB chunks an entry holds, and its blocks of `BLOCK_CHUNKS`.
+//! An entry's chunk map as this process last saw it: one `u32` per 64 KiB chunk, as in
+//! the map of the entry's file (persist.rs): bit 0 says the chunk is present, the bits
+//! above are its generation, one more each time the chunk is made present again. The file
+//! is the truth every process reads; this copy is a hint that a read checks against it
+//! (entry.rs `try_read`).
 
-use super::persist::popcount;
 use super::{BLOCK_CHUNKS, CHUNK};
 
-/// One bit per chunk, and how many are set.
-pub(super) struct Bitmap {
-    present: Vec<u64>,
-    count: u64,
+/// A chunk's word with the present bit set, one generation after `old`.
+pub(super) fn made_present(old: u32) -> u32 {
+    if old & 1 == 1 {
+        old
+    } else {
+        ((old >> 1).wrapping_add(1) << 1) | 1
+    }
 }
 
-impl Bitmap {
-    pub fn new(present: Vec<u64>) -> Bitmap {
-        let count = popcount(&present);
-        Bitmap { present, count }
-    }
+/// One word per chunk.
+pub(super) struct ChunkMap {
+    words: Vec<u32>,
+}
 
-    pub fn words(&self) -> &[u64] {
-        &self.present
-    }
-
-    pub fn count(&self) -> u64 {
-        self.count
+impl ChunkMap {
+    pub fn new(words: Vec<u32>) -> ChunkMap {
+        ChunkMap { words }
     }
 
     pub fn has(&self, c: u64) -> bool {
-        self.present[(c / 64) as usize] & (1 << (c % 64)) != 0
+        self.words.get(c as usize).is_some_and(|w| w & 1 == 1)
     }
 
-    /// Sets chunks `[c0, c1)`; how many were not set.
-    pub fn set_range(&mut self, c0: u64, c1: u64) -> u64 {
-        let mut added = 0;
-        for c in c0..c1 {
-            let (w, b) = ((c / 64) as usize, 1u64 << (c % 64));
-            if self.present[w] & b == 0 {
-                added += 1;
+    /// The words of chunks `[c0, c1)`.
+    pub fn words(&self, c0: u64, c1: u64) -> &[u32] {
+        &self.words[c0 as usize..c1 as usize]
+    }
+
+    /// Takes what the file says of chunks `c0..` (the first word is chunk `c0`), except
+    /// for the chunks `skip` says (in flight here).
+    pub fn update(&mut self, c0: u64, words: &[u32], skip: impl Fn(u64) -> bool) {
+        for (i, &w) in words.iter().enumerate() {
+            let c = c0 + i as u64;
+            if !skip(c) {
+                if let Some(slot) = self.words.get_mut(c as usize) {
+                    *slot = w;
+                }
             }
-            self.present[w] |= b;
         }
-        self.count += added;
-        added
     }
 
-    /// Clears the chunks of `[c0, c1)` that are set; the runs of them `(start, end)`.
+    /// Clears the present chunks of `[c0, c1)`; the runs of them `(start, end)`.
     pub fn clear_range(&mut self, c0: u64, c1: u64) -> Vec<(u64, u64)> {
         let mut runs = Vec::new();
         let mut run: Option<u64> = None;
         for c in c0..=c1 {
-            if c < c1 && self.clear(c) {
+            let had = c < c1 && self.has(c);
+            if had {
+                self.words[c as usize] &= !1;
                 run.get_or_insert(c);
             } else if let Some(s) = run.take() {
                 runs.push((s, c));
             }
         }
-        self.count -= runs.iter().map(|(s, c)| c - s).sum::<u64>();
         runs
     }
+}
 
-    fn clear(&mut self, c: u64) -> bool {
-        let (w, b) = ((c / 64) as usize, 1u64 << (c % 64));
-        let had = self.present[w] & b != 0;
-        self.present[w] &= !b;
-        had
-    }
+/// Present chunks in `words`.
+pub(super) fn present(words: &[u32]) -> u64 {
+    words.iter().filter(|w| *w & 1 == 1).count() as u64
+}
 
-    /// Bytes present in each block of a bitmap of `chunks` chunks that has any.
-    pub fn blocks(&self, chunks: u64) -> Vec<(u64, u64)> {
-        (0..chunks.div_ceil(BLOCK_CHUNKS))
-            .filter_map(|b| {
-                let n = (b * BLOCK_CHUNKS..((b + 1) * BLOCK_CHUNKS).min(chunks))
-                    .filter(|&c| self.has(c))
-                    .count() as u64;
-                (n > 0).then_some((b, n * CHUNK))
-            })
-            .collect()
-    }
+/// Bytes present in each block of a map that has any (chunks counted whole).
+pub(super) fn blocks(words: &[u32]) -> Vec<(u64, u64)> {
+    words
+        .chunks(BLOCK_CHUNKS as usize)
+        .enumerate()
+        .filter_map(|(b, w)| {
+            let n = present(w);
+            (n > 0).then_some((b as u64, n * CHUNK))
+        })
+        .collect()
 }

@@ -1,105 +1,106 @@
-//! One object version in the cache: a sparse data file, the bitmap of the 64 KiB chunks
-//! it holds (saved beside it as `.meta`), the fetches in flight for its missing chunks and
-//! its fetched ranges still in memory.
+//! One object version in the cache: its file (shared by every process on the directory,
+//! persist.rs), this process's copy of its chunk map (a hint), the fetches in flight
+//! here for its missing chunks and its fetched ranges still in memory.
 //!
-//! Locks of an entry (each guards only what is named; none is held across I/O except
-//! where said):
-//! - `state` (the bitmap, its count, whether it changed since saved): readers hold it to
-//!   read the file (`try_read`), so eviction, which clears chunks under its write lock,
-//!   never punches chunks a reader is copying. Eviction takes it under the cache's
-//!   `inner`, so it waits for such a read in progress (page-cache copies, as before).
-//!   Bitmap saves copy the bitmap under it and write it without it.
-//! - `inflight` (chunk -> the fetch or punch in flight for it), taken before `state`.
-//! - `save`: one bitmap save at a time, held across the write of the `.meta`, so that the
-//!   last file renamed is the newest bitmap. Reads never take it.
-//! - `users`, `file`, `direct`: handles open on it, and its data file opened once.
+//! How processes stay out of each other's way on one entry (shared.rs locks, all on the
+//! words of the chunks concerned, each on an open file of its own):
+//! - a fetch holds an exclusive lock on the words of its chunks from before it looks at
+//!   them until its bytes are written and their words set (`FetchLock`): another process
+//!   wanting them waits for it, then finds them present (cross-process single flight);
+//! - eviction takes the same lock without waiting (a chunk being fetched is skipped),
+//!   clears the words, punches, and lets go;
+//! - a reader copies from the file when its hint says the chunks are present, then reads
+//!   their words again: unchanged (present, same generation), the bytes it copied were
+//!   there; changed, it takes the new words and reads as on a miss. No lock, one `pread`.
+//! - every process with the entry in use holds a shared lock on the header's first byte:
+//!   eviction removes a file only when it can lock that byte exclusively.
+//!
+//! Locks of this process (none held across I/O except where said):
+//! - `state` (the hint): readers hold it shared while they copy from the file, so this
+//!   process's evictions (which clear chunks under it, `take_block`) wait for them.
+//! - `inflight` (chunk -> the fetch or punch in flight for it here), taken before `state`.
+//! - `files`, `users`: the open files of the entry and the handles on it.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use flowfs_client::ALIGN;
 use parking_lot::{Mutex, RwLock};
 
-use super::bitmap::Bitmap;
+use super::bitmap::{made_present, present, ChunkMap};
 use super::disk::punch_hole;
 use super::fetch::{Claim, Fetch};
-use super::index::Id;
 use super::memory::Ranges;
-use super::persist::{self, data_path, meta_path};
+use super::persist::{self, now_ms, Layout};
+use super::shared::{ofd_lock, reopen, Lock};
 use super::{BLOCK_CHUNKS, CHUNK};
 
-struct EntryState {
-    bits: Bitmap,
-    /// Changed since saved.
-    dirty: bool,
+/// How often (ms) a process writes the use time of a block it keeps reading.
+const STAMP_EVERY: u64 = 1000;
+
+/// The open files of an entry; while they are open, the entry is in use (a shared lock
+/// on its header's first byte, held by `inuse`).
+pub(super) struct Files {
+    file: File,
+    direct: Option<File>,
+    _inuse: File,
 }
 
-/// Chunks eviction took from one block: no longer present, reserved in `inflight` (a
-/// reader waits instead of fetching them into the file before they are punched).
+/// An exclusive lock on the words of chunks `[c0, c1)`: a fetch of them in flight. It
+/// lasts as long as this value (the lock goes with its own open file).
+pub struct FetchLock {
+    _fd: File,
+    files: Arc<Files>,
+    c0: u64,
+    c1: u64,
+}
+
+/// Chunks eviction took from one block here: no longer present in the hint, reserved in
+/// `inflight` (a reader waits instead of fetching them) until punched.
 pub(super) struct Taken {
     runs: Vec<(u64, u64)>,
     punch: Arc<Fetch>,
-    /// The entry held nothing after this block went.
-    pub empty: bool,
-}
-
-impl Taken {
-    /// Chunks taken.
-    pub(super) fn freed(&self) -> u64 {
-        self.runs.iter().map(|(s, c)| c - s).sum()
-    }
 }
 
 /// One object version in the cache, shared by every handle that reads it.
 pub struct CacheEntry {
-    id: Id,
+    pub(super) hash: String,
     ident: String,
     pub size: u64,
-    data_path: PathBuf,
-    meta_path: PathBuf,
-    file: Mutex<Option<Arc<File>>>,
-    direct: Mutex<Option<Arc<File>>>,
+    layout: Layout,
+    dir: PathBuf,
+    files: Mutex<Option<Arc<Files>>>,
     mem: Ranges,
     users: Mutex<u32>,
-    state: RwLock<EntryState>,
+    state: RwLock<ChunkMap>,
+    /// The last use time this process wrote, per block.
+    stamped: Vec<AtomicU64>,
     inflight: Mutex<HashMap<u64, Arc<Fetch>>>,
-    save: Mutex<()>,
 }
 
 impl CacheEntry {
-    /// `bits` is what the saved bitmap says (saved already: not dirty).
-    pub(super) fn new(
-        id: Id,
-        root: &Path,
-        hash: &str,
-        ident: String,
-        size: u64,
-        bits: Bitmap,
-        users: u32,
-    ) -> CacheEntry {
+    /// The entry of a version, with one user; its file is opened (or made) at its
+    /// first use (`files`).
+    pub(super) fn new(dir: &Path, hash: String, ident: String, size: u64) -> CacheEntry {
+        let layout = Layout::new(size);
         CacheEntry {
-            id,
+            hash,
             ident,
             size,
-            data_path: data_path(root, hash),
-            meta_path: meta_path(root, hash),
-            file: Mutex::new(None),
-            direct: Mutex::new(None),
+            layout,
+            dir: dir.to_path_buf(),
+            files: Mutex::new(None),
             mem: Ranges::default(),
-            users: Mutex::new(users),
-            state: RwLock::new(EntryState { bits, dirty: false }),
+            users: Mutex::new(1),
+            state: RwLock::new(ChunkMap::new(vec![0; layout.chunks as usize])),
+            stamped: (0..layout.blocks).map(|_| AtomicU64::new(0)).collect(),
             inflight: Mutex::new(HashMap::new()),
-            save: Mutex::new(()),
         }
-    }
-
-    pub(super) fn id(&self) -> Id {
-        self.id
     }
 
     pub(super) fn mem(&self) -> &Ranges {
@@ -107,82 +108,141 @@ impl CacheEntry {
     }
 
     #[cfg(test)]
-    pub(super) fn data_path(&self) -> &Path {
-        &self.data_path
+    pub(super) fn data_path(&self) -> PathBuf {
+        persist::entry_path(&self.dir, &self.hash)
     }
 
     pub fn chunks(&self) -> u64 {
-        self.size.div_ceil(CHUNK)
+        self.layout.chunks
     }
 
     pub(super) fn add_user(&self) {
         *self.users.lock() += 1;
     }
 
-    /// One handle fewer; true if it was the last.
-    pub(super) fn drop_user(&self) -> bool {
-        let mut users = self.users.lock();
-        *users = users.saturating_sub(1);
-        *users == 0
-    }
-
     pub(super) fn unused(&self) -> bool {
         *self.users.lock() == 0
     }
 
-    fn open_file(&self) -> io::Result<Arc<File>> {
-        let mut opts = OpenOptions::new();
-        opts.read(true);
-        self.open_in(&self.file, opts)
+    /// One handle fewer; true if it was the last (its files are closed then).
+    pub(super) fn drop_user(&self) -> bool {
+        let mut users = self.users.lock();
+        *users = users.saturating_sub(1);
+        let last = *users == 0;
+        drop(users);
+        if last {
+            *self.files.lock() = None;
+        }
+        last
     }
 
-    fn open_direct(&self) -> io::Result<Arc<File>> {
-        let mut opts = OpenOptions::new();
-        opts.custom_flags(libc::O_DIRECT);
-        self.open_in(&self.direct, opts)
-    }
-
-    /// The data file opened (for writing, plus `opts`) once and kept in `slot`.
-    fn open_in(
-        &self,
-        slot: &Mutex<Option<Arc<File>>>,
-        mut opts: OpenOptions,
-    ) -> io::Result<Arc<File>> {
-        let mut f = slot.lock();
-        if let Some(f) = &*f {
+    /// The entry's open files; opened again (and the hint read anew) after they were
+    /// closed: the file may have been removed and made again meanwhile.
+    pub(super) fn files(&self) -> io::Result<Arc<Files>> {
+        if let Some(f) = &*self.files.lock() {
             return Ok(f.clone());
         }
-        let file = Arc::new(
-            opts.write(true)
-                .create(true)
-                .truncate(false)
-                .open(&self.data_path)?,
-        );
-        *f = Some(file.clone());
-        Ok(file)
+        // Opened without the lock (hits take it): two threads may both open; one wins.
+        let (file, inuse) = self.open_in_use()?;
+        let direct = reopen(&file, true).ok();
+        let words = persist::read_words(&file, &self.layout, 0, self.layout.chunks)?;
+        let files = Arc::new(Files {
+            file,
+            direct,
+            _inuse: inuse,
+        });
+        let mut slot = self.files.lock();
+        if let Some(f) = &*slot {
+            return Ok(f.clone());
+        }
+        *slot = Some(files.clone());
+        drop(slot);
+        self.take_words(0, &words);
+        Ok(files)
     }
 
-    /// The last handle closed: the data file is closed too.
-    pub(super) fn close_files(&self) {
-        *self.file.lock() = None;
-        *self.direct.lock() = None;
+    /// The entry file, opened and locked in use. An eviction may remove it between the
+    /// open and the lock: then it is opened (made) again.
+    fn open_in_use(&self) -> io::Result<(File, File)> {
+        use std::os::unix::fs::MetadataExt;
+        let path = persist::entry_path(&self.dir, &self.hash);
+        for _ in 0..3 {
+            let file = persist::open_entry(&self.dir, &self.hash, &self.ident, self.size)?;
+            let inuse = reopen(&file, false)?;
+            ofd_lock(&inuse, Lock::Shared, self.layout.head, 1, true)?;
+            let same = std::fs::metadata(&path).ok().map(|m| m.ino())
+                == file.metadata().ok().map(|m| m.ino());
+            if same {
+                return Ok((file, inuse));
+            }
+        }
+        Err(io::Error::other("the cache file keeps being removed"))
     }
 
-    /// Reads `[off, off + len)` if every chunk of it is in the cache.
+    /// Takes the words the file has for chunks from `c0` on into the hint, except those
+    /// in flight here.
+    fn take_words(&self, c0: u64, words: &[u32]) {
+        let inflight = self.inflight.lock();
+        self.state
+            .write()
+            .update(c0, words, |c| inflight.contains_key(&c));
+    }
+
+    /// Reads `[off, off + len)` if every chunk of it is in the cache (this process's hint,
+    /// checked against the file after the copy; on a miss the hint is read anew once).
     pub fn try_read(&self, off: u64, len: usize) -> io::Result<Option<Vec<u8>>> {
         let end = (off + len as u64).min(self.size);
         if off >= end {
             return Ok(Some(Vec::new()));
         }
-        let state = self.state.read();
-        if !(off / CHUNK..end.div_ceil(CHUNK)).all(|c| state.bits.has(c)) {
+        let (c0, c1) = (off / CHUNK, end.div_ceil(CHUNK));
+        // A cache directory that went away (a scratch cleaner) costs the cache only.
+        let Ok(files) = self.files() else {
             return Ok(None);
+        };
+        for _ in 0..2 {
+            let state = self.state.read();
+            if (c0..c1).all(|c| state.has(c)) {
+                let mut buf = vec![0u8; (end - off) as usize];
+                files.file.read_exact_at(&mut buf, off)?;
+                let now = persist::read_words(&files.file, &self.layout, c0, c1)?;
+                if now == state.words(c0, c1) {
+                    return Ok(Some(buf));
+                }
+                drop(state);
+                self.take_words(c0, &now);
+            } else {
+                drop(state);
+                let now = persist::read_words(&files.file, &self.layout, c0, c1)?;
+                if present(&now) < c1 - c0 {
+                    self.take_words(c0, &now);
+                    return Ok(None);
+                }
+                self.take_words(c0, &now);
+            }
         }
-        let file = self.open_file()?;
-        let mut buf = vec![0u8; (end - off) as usize];
-        // The read lock keeps eviction from punching these chunks while we copy them.
-        file.read_exact_at(&mut buf, off)?;
-        Ok(Some(buf))
+        Ok(None)
+    }
+
+    /// Marks the blocks under `[off, off + len)` used now, in the file at most once a
+    /// second per block: eviction across processes goes by these times.
+    pub(super) fn touch(&self, off: u64, len: u64) {
+        let now = now_ms();
+        let b0 = off / CHUNK / BLOCK_CHUNKS;
+        let b1 = (off + len).div_ceil(CHUNK).div_ceil(BLOCK_CHUNKS);
+        for b in b0..b1.max(b0 + 1) {
+            let Some(last) = self.stamped.get(b as usize) else {
+                continue;
+            };
+            if now.saturating_sub(last.load(Ordering::Relaxed)) >= STAMP_EVERY {
+                last.store(now, Ordering::Relaxed);
+                // Not under `files`: hits take it.
+                let files = self.files.lock().clone();
+                if let Some(f) = files {
+                    persist::write_stamp(&f.file, &self.layout, b, now);
+                }
+            }
+        }
     }
 
     /// Marks the missing chunks of `[c0, c1)` as in flight in runs of at most `max_run`
@@ -210,7 +270,7 @@ impl CacheEntry {
             }
         };
         while c < c1 {
-            if state.bits.has(c) {
+            if state.has(c) {
                 close(&mut run, c, &mut claim, &mut inflight);
             } else if let Some(f) = inflight.get(&c).cloned() {
                 close(&mut run, c, &mut claim, &mut inflight);
@@ -241,19 +301,54 @@ impl CacheEntry {
         }
     }
 
-    /// Writes the page-aligned body of `data` with `O_DIRECT` when it can (`direct_ok`,
-    /// cleared once the cache's file system refuses it), the rest (a tail shorter than a
-    /// page, at the end of the object) through the page cache.
-    pub(super) fn write(&self, off: u64, data: &[u8], direct_ok: &AtomicBool) -> io::Result<()> {
+    /// Locks chunks `[c0, c1)` for a fetch: at once if no other fetch or eviction holds
+    /// any of them, else (`wait`) when they are done, or `None` (not `wait`).
+    pub(super) fn lock_fetch(&self, c0: u64, c1: u64, wait: bool) -> io::Result<Option<FetchLock>> {
+        let files = self.files()?;
+        let fd = reopen(&files.file, false)?;
+        let (start, len) = (self.layout.word(c0), (c1 - c0) * 4);
+        let locked = ofd_lock(&fd, Lock::Exclusive, start, len, false)?
+            || (wait && ofd_lock(&fd, Lock::Exclusive, start, len, true)?);
+        if !locked {
+            return Ok(None);
+        }
+        Ok(Some(FetchLock {
+            _fd: fd,
+            files,
+            c0,
+            c1,
+        }))
+    }
+
+    /// Under `lock`: which chunks of it are present (the file's words, taken into the
+    /// hint: chunks another process fetched meanwhile are read from the file).
+    pub(super) fn present_under(&self, lock: &FetchLock) -> io::Result<Vec<bool>> {
+        let words = persist::read_words(&lock.files.file, &self.layout, lock.c0, lock.c1)?;
+        let mut state = self.state.write();
+        state.update(lock.c0, &words, |_| false);
+        Ok(words.iter().map(|w| w & 1 == 1).collect())
+    }
+
+    /// Writes fetched bytes at `off` (under `lock`) with `O_DIRECT` where it can (the
+    /// page-aligned body, while `direct_ok`), the rest through the page cache.
+    pub(super) fn write(
+        &self,
+        lock: &FetchLock,
+        off: u64,
+        data: &[u8],
+        direct_ok: &AtomicBool,
+    ) -> io::Result<()> {
         let mut done = 0;
         let aligned =
             (data.as_ptr() as usize).is_multiple_of(ALIGN) && off.is_multiple_of(ALIGN as u64);
         let body = data.len() / ALIGN * ALIGN;
-        if aligned && body > 0 && direct_ok.load(Ordering::Relaxed) {
-            match self
-                .open_direct()
-                .and_then(|f| f.write_all_at(&data[..body], off))
-            {
+        let direct = lock
+            .files
+            .direct
+            .as_ref()
+            .filter(|_| direct_ok.load(Ordering::Relaxed));
+        if let Some(d) = direct.filter(|_| aligned && body > 0) {
+            match d.write_all_at(&data[..body], off) {
                 Ok(()) => done = body,
                 Err(err) if err.raw_os_error() == Some(libc::EINVAL) => {
                     tracing::info!("the cache directory does not take O_DIRECT: {err}");
@@ -263,29 +358,29 @@ impl CacheEntry {
             }
         }
         if done < data.len() {
-            self.open_file()?
-                .write_all_at(&data[done..], off + done as u64)?;
+            (lock.files.file).write_all_at(&data[done..], off + done as u64)?;
         }
         Ok(())
     }
 
-    /// Marks chunks `[c0, c1)`, just written, present; the bytes that added to each block
-    /// of `[c0 / BLOCK_CHUNKS, c1 / BLOCK_CHUNKS)` (rounded up), 0 for those it had.
-    pub(super) fn set_present(&self, c0: u64, c1: u64) -> Vec<(u64, u64)> {
-        let mut st = self.state.write();
-        let mut added = Vec::new();
+    /// Sets the words of chunks `[c0, c1)`, just written under `lock`: present, one
+    /// generation on. The bytes that made present (0 for chunks that were).
+    pub(super) fn set_present(&self, lock: &FetchLock, c0: u64, c1: u64) -> io::Result<u64> {
+        debug_assert!(lock.c0 <= c0 && c1 <= lock.c1);
+        let f = &lock.files.file;
+        let old = persist::read_words(f, &self.layout, c0, c1)?;
+        let new: Vec<u32> = old.iter().map(|&w| made_present(w)).collect();
+        persist::write_words(f, &self.layout, c0, &new)?;
+        let now = now_ms();
         for b in c0 / BLOCK_CHUNKS..c1.div_ceil(BLOCK_CHUNKS) {
-            let (from, to) = (c0.max(b * BLOCK_CHUNKS), c1.min((b + 1) * BLOCK_CHUNKS));
-            let n = st.bits.set_range(from, to);
-            st.dirty |= n > 0;
-            added.push((b, n * CHUNK));
+            persist::write_stamp(f, &self.layout, b, now);
         }
-        added
+        self.state.write().update(c0, &new, |_| false);
+        Ok((c1 - c0 - present(&old)) * CHUNK)
     }
 
-    /// Eviction takes block `b`: its present chunks are no longer present and are
-    /// reserved until `punch` has punched them. The bytes freed are the index's count of
-    /// that block.
+    /// Eviction takes block `b` here: its chunks leave the hint and are reserved until
+    /// `end_punch`.
     pub(super) fn take_block(&self, b: u64) -> Taken {
         let mut inflight = self.inflight.lock();
         let mut st = self.state.write();
@@ -293,106 +388,65 @@ impl CacheEntry {
             b * BLOCK_CHUNKS,
             ((b + 1) * BLOCK_CHUNKS).min(self.chunks()),
         );
-        // Only chunks that are present are punched, never a whole block: a fetch may
-        // have written one of the others and be about to mark it present.
-        let runs = st.bits.clear_range(c0, c1);
-        st.dirty = true;
+        let runs = st.clear_range(c0, c1);
         let punch = Arc::new(Fetch::default());
         for &(s, c) in &runs {
             for i in s..c {
                 inflight.insert(i, punch.clone());
             }
         }
-        Taken {
-            runs,
-            punch,
-            empty: st.bits.count() == 0,
-        }
+        Taken { runs, punch }
     }
 
-    /// After eviction took chunks, before they are punched: the bitmap on disk stops
-    /// vouching for them, so that a process killed in between leaves nothing wrong behind.
-    pub(super) fn unvouch(&self) {
-        let _save = self.save.lock();
-        if self.unused() {
-            if let Err(err) = self.save_locked() {
-                tracing::warn!("cannot save cache metadata: {err}");
-                let _ = fs::remove_file(&self.meta_path);
-            }
-        } else {
-            // In use: the bitmap is saved again at release; until then none on disk.
-            let _ = fs::remove_file(&self.meta_path);
-        }
-    }
-
-    /// Punches the chunks eviction took (after `unvouch`) and ends their reservation:
-    /// readers waiting on them fetch them again.
-    pub(super) fn punch(&self, taken: &[Taken]) {
-        let open = self
-            .file
-            .lock()
-            .clone()
-            .or_else(|| self.direct.lock().clone());
-        let file = match open {
-            Some(f) => Some(f),
-            None => File::options()
-                .write(true)
-                .open(&self.data_path)
-                .ok()
-                .map(Arc::new),
-        };
-        if let Some(f) = file {
-            for &(s, c) in taken.iter().flat_map(|t| &t.runs) {
-                punch_hole(&f, s * CHUNK, (c - s) * CHUNK);
-            }
-        }
-        self.end_punch(taken);
-    }
-
-    /// Ends the reservations of taken chunks (punched, or the whole entry removed).
-    pub(super) fn end_punch(&self, taken: &[Taken]) {
+    /// Ends the reservations of taken chunks: readers waiting on them fetch them again.
+    pub(super) fn end_punch(&self, t: &Taken) {
         let mut inflight = self.inflight.lock();
-        for t in taken {
-            for c in t.runs.iter().flat_map(|&(s, c)| s..c) {
-                if inflight.get(&c).is_some_and(|f| Arc::ptr_eq(f, &t.punch)) {
-                    inflight.remove(&c);
-                }
+        for c in t.runs.iter().flat_map(|&(s, c)| s..c) {
+            if inflight.get(&c).is_some_and(|f| Arc::ptr_eq(f, &t.punch)) {
+                inflight.remove(&c);
             }
         }
         drop(inflight);
-        for t in taken {
-            t.punch.finish(Ok(()));
-        }
+        t.punch.finish(Ok(()));
     }
+}
 
-    /// Saves the bitmap that vouches for the data, if it changed (see `persist::start`
-    /// for crash safety).
-    pub(super) fn save(&self) -> io::Result<()> {
-        let _save = self.save.lock();
-        self.save_locked()
+/// Evicts block `b` of the entry file at `path` (any process's): under an exclusive lock
+/// on its words, taken without waiting (none: a fetch holds some, the block is skipped),
+/// the present chunks' words are cleared, then their bytes punched. The bytes freed.
+pub(super) fn punch_block(path: &Path, l: &Layout, b: u64) -> io::Result<u64> {
+    let f = File::options().read(true).write(true).open(path)?;
+    let (c0, c1) = (b * BLOCK_CHUNKS, ((b + 1) * BLOCK_CHUNKS).min(l.chunks));
+    if !ofd_lock(&f, Lock::Exclusive, l.word(c0), (c1 - c0) * 4, false)? {
+        return Ok(0);
     }
+    let old = persist::read_words(&f, l, c0, c1)?;
+    let freed = present(&old) * CHUNK;
+    if freed == 0 {
+        return Ok(0);
+    }
+    let new: Vec<u32> = old.iter().map(|w| w & !1).collect();
+    // The words stop vouching before the bytes go: a process killed in between leaves
+    // nothing wrong behind.
+    persist::write_words(&f, l, c0, &new)?;
+    for (s, c) in ChunkMap::new(old).clear_range(0, c1 - c0) {
+        punch_hole(&f, (c0 + s) * CHUNK, (c - s) * CHUNK);
+    }
+    Ok(freed)
+}
 
-    /// `save`, with the `save` lock held: the bitmap is copied under `state` and written
-    /// without it, so readers do not wait for the disk.
-    fn save_locked(&self) -> io::Result<()> {
-        let present = {
-            let mut st = self.state.write();
-            if !st.dirty {
-                return Ok(());
-            }
-            st.dirty = false;
-            (st.bits.count() > 0).then(|| st.bits.words().to_vec())
-        };
-        let r = match present {
-            Some(present) => persist::write_meta(&self.meta_path, &self.ident, self.size, &present),
-            None => {
-                let _ = fs::remove_file(&self.meta_path);
-                Ok(())
-            }
-        };
-        if r.is_err() {
-            self.state.write().dirty = true;
-        }
-        r
+/// Removes the entry file at `path` if no process uses it (an exclusive lock on its
+/// header's first byte, without waiting) and it holds nothing; true if removed.
+pub(super) fn remove_unused(path: &Path, l: &Layout) -> bool {
+    let Ok(f) = File::options().read(true).write(true).open(path) else {
+        return false;
+    };
+    if !matches!(ofd_lock(&f, Lock::Exclusive, l.head, 1, false), Ok(true)) {
+        return false;
+    }
+    // Nothing present and no fetch (a fetch holds its entry in use).
+    match persist::read_words(&f, l, 0, l.chunks) {
+        Ok(w) if present(&w) == 0 => std::fs::remove_file(path).is_ok(),
+        _ => false,
     }
 }

@@ -1,29 +1,29 @@
-//! Eviction: what goes is decided under `inner` (the index picks the victims, the entries
-//! clear their chunks), and the disk I/O it calls for runs after `inner` is released:
-//! the statvfs before, the `.meta` writes, hole punching and file removals after. A cache
-//! hit (`touch`) never waits for the disk.
+//! Eviction for the whole directory, by whichever process finds it over its limit: one
+//! at a time across processes (`objects/evict.lock`, flock; the next one looks at the
+//! count again once it has the lock, and finds nothing to do if its holder did it). It scans every entry file, orders
+//! their blocks by use time (index.rs), and punches the oldest under each block's fetch
+//! lock (entry.rs `punch_block`), skipping blocks being fetched. Files left empty and in
+//! use by nobody are removed. No lock of the cache is held across its I/O; a cache hit
+//! never waits for it (a hit of this process on a block it takes waits for `state`).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::os::unix::io::AsRawFd;
 
 use super::disk::disk_space;
-use super::entry::{CacheEntry, Taken};
-use super::index::{Id, Victim};
-use super::{persist, DiskCache, Inner, CHUNK};
+use super::entry::{punch_block, remove_unused};
+use super::index::Index;
+use super::persist::{self, entry_path, Scanned};
+use super::{bitmap, DiskCache, BLOCK_CHUNKS, CHUNK};
 
-/// What one eviction decided under the lock, for the I/O after it.
-#[derive(Default)]
-struct Plan {
-    /// Chunks taken from open entries, by entry.
-    taken: BTreeMap<Id, (Arc<CacheEntry>, Vec<Taken>)>,
-    /// Entries that go whole: cold ones (no handle) and open ones eviction left empty
-    /// and unused. Their names are busy until their files are removed.
-    gone: Vec<(String, Option<Arc<CacheEntry>>)>,
+/// An eviction brings the directory this far below its limit (a 64th, at most 64 MiB),
+/// so that the next store does not scan it again at once.
+fn slack(limit: u64) -> u64 {
+    (limit / 64).min(64 << 20)
 }
 
 impl DiskCache {
-    /// Evicts down to the cache's limit.
-    pub(super) fn evict(&self) {
+    /// Evicts down to the cache's limit (if the directory is over it: one `pread` of its
+    /// count otherwise). Blocks on the disk: call it off the async workers.
+    pub fn evict(&self) {
         self.evict_for(0);
     }
 
@@ -38,35 +38,108 @@ impl DiskCache {
         if !*open {
             return;
         }
-        let _one = self.evicting.lock();
-        let avail = self.avail(room);
-        let plan = {
-            let mut inner = self.inner.lock();
-            let limit = self.limit(inner.index.used(), room, avail);
-            inner.plan(limit)
-        };
-        if plan.taken.is_empty() && plan.gone.is_empty() {
+        if !self.over(room) {
             return;
         }
-        // Entries that went whole first: their names are busy (an open of one waits)
-        // until their files are gone.
-        let gone = self.remove_gone(&plan.gone);
-        if !plan.gone.is_empty() {
-            let mut inner = self.inner.lock();
-            for (hash, _) in &plan.gone {
-                inner.index.unreserve(hash);
-            }
-            drop(inner);
-            self.names.notify_all();
+        // Waited for, not skipped: an eviction that runs now may skip blocks a fetch still
+        // holds, and only the eviction after that fetch takes them. Each is bounded work
+        // (a scan, punches that never wait); a killed evictor's flock goes with it.
+        let _one = self.evicting.lock();
+        let fd = self.evict_lock.as_raw_fd();
+        // SAFETY: flock on an fd we own; released below (or with the fd).
+        if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
+            return;
         }
-        for (id, (e, taken)) in plan.taken {
-            if gone.contains(&id) {
-                e.end_punch(&taken);
-            } else {
-                e.unvouch();
-                e.punch(&taken);
+        if self.over(room) {
+            self.evict_locked(room);
+        }
+        // SAFETY: as above.
+        unsafe { libc::flock(fd, libc::LOCK_UN) };
+    }
+
+    /// Whether the directory holds more than its limit (one `pread` of its count; a
+    /// statvfs too under a free-space floor).
+    fn over(&self, room: u64) -> bool {
+        let used = self.usage.get();
+        used > self.limit(used, room, self.avail(room))
+    }
+
+    /// The eviction itself, under both eviction locks.
+    fn evict_locked(&self, room: u64) {
+        let used = self.usage.get();
+        let found = persist::scan(&self.root);
+        let total: u64 = found
+            .iter()
+            .map(|s| bitmap::present(&s.words) * CHUNK)
+            .sum();
+        let limit = self.limit(total, room, self.avail(room));
+        let target = limit.saturating_sub(slack(limit));
+        let freed = if total > limit {
+            self.evict_scanned(&found, target)
+        } else {
+            0
+        };
+        // The count becomes what was found, less what went; stores since the scan have
+        // added theirs to it already.
+        self.usage.add(total as i64 - used as i64 - freed as i64);
+    }
+
+    /// Takes blocks of the scanned files, least recently used first, until they hold at
+    /// most `target` bytes; the bytes freed.
+    fn evict_scanned(&self, found: &[Scanned], target: u64) -> u64 {
+        let mut ix = Index::default();
+        let mut order = Vec::new();
+        let mut ids = Vec::new();
+        for s in found {
+            let id = ix.insert(s.hash.clone(), &[]);
+            ids.push(id);
+            for (b, bytes) in bitmap::blocks(&s.words) {
+                let stamp = s.stamps.get(b as usize).copied().unwrap_or(0);
+                order.push((stamp, id, b, bytes));
             }
         }
+        order.sort_unstable();
+        for (_, id, b, bytes) in order {
+            ix.add(id, b, bytes);
+        }
+        let mut freed = 0;
+        let mut emptied = Vec::new();
+        for v in ix.evict(target) {
+            let Some(i) = ids.iter().position(|&id| id == v.id) else {
+                continue;
+            };
+            freed += self.evict_block(&found[i], v.block);
+            emptied.push(i);
+        }
+        // Files that hold nothing (all their blocks went, or none was ever fetched).
+        emptied.extend((0..found.len()).filter(|&i| bitmap::present(&found[i].words) == 0));
+        emptied.sort_unstable();
+        emptied.dedup();
+        for i in emptied {
+            let s = &found[i];
+            remove_unused(&entry_path(&self.root, &s.hash), &s.layout);
+        }
+        freed
+    }
+
+    /// Punches block `b` of a scanned file; an entry this process has open gives it up
+    /// first (its readers here wait for the punch, then fetch it again).
+    fn evict_block(&self, s: &Scanned, b: u64) -> u64 {
+        let hot = self.inner.lock().get(&s.hash).cloned();
+        let taken = hot.as_ref().map(|e| e.take_block(b));
+        let path = entry_path(&self.root, &s.hash);
+        let freed = match punch_block(&path, &s.layout, b) {
+            Ok(n) => n,
+            Err(err) => {
+                tracing::debug!("cannot evict block {b} of {}: {err}", path.display());
+                0
+            }
+        };
+        if let (Some(e), Some(t)) = (hot, taken) {
+            e.end_punch(&t);
+        }
+        debug_assert!(freed <= BLOCK_CHUNKS * CHUNK);
+        freed
     }
 
     /// Bytes free on the cache's disk, asked only when the limit depends on them.
@@ -86,53 +159,5 @@ impl DiskCache {
                 .min((used + avail).saturating_sub(self.min_free + room)),
             None => self.capacity,
         }
-    }
-
-    /// Removes the files of entries that went whole (no lock of the cache held); the
-    /// ids of the open ones among them.
-    fn remove_gone(&self, gone: &[(String, Option<Arc<CacheEntry>>)]) -> Vec<Id> {
-        let mut ids = Vec::new();
-        for (hash, e) in gone {
-            if let Some(e) = e {
-                self.forget_mem(e);
-                ids.push(e.id());
-            }
-            persist::remove(&self.root, hash);
-        }
-        ids
-    }
-}
-
-impl Inner {
-    /// Takes what must go for the cache to hold at most `limit` bytes (in memory only).
-    fn plan(&mut self, limit: u64) -> Plan {
-        let mut plan = Plan::default();
-        for v in self.index.evict(limit) {
-            let (id, block, bytes) = match v {
-                Victim::Cold { hash } => {
-                    plan.gone.push((hash, None));
-                    continue;
-                }
-                Victim::Block { id, block, bytes } => (id, block, bytes),
-            };
-            let Some(e) = self.hot.get(&id).cloned() else {
-                continue;
-            };
-            let taken = e.take_block(block);
-            debug_assert_eq!(taken.freed() * CHUNK, bytes, "the index counts the bitmap");
-            let empty = taken.empty;
-            plan.taken
-                .entry(id)
-                .or_insert_with(|| (e.clone(), Vec::new()))
-                .1
-                .push(taken);
-            if empty && e.unused() {
-                self.hot.remove(&id);
-                if let Some(hash) = self.index.forget(id) {
-                    plan.gone.push((hash, Some(e)));
-                }
-            }
-        }
-        plan
     }
 }

@@ -34,20 +34,16 @@ impl Ranges {
         old.map_or(0, |b| b.data.len() as u64)
     }
 
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+
     /// Drops the range at `off`; its length (0 if none).
     fn remove(&self, off: u64) -> u64 {
         self.0
             .lock()
             .remove(&off)
             .map_or(0, |b| b.data.len() as u64)
-    }
-
-    /// Drops every range; their total length.
-    fn clear(&self) -> u64 {
-        std::mem::take(&mut *self.0.lock())
-            .values()
-            .map(|b| b.data.len() as u64)
-            .sum()
     }
 
     /// Bytes `[off, end)` if ranges in memory cover them all, and the bytes of the ranges
@@ -144,10 +140,5 @@ impl MemBudget {
         let (data, freed) = e.mem().take(off, end)?;
         self.used.fetch_sub(freed, Ordering::Relaxed);
         Some(data)
-    }
-
-    /// Drops an entry's ranges in memory, when the entry itself goes.
-    pub fn forget(&self, e: &CacheEntry) {
-        self.used.fetch_sub(e.mem().clear(), Ordering::Relaxed);
     }
 }

@@ -1,38 +1,43 @@
-//! The disk cache: one sparse data file per object version (bucket, key, ETag) with a
-//! bitmap of the 64 KiB chunks it holds. Bytes are evicted least-recently-used in 1 MiB
-//! blocks (holes are punched), so one huge object cannot pin the whole cache. The bitmap
-//! is saved beside the data when the last handle closes, so the cache survives restarts;
-//! an entry is never trusted beyond what its saved bitmap says.
+//! The disk cache, one per node: every flowfs process on a cache directory (mounts,
+//! `flowfs run` tasks, `flowfs cache prefetch`) shares `objects/`. One file per object
+//! version (bucket, key, ETag, size) holds its bytes (sparse) and its chunk map, one word
+//! per 64 KiB chunk (persist.rs): the map in the file is the truth every process reads,
+//! and a chunk's word is set only once its bytes are written. Bytes are evicted least
+//! recently used in 1 MiB blocks (holes are punched) across the whole directory, by
+//! whichever process finds it over its limit (evict.rs).
+//!
+//! Processes coordinate with files and locks only, no daemon (shared.rs): OFD byte-range
+//! locks on an entry's words for a fetch in flight (another process waits for it, then
+//! reads what it fetched: each range is fetched once) and for an eviction punching; a
+//! shared lock on the entry's header while a process uses it (only unused files are
+//! removed); `objects/lock`, held shared by every live process (the first one checks what
+//! earlier runs left); `objects/evict.lock` (one eviction at a time); `objects/usage`
+//! (the directory's byte count). All of them die with their process.
 //!
 //! Fetched ranges are written with `O_DIRECT` (no page-cache pages for the cache file) and
 //! also kept in memory, within a small budget, until the reader has taken them: a cold
 //! read then costs one copy out of the download buffer instead of a write into new
 //! page-cache pages and a read back from them.
 //!
-//! One job per file: this one is the public face and the wiring; `index.rs` the LRU index
-//! and the choice of victims (pure data); `evict.rs` eviction (decide under the lock, do
-//! the I/O after); `entry.rs` an entry (data file, fetches in flight, bitmap saves);
-//! `bitmap.rs` its chunk bitmap; `fetch.rs` Fetch and Claim; `memory.rs` fetched ranges
-//! in memory; `persist.rs` what is kept on disk between runs; `disk.rs` statvfs, hole
-//! punching, syncfs.
+//! One job per file: this one is the public face and the wiring; `index.rs` the choice
+//! of victims (pure data); `evict.rs` eviction; `entry.rs` an entry (its file, fetches in
+//! flight, the checks of a read); `bitmap.rs` its chunk map; `fetch.rs` Fetch and Claim;
+//! `memory.rs` fetched ranges in memory; `persist.rs` the files; `shared.rs` the locks
+//! and the directory's counters; `disk.rs` statvfs, hole punching, syncfs; `admin.rs`
+//! what `flowfs cache` does.
 //!
-//! Locks of the cache (an entry's own are described in entry.rs):
-//! - `inner`: the index and the open entries (id -> entry). Every cache hit takes it
-//!   (`touch`), so no disk I/O runs under it: what eviction takes is decided under it,
-//!   and the statvfs before, the `.meta` writes, hole punching and file removals after.
-//!   A name whose files are created or removed outside it is busy in the index; whoever
-//!   finds it busy waits on `names`. Taken before an entry's locks.
-//! - `evicting`: one eviction at a time, from its statvfs to its last punch, as when all
-//!   of it ran under `inner`: a second one would see as used on the disk the bytes the
-//!   first has taken but not yet punched, and only an eviction drops an entry (and frees
-//!   its name for a new one), so a punch by path always hits the file it was decided
-//!   for. Reads never take it; it is taken before `inner`.
-//!
-//! Chunks eviction took are reserved in their entry until punched (entry.rs `Taken`): a
-//! reader that needs one meanwhile waits for the punch, then fetches it again, instead of
-//! writing it into the file where the punch would zero it.
+//! Locks of the cache in this process (an entry's own are described in entry.rs):
+//! - `inner`: the entries open in this process (hash -> entry). A hit does not take it;
+//!   no I/O runs under it.
+//! - `evicting`: one eviction of this process at a time (with `evict.lock` for the
+//!   others). Reads never take it.
 //! - the memory budget's own (memory.rs).
+//!
+//! A cache hit costs, besides the copy from the file, one `pread` of the chunks' words
+//! (the check that they were not evicted meanwhile) and, at most once a second per
+//! block, a `pwrite` of its use time.
 
+pub mod admin;
 mod bitmap;
 mod disk;
 mod entry;
@@ -41,6 +46,7 @@ mod fetch;
 mod index;
 mod memory;
 mod persist;
+mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -48,83 +54,75 @@ use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+use parking_lot::{Mutex, RwLock};
 
 use crate::error::{FsError, Result};
-use bitmap::Bitmap;
-use index::{Id, Index, Lookup};
 use memory::MemBudget;
-use persist::{data_path, identity, meta_path};
+#[cfg(test)]
+use persist::Layout;
+use persist::{entry_path, identity};
+use shared::Usage;
 
 pub use disk::{disk_space, DiskSpace};
-pub use entry::CacheEntry;
+pub use entry::{CacheEntry, FetchLock};
 pub use fetch::Fetch;
 
 pub const CHUNK: u64 = 64 * 1024;
 const BLOCK_CHUNKS: u64 = 16;
 
-/// What `inner` guards: the index and the entries open in this process.
-struct Inner {
-    index: Index,
-    hot: HashMap<Id, Arc<CacheEntry>>,
-}
-
 pub struct DiskCache {
     root: PathBuf,
-    /// Held while the mount lives: `objects/` (or the private directory) is ours.
+    /// `objects/lock`, held shared while this process uses the directory.
     lock: File,
-    /// A private cache of a mount that found `objects/` taken: nothing to hand on.
-    private: bool,
+    /// `objects/evict.lock`: one eviction at a time in the directory.
+    evict_lock: File,
+    usage: Usage,
     /// Free space to leave on the cache's file system (staged writes need it).
     min_free: u64,
     capacity: u64,
-    /// The index and the open entries; no I/O under it (see above).
-    inner: Mutex<Inner>,
-    /// Woken when a busy name of the index is unreserved.
-    names: Condvar,
-    /// One eviction at a time (see above).
+    /// The entries open in this process; no I/O under it.
+    inner: Mutex<HashMap<String, Arc<CacheEntry>>>,
+    /// One eviction of this process at a time.
     evicting: Mutex<()>,
     mem: MemBudget,
     /// Cleared once the cache's file system refuses `O_DIRECT` (tmpfs).
     direct_ok: AtomicBool,
+    /// Bytes read from the cache and fetched into it, not yet added to `objects/usage`.
+    hits: AtomicU64,
+    fetched: AtomicU64,
     /// True until `close`: what writes to the directory (a store, an adoption, an
-    /// eviction, a bitmap saved) holds it shared and does nothing once it is false, so
-    /// that nothing of this process touches the directory after it is handed on.
+    /// eviction) holds it shared and does nothing once it is false.
     open: RwLock<bool>,
 }
 
 impl DiskCache {
-    /// Opens (or creates) the cache under `root` and indexes what an earlier run left.
-    /// `mem_cap` bounds the fetched bytes kept in memory until a reader takes them.
-    ///
-    /// `objects/` is used by one mount at a time (it holds the lock `objects/lock`): the
-    /// index, the bitmaps and eviction live in the process, and a second process punching
-    /// holes in files the first one vouches for would make it serve zeros. A mount that
-    /// finds it taken uses a private cache under `objects.private/`, removed at unmount.
+    /// Opens (or creates) the cache under `cache_dir`, shared with every other process
+    /// that uses it. `mem_cap` bounds the fetched bytes kept in memory until a reader
+    /// takes them.
     pub fn open(cache_dir: &Path, capacity: u64, mem_cap: u64) -> io::Result<DiskCache> {
         let root = persist::lock_root(cache_dir)?;
-        let mut index = Index::default();
-        for s in persist::start(&root.dir)? {
-            index.add_cold(s.hash, s.mtime, s.bytes);
-        }
+        let evict_lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(root.dir.join("evict.lock"))?;
         let cache = DiskCache {
             root: root.dir,
             lock: root.lock,
-            private: root.private,
+            evict_lock,
+            usage: root.usage,
             min_free: 0,
             capacity,
-            inner: Mutex::new(Inner {
-                index,
-                hot: HashMap::new(),
-            }),
-            names: Condvar::new(),
+            inner: Mutex::new(HashMap::new()),
             evicting: Mutex::new(()),
             mem: MemBudget::new(mem_cap),
             direct_ok: AtomicBool::new(true),
+            hits: AtomicU64::new(0),
+            fetched: AtomicU64::new(0),
             open: RwLock::new(true),
         };
         cache.evict();
@@ -139,9 +137,10 @@ impl DiskCache {
         self
     }
 
+    /// Bytes of object data the directory holds, as its processes count them.
     #[cfg(test)]
     pub fn used(&self) -> u64 {
-        self.inner.lock().index.used()
+        self.usage.get()
     }
 
     #[cfg(test)]
@@ -152,112 +151,63 @@ impl DiskCache {
     /// The cache entry of one object version, shared by every handle that reads it.
     pub fn entry(&self, bucket: &str, key: &str, etag: &str, size: u64) -> Result<Arc<CacheEntry>> {
         let (ident, hash) = identity(bucket, key, etag, size);
-        let mut inner = self.inner.lock();
-        loop {
-            match inner.index.lookup(&hash) {
-                Lookup::Open(id) => {
-                    if let Some(e) = inner.hot.get(&id) {
-                        e.add_user();
-                        return Ok(e.clone());
-                    }
-                    // Not reached: the index and `hot` change together.
-                    return Ok(self.insert(&mut inner, hash, ident, size, Vec::new(), 1));
-                }
-                Lookup::Busy => self.names.wait(&mut inner),
-                Lookup::Cold => {
-                    inner.index.take_cold(&hash);
-                    drop(inner);
-                    // Its name is busy: nobody else opens, adopts or evicts it meanwhile.
-                    let present = persist::load(&self.root, &hash, &ident, size);
-                    let mut inner = self.inner.lock();
-                    let e = self.insert(&mut inner, hash, ident, size, present, 1);
-                    drop(inner);
-                    self.names.notify_all();
-                    return Ok(e);
-                }
-                Lookup::Absent => {
-                    return Ok(self.insert(&mut inner, hash, ident, size, Vec::new(), 1));
-                }
-            }
+        if let Some(e) = self.inner.lock().get(&hash) {
+            e.add_user();
+            return Ok(e.clone());
         }
-    }
-
-    /// Opens an entry in the index with `present` (empty: nothing) and `users` handles.
-    fn insert(
-        &self,
-        inner: &mut MutexGuard<Inner>,
-        hash: String,
-        ident: String,
-        size: u64,
-        mut present: Vec<u64>,
-        users: u32,
-    ) -> Arc<CacheEntry> {
-        let chunks = size.div_ceil(CHUNK);
-        present.resize(chunks.div_ceil(64) as usize, 0);
-        let bits = Bitmap::new(present);
-        let id = inner.index.insert(hash.clone(), &bits.blocks(chunks));
-        let e = CacheEntry::new(id, &self.root, &hash, ident, size, bits, users);
+        // Outside `inner`: the file is opened (or made) and its map read. If it cannot
+        // be, the entry reads without the cache (reads, fetches and stores try again).
+        let e = CacheEntry::new(&self.root, hash.clone(), ident, size);
+        match e.files() {
+            Err(err) if err.kind() == io::ErrorKind::InvalidData => {
+                // Not this version's file (damaged): it goes, this one is made anew.
+                tracing::warn!("cache file of {key} replaced: {err}");
+                let _ = fs::remove_file(entry_path(&self.root, &hash));
+                let _ = e.files();
+            }
+            Err(err) => tracing::debug!("cache file of {key}: {err}"),
+            Ok(_) => {}
+        }
+        let mut inner = self.inner.lock();
+        if let Some(other) = inner.get(&hash) {
+            other.add_user();
+            return Ok(other.clone());
+        }
         let e = Arc::new(e);
-        inner.hot.insert(id, e.clone());
-        e
+        inner.insert(hash, e.clone());
+        Ok(e)
     }
 
     /// Takes over the file at `src` (same file system), which holds all `size` bytes of
     /// the object version, as a complete entry: a file this mount has just uploaded is
     /// read by the next task without downloading it again. Returns false (and leaves
-    /// `src` alone) when it does not fit or the version is already cached.
+    /// `src` as it was) when it does not fit or the version is already cached.
     pub fn adopt(&self, bucket: &str, key: &str, etag: &str, size: u64, src: &Path) -> bool {
         let open = self.open.read_recursive();
         if !*open {
             return false;
         }
         let (ident, hash) = identity(bucket, key, etag, size);
-        let avail = self.avail(0);
-        {
-            let mut inner = self.inner.lock();
-            // A file larger than half the cache would only push out everything else. Under
-            // a free-space floor the cache may be smaller than `--cache-size`; the staged
-            // file already takes its space on the disk, so it counts as free here.
-            let room = (self.limit(inner.index.used(), 0, avail) + size).min(self.capacity);
-            if size == 0 || size > room / 2 {
-                return false;
+        // A file larger than half the cache would only push out everything else. Under
+        // a free-space floor the cache may be smaller than `--cache-size`; the staged
+        // file already takes its space on the disk, so it counts as free here.
+        let room = (self.limit(self.usage.get(), 0, self.avail(0)) + size).min(self.capacity);
+        if size == 0 || size > room / 2 {
+            return false;
+        }
+        match persist::adopt_file(&self.root, &hash, &ident, size, src) {
+            Ok(true) => {
+                self.usage.add((size.div_ceil(CHUNK) * CHUNK) as i64);
+                drop(open);
+                self.evict();
+                true
             }
-            while inner.index.lookup(&hash) == Lookup::Busy {
-                self.names.wait(&mut inner);
+            Ok(false) => false,
+            Err(err) => {
+                tracing::warn!("cannot adopt an uploaded file into the cache: {err}");
+                false
             }
-            if !inner.index.reserve(&hash) {
-                return false;
-            }
         }
-        // The name is busy: its files are ours until it is in the index.
-        let chunks = size.div_ceil(CHUNK);
-        let mut present = vec![0u64; chunks.div_ceil(64) as usize];
-        for c in 0..chunks {
-            present[(c / 64) as usize] |= 1 << (c % 64);
-        }
-        let data = data_path(&self.root, &hash);
-        let adopted = fs::rename(src, &data).is_ok();
-        let saved = adopted
-            && match persist::write_meta(&meta_path(&self.root, &hash), &ident, size, &present) {
-                Ok(()) => true,
-                Err(err) => {
-                    tracing::warn!("cannot save cache metadata: {err}");
-                    let _ = fs::remove_file(&data);
-                    false
-                }
-            };
-        let mut inner = self.inner.lock();
-        if saved {
-            self.insert(&mut inner, hash, ident, size, present, 0);
-        } else {
-            inner.index.unreserve(&hash);
-        }
-        drop(inner);
-        self.names.notify_all();
-        if saved {
-            self.evict();
-        }
-        adopted
     }
 
     /// Hands fetched bytes to the readers waiting on `fetch` (from memory).
@@ -267,57 +217,80 @@ impl DiskCache {
         }
     }
 
-    /// Writes fetched bytes into the cache file and marks them present. Blocks on the
+    /// Locks chunks `[c0, c1)` of `e` for a fetch (entry.rs): `None` if another process
+    /// fetches or evicts some of them and `wait` is false. Blocks while it waits: call it
+    /// off the async workers.
+    pub fn lock_fetch(
+        &self,
+        e: &CacheEntry,
+        c0: u64,
+        c1: u64,
+        wait: bool,
+    ) -> Result<Option<FetchLock>> {
+        e.lock_fetch(c0, c1, wait)
+            .map_err(|err| FsError::Io(format!("cache lock: {err}")))
+    }
+
+    /// Under a fetch lock, which of its chunks are present (fetched by another process
+    /// meanwhile).
+    pub fn present_under(&self, e: &CacheEntry, lock: &FetchLock) -> Result<Vec<bool>> {
+        e.present_under(lock)
+            .map_err(|err| FsError::Io(format!("cache map: {err}")))
+    }
+
+    /// Writes fetched bytes into the cache file and marks them present, under `lock`
+    /// (none: the fetch could not lock them, the bytes are not cached). Blocks on the
     /// disk: call it off the async workers.
-    pub fn store(&self, e: &Arc<CacheEntry>, off: u64, data: &[u8]) -> Result<()> {
+    pub fn store(
+        &self,
+        e: &Arc<CacheEntry>,
+        lock: Option<&FetchLock>,
+        off: u64,
+        data: &[u8],
+    ) -> Result<()> {
         debug_assert_eq!(off % CHUNK, 0);
         let end = off + data.len() as u64;
-        let open = self.open.read_recursive();
-        if !*open {
-            e.drop_inflight(off / CHUNK, end.div_ceil(CHUNK));
-            return Err(FsError::Io("the cache is closed (unmounted)".into()));
-        }
-        if let Err(err) = self.write_data(e, off, data) {
-            e.drop_inflight(off / CHUNK, end.div_ceil(CHUNK));
-            return Err(FsError::Io(format!("cache write: {err}")));
-        }
-        self.mark(e, off, end);
-        Ok(())
-    }
-
-    fn write_data(&self, e: &CacheEntry, off: u64, data: &[u8]) -> io::Result<()> {
-        e.write(off, data, &self.direct_ok)
-    }
-
-    /// Marks the chunks of `[off, end)`, just written, present. Between the write and
-    /// this, eviction may run: it must not touch these chunks (they are not present yet).
-    fn mark(&self, e: &Arc<CacheEntry>, off: u64, end: u64) {
-        let c0 = off / CHUNK;
         // A trailing partial chunk counts only when it reaches the end of the object.
-        let c1 = if end >= e.size {
-            e.chunks()
-        } else {
-            end / CHUNK
+        let (c0, c1) = (
+            off / CHUNK,
+            if end >= e.size {
+                e.chunks()
+            } else {
+                end / CHUNK
+            },
+        );
+        let open = self.open.read_recursive();
+        let r = match lock {
+            _ if !*open => Err(FsError::Io("the cache is closed (unmounted)".into())),
+            None => Err(FsError::Io(
+                "another process held these chunks too long".into(),
+            )),
+            Some(lock) => e
+                .write(lock, off, data, &self.direct_ok)
+                .and_then(|()| e.set_present(lock, c0, c1))
+                .map_err(|err| FsError::Io(format!("cache write: {err}"))),
         };
-        {
-            let mut inner = self.inner.lock();
-            let added = e.set_present(c0, c1);
-            e.drop_inflight(c0, end.div_ceil(CHUNK));
-            // An entry that eviction dropped meanwhile is read by nobody: not counted.
-            for (b, bytes) in added {
-                inner.index.add(e.id(), b, bytes);
-            }
-        }
+        e.drop_inflight(c0, end.div_ceil(CHUNK));
+        let added = r?;
+        self.usage.add(added as i64);
+        self.fetched.fetch_add(added, Ordering::Relaxed);
+        drop(open);
         self.evict();
+        Ok(())
     }
 
     /// Bytes `[off, off + len)` of the entry from memory or the cache file, if it has all
     /// of them.
     pub fn read(&self, e: &CacheEntry, off: u64, len: usize) -> io::Result<Option<Bytes>> {
         if let Some(data) = self.read_mem(e, off, len) {
+            // Just fetched (a miss, counted as fetched).
             return Ok(Some(data));
         }
-        Ok(e.try_read(off, len)?.map(Bytes::from))
+        let got = e.try_read(off, len)?.map(Bytes::from);
+        if let Some(d) = &got {
+            self.hits.fetch_add(d.len() as u64, Ordering::Relaxed);
+        }
+        Ok(got)
     }
 
     fn read_mem(&self, e: &CacheEntry, off: u64, len: usize) -> Option<Bytes> {
@@ -333,64 +306,48 @@ impl DiskCache {
         f.finish(r);
     }
 
-    /// Marks the blocks under `[off, off+len)` as recently used.
+    /// Marks the blocks under `[off, off+len)` as recently used (in the entry's file, at
+    /// most once a second per block).
     pub fn touch(&self, e: &CacheEntry, off: u64, len: u64) {
-        let mut inner = self.inner.lock();
-        let b0 = off / CHUNK / BLOCK_CHUNKS;
-        let b1 = (off + len).div_ceil(CHUNK).div_ceil(BLOCK_CHUNKS);
-        for b in b0..b1.max(b0 + 1) {
-            inner.index.touch(e.id(), b);
-        }
+        e.touch(off, len);
     }
 
-    /// A handle on `e` closed: the last one saves the bitmap and closes the file.
+    /// A handle on `e` closed: the last one closes its files, and the entry leaves this
+    /// process's table unless fetched ranges of it wait in memory (a file prefetched by
+    /// a sibling's open is read by the next open, from memory).
     pub fn release(&self, e: &Arc<CacheEntry>) {
         if e.drop_user() {
-            let open = self.open.read_recursive();
-            if let Some(Err(err)) = open.then(|| e.save()) {
-                tracing::warn!("cannot save cache metadata: {err}");
+            self.flush_counts();
+            let mut inner = self.inner.lock();
+            let ours = inner.get(&e.hash).is_some_and(|x| Arc::ptr_eq(x, e));
+            if ours && e.mem().is_empty() && e.unused() {
+                inner.remove(&e.hash);
             }
-            drop(open);
-            e.close_files();
-            // Ranges in memory stay (within the budget): a file prefetched by a sibling's
-            // open is read by the next open, from memory.
         }
     }
 
-    /// Drops an entry's ranges in memory, when the entry itself goes.
-    fn forget_mem(&self, e: &CacheEntry) {
-        self.mem.forget(e);
+    /// Adds this process's hit and fetch counts to the directory's.
+    fn flush_counts(&self) {
+        let hits = self.hits.swap(0, Ordering::Relaxed);
+        let fetched = self.fetched.swap(0, Ordering::Relaxed);
+        self.usage.add_at(shared::HITS, hits as i64);
+        self.usage.add_at(shared::FETCHED, fetched as i64);
     }
 
-    /// The cache's end, at unmount: every bitmap saved, the cache durable, and the
-    /// directory handed on at once, not at the exit of the process: a mount started
-    /// as soon as `flowfs unmount` had returned found `objects/` still locked, cached
-    /// privately and fetched everything again (CI, test_big_object_second_read...).
-    /// Nothing of this process writes to the directory afterwards. Idempotent.
+    /// The cache's end, at unmount: nothing of this process writes to the directory
+    /// afterwards; the last process on it makes it durable and marks it clean (trusted
+    /// after a reboot). Idempotent.
     pub fn close(&self) {
         let mut open = self.open.write();
         if !*open {
             return;
         }
-        self.persist_all();
         *open = false;
+        self.flush_counts();
+        if persist::alone(&self.lock) {
+            disk::sync_fs(&self.root);
+            persist::mark_clean(&self.root);
+        }
         crate::dirlock::unlock(&self.lock);
-    }
-
-    /// Saves every entry's bitmap and makes the cache durable. A private cache is
-    /// removed instead.
-    fn persist_all(&self) {
-        if self.private {
-            let _ = fs::remove_dir_all(&self.root);
-            return;
-        }
-        let entries: Vec<_> = self.inner.lock().hot.values().cloned().collect();
-        for e in entries {
-            if let Err(err) = e.save() {
-                tracing::warn!("cannot save cache metadata: {err}");
-            }
-        }
-        disk::sync_fs(&self.root);
-        persist::mark_clean(&self.root);
     }
 }

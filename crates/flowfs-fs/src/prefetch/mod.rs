@@ -21,6 +21,7 @@ mod policy;
 mod task;
 #[cfg(test)]
 mod tests;
+mod warm;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 use gets::{Sizing, PIECE};
 use policy::SeqState;
+pub use warm::Warmer;
 
 /// Reads of every open file of a mount, and the GETs they cost.
 pub(crate) struct Prefetcher {

@@ -1,0 +1,63 @@
+//! `flowfs cache prefetch`: whole objects read into the node cache with no mount, through
+//! the same reads, GETs and cross-process locks as a mount's (a mount reading the same
+//! object meanwhile waits for these GETs rather than repeating them).
+
+use std::sync::Arc;
+
+use flowfs_client::ObjectClient;
+
+use super::Prefetcher;
+use crate::cache::DiskCache;
+use crate::config::FsConfig;
+use crate::error::{FsError, Result};
+
+/// Reads objects of one bucket into a cache directory.
+pub struct Warmer {
+    pre: Arc<Prefetcher>,
+    cache: Arc<DiskCache>,
+    client: Arc<dyn ObjectClient>,
+    step: u64,
+}
+
+impl Warmer {
+    /// Opens the cache of `cfg.cache_dir` (shared with the mounts on it) for `cfg.bucket`.
+    pub fn new(cfg: &FsConfig, client: Arc<dyn ObjectClient>) -> Result<Warmer> {
+        let mem = cfg.max_readahead + 2 * cfg.part_size;
+        let cache = DiskCache::open(&cfg.cache_dir, cfg.cache_size, mem)
+            .map_err(|e| FsError::Io(format!("cache dir {}: {e}", cfg.cache_dir.display())))?
+            .with_min_free(cfg.cache_min_free);
+        let cache = Arc::new(cache);
+        Ok(Warmer {
+            pre: Arc::new(Prefetcher::new(cfg, client.clone(), cache.clone())),
+            cache,
+            client,
+            step: cfg.part_size.clamp(1 << 20, 64 << 20),
+        })
+    }
+
+    /// Reads all of `key` (its current version) into the cache; its size.
+    pub async fn object(&self, key: &str) -> Result<u64> {
+        let meta = self.client.head(key).await?;
+        let size = meta.info.size;
+        let r = self.pre.open(key.to_string(), Some(meta.info.etag), size)?;
+        let mut off = 0;
+        let mut res = Ok(size);
+        while off < size {
+            match self.pre.read(&r, off, self.step as u32).await {
+                Ok(d) if !d.is_empty() => off += d.len() as u64,
+                Ok(_) => break,
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        self.pre.close(&r);
+        res
+    }
+
+    /// Ends the use of the cache (as an unmount does).
+    pub fn close(&self) {
+        self.cache.close();
+    }
+}

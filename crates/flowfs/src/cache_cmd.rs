@@ -1,0 +1,128 @@
+//! `flowfs cache`: statistics of a cache directory, objects read into it ahead of the
+//! tasks of a node, and its removal. The work is flowfs-fs's (`admin`, `Warmer`); this
+//! is the command line around it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use flowfs_fs::admin::{self, CacheStats};
+use flowfs_fs::Warmer;
+
+use crate::cli::{parse_object, CacheCommand, PrefetchArgs};
+use crate::mount::{check_endpoint, fs_config};
+use crate::session::connect;
+
+pub fn cache(cmd: CacheCommand) -> Result<()> {
+    match cmd {
+        CacheCommand::Stats(a) => stats(&a.dir, a.json),
+        CacheCommand::Prefetch(a) => prefetch(&a),
+        CacheCommand::Clear(a) => {
+            let n = admin::clear(&a.dir, a.force)?;
+            println!(
+                "removed {} of cached data from {}",
+                human(n),
+                a.dir.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+fn human(n: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+fn stats(dir: &Path, json: bool) -> Result<()> {
+    let st = admin::stats(dir)?;
+    let ratio = hit_ratio(&st);
+    if json {
+        let buckets: BTreeMap<_, _> = (st.buckets.iter())
+            .map(|(b, s)| {
+                (
+                    b,
+                    serde_json::json!({"objects": s.objects, "bytes": s.bytes}),
+                )
+            })
+            .collect();
+        let v = serde_json::json!({
+            "dir": dir.display().to_string(),
+            "in_use": st.in_use,
+            "objects": st.objects,
+            "bytes": st.bytes,
+            "hit_bytes": st.hit_bytes,
+            "fetched_bytes": st.fetched_bytes,
+            "hit_ratio": ratio,
+            "buckets": buckets,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("cache dir   {}", dir.display());
+    let using = if st.in_use { "yes" } else { "no" };
+    println!("in use      {using}");
+    println!("objects     {}", st.objects);
+    println!("size        {} ({} bytes)", human(st.bytes), st.bytes);
+    match ratio {
+        Some(r) => println!(
+            "hit ratio   {:.1}% ({} read from the cache, {} fetched)",
+            r * 100.0,
+            human(st.hit_bytes),
+            human(st.fetched_bytes)
+        ),
+        None => println!("hit ratio   - (nothing read yet)"),
+    }
+    for (b, s) in &st.buckets {
+        println!("bucket {b}: {} objects, {}", s.objects, human(s.bytes));
+    }
+    Ok(())
+}
+
+/// Bytes read from the cache file out of those and the bytes fetched.
+fn hit_ratio(st: &CacheStats) -> Option<f64> {
+    let total = st.hit_bytes + st.fetched_bytes;
+    (total > 0).then(|| st.hit_bytes as f64 / total as f64)
+}
+
+fn prefetch(args: &PrefetchArgs) -> Result<()> {
+    // What it creates in the cache is its user's alone, as a mount's.
+    // SAFETY: umask cannot fail.
+    unsafe { libc::umask(0o077) };
+    check_endpoint(&args.opts)?;
+    let mut by_bucket: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for o in &args.objects {
+        let (b, k) = parse_object(o).map_err(|e| anyhow!(e))?;
+        by_bucket.entry(b).or_default().push(k);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_name("flowfs-io")
+        .enable_all()
+        .build()?;
+    for (bucket, keys) in by_bucket {
+        let cfg = fs_config(&args.opts, &bucket, "")?;
+        let client = connect(&rt, &args.opts, &cfg)?;
+        let w = Warmer::new(&cfg, client).context("cannot open the cache")?;
+        let r = rt.block_on(async {
+            for k in &keys {
+                let n = (w.object(k).await).with_context(|| format!("s3://{bucket}/{k}"))?;
+                println!("s3://{bucket}/{k}: {} cached", human(n));
+            }
+            anyhow::Ok(())
+        });
+        w.close();
+        r?;
+    }
+    Ok(())
+}

@@ -1,0 +1,105 @@
+"""`flowfs cache stats | prefetch | clear` (issue 16 item 3) on a real server: what each
+reports and does, and a clear error with a non-zero exit for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from flowfs_mount import flowfs_bin
+from helpers import MiB, payload, put_many
+from seaweed import clean_env
+
+
+def cli(args, env, timeout=120):
+    return subprocess.run([flowfs_bin(), "cache", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, stdin=subprocess.DEVNULL, check=False)
+
+
+def stats(cache, env) -> dict:
+    r = cli(["stats", str(cache), "--json"], env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_prefetch_then_a_mount_reads_from_disk_and_stats_count_it(mount, s3, bucket, proxy, work_dir):
+    a, b = payload(5 * MiB + 17, "pf-a"), payload(300_000, "pf-b")
+    put_many(s3, bucket, {"ref/a.fa": a, "ref/b.fai": b})
+    cache = work_dir / "warm"
+    env = clean_env(mount.env(proxy.endpoint))
+    proxy.reset()
+    r = cli(["prefetch", f"s3://{bucket}/ref/a.fa", f"s3://{bucket}/ref/b.fai", "--cache-dir", str(cache)], env)
+    assert r.returncode == 0, r.stderr
+    assert "ref/a.fa" in r.stdout and "ref/b.fai" in r.stdout, r.stdout
+    fetched = proxy.get_bytes
+    assert len(a) + len(b) <= fetched <= 1.1 * (len(a) + len(b)), fetched
+    st = stats(cache, env)
+    assert st["in_use"] is False
+    assert st["objects"] == 2
+    assert st["buckets"][bucket]["objects"] == 2
+    # Whole 64 KiB chunks are counted.
+    assert len(a) + len(b) <= st["bytes"] <= len(a) + len(b) + 2 * 64 * 1024
+    assert st["fetched_bytes"] == st["bytes"]
+
+    proxy.reset()
+    m = mount(bucket, proxy=proxy, cache_dir=cache)
+    assert (m / "ref/a.fa").read_bytes() == a
+    assert (m / "ref/b.fai").read_bytes() == b
+    assert proxy.get_bytes == 0, f"the mount fetched {proxy.get_bytes} bytes of prefetched objects"
+    assert m.unmount().returncode == 0
+    st = stats(cache, env)
+    assert st["hit_bytes"] >= len(a) + len(b)
+    assert st["hit_ratio"] > 0.45
+    text = cli(["stats", str(cache)], env)
+    assert text.returncode == 0 and "hit ratio" in text.stdout and f"bucket {bucket}: 2 objects" in text.stdout
+
+
+def test_prefetch_bad_input_is_a_clear_error(mount, s3, bucket, work_dir):
+    put_many(s3, bucket, {"x.bin": b"x"})
+    env = clean_env(mount.env())
+    cache = work_dir / "c"
+    for args, says in [
+        ([f"s3://{bucket}/missing.bin"], "missing.bin"),
+        ([f"s3://{bucket}"], "s3://BUCKET/KEY"),
+        (["/local/path"], "s3://BUCKET/KEY"),
+        ([f"s3://{bucket}/x.bin", "--cache-size", "lots"], "--cache-size"),
+        ([f"s3://{bucket}/x.bin", "--endpoint-url", "ftp://h"], "--endpoint-url"),
+    ]:
+        r = cli(["prefetch", *args, "--cache-dir", str(cache)], env)
+        assert r.returncode != 0, (args, r.stdout)
+        assert r.stderr.startswith("flowfs: ") and says in r.stderr, (args, r.stderr)
+    r = cli(["prefetch", "--cache-dir", str(cache)], env)
+    assert r.returncode != 0 and "s3://BUCKET/KEY" in r.stderr
+
+
+def test_clear_refuses_while_mounted_unless_forced(mount, s3, bucket, work_dir):
+    data = payload(2 * MiB, "clear")
+    put_many(s3, bucket, {"d.bin": data})
+    cache = work_dir / "to-clear"
+    m = mount(bucket, cache_dir=cache)
+    assert (m / "d.bin").read_bytes() == data
+    env = clean_env(mount.env())
+    r = cli(["clear", str(cache)], env)
+    assert r.returncode == 1, r.stdout
+    assert "in use" in r.stderr and "--force" in r.stderr, r.stderr
+    assert stats(cache, env)["bytes"] >= len(data), "a refused clear removed data"
+    r = cli(["clear", str(cache), "--force"], env)
+    assert r.returncode == 0, r.stderr
+    assert stats(cache, env)["objects"] == 0
+    # The mount goes on reading (fetching again).
+    assert (m / "d.bin").read_bytes() == data
+    assert m.unmount().returncode == 0
+    r = cli(["clear", str(cache)], env)
+    assert r.returncode == 0, r.stderr
+    st = stats(cache, env)
+    assert (st["objects"], st["bytes"], st["in_use"]) == (0, 0, False)
+
+
+def test_stats_and_clear_of_a_directory_that_is_no_cache(work_dir):
+    env = clean_env()
+    empty = work_dir / "not-a-cache"
+    empty.mkdir()
+    for args in (["stats", str(empty)], ["clear", str(empty)], ["stats", str(work_dir / "absent")]):
+        r = cli(args, env)
+        assert r.returncode == 1, (args, r.stdout)
+        assert "is not a flowfs cache directory" in r.stderr, r.stderr
