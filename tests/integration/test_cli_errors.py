@@ -157,11 +157,16 @@ def test_every_file_flowfs_creates_is_its_owners_only(mount, s3, bucket, seaweed
             mode = stat.S_IMODE(os.stat(os.path.join(root, d)).st_mode)
             assert mode & 0o077 == 0, f"{os.path.join(root, d)} is {oct(mode)}"
         files += [os.path.join(root, n) for n in names]
+    modes = {}
+    for p in files:  # while the file is still open: its staged files are there
+        try:
+            modes[p] = stat.S_IMODE(os.stat(p).st_mode)
+        except FileNotFoundError:  # a cache entry's temporary name, gone once linked
+            assert str(p).endswith(".tmp"), f"{p} vanished"
     f.close()
-    assert any(str(p).endswith(".rec") for p in files), files
-    assert any(str(p).endswith(".data") for p in files), files
-    for p in files:
-        mode = stat.S_IMODE(os.stat(p).st_mode)
+    assert any(str(p).endswith(".rec") for p in modes), files
+    assert any(str(p).endswith(".data") for p in modes), files
+    for p, mode in modes.items():
         assert mode & 0o077 == 0, f"{p} is {oct(mode)}"
     r = m.unmount()
     assert r.returncode == 0, r.stderr
