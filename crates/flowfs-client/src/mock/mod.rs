@@ -458,16 +458,7 @@ impl ObjectClient for MockClient {
         body: Bytes,
     ) -> Result<String> {
         self.enter(Op::UploadPart).await?;
-        let mut uploads = self.uploads.lock();
-        let u = uploads
-            .get_mut(upload_id)
-            .filter(|u| u.key == key)
-            .ok_or_else(|| ClientError::NotFound(format!("upload {upload_id}")))?;
-        // Distinct for every part uploaded, as S3's (an MD5 of the body) are in practice.
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let etag = format!("\"part-{part_number}-{n}\"");
-        u.parts.insert(part_number, (etag.clone(), body));
-        Ok(etag)
+        self.add_part(key, upload_id, part_number, "part", body)
     }
 
     async fn complete_multipart(

@@ -60,13 +60,26 @@ impl MockClient {
             }
             o.data.slice(start as usize..end as usize)
         };
+        self.add_part(key, upload_id, part_number, "copy", body)
+    }
+
+    /// Puts `body` as part `part_number` of an open upload of `key`; its ETag, distinct
+    /// for every part uploaded, as S3's (an MD5 of the body) are in practice.
+    pub(super) fn add_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        kind: &str,
+        body: Bytes,
+    ) -> Result<String> {
         let mut uploads = self.uploads.lock();
         let u = uploads
             .get_mut(upload_id)
             .filter(|u| u.key == key)
             .ok_or_else(|| ClientError::NotFound(format!("upload {upload_id}")))?;
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let etag = format!("\"copy-{part_number}-{n}\"");
+        let etag = format!("\"{kind}-{part_number}-{n}\"");
         u.parts.insert(part_number, (etag.clone(), body));
         Ok(etag)
     }
