@@ -175,7 +175,7 @@ def flowfs_binary():
 
 class MountFactory:
     """mount(bucket, prefix=None, proxy=None, cache_dir=None, read_only=False,
-    foreground=False, extra=()) -> Mount. Every mount is unmounted at teardown."""
+    foreground=False, extra=(), mountpoint=None, log_level=None) -> Mount. Every mount is unmounted at teardown."""
 
     def __init__(self, seaweed: SeaweedServer, work_dir: Path):
         self.seaweed = seaweed
@@ -192,11 +192,15 @@ class MountFactory:
 
     def __call__(self, bucket: str, prefix: str | None = None, *, proxy: CountingProxy | None = None,
                  cache_dir: Path | None = None, read_only: bool = False, foreground: bool = False,
-                 extra: list[str] | tuple[str, ...] = (), mountpoint: Path | None = None) -> Mount:
+                 extra: list[str] | tuple[str, ...] = (), mountpoint: Path | None = None,
+                 log_level: str | None = None) -> Mount:
         endpoint = proxy.endpoint if proxy is not None else self.seaweed.endpoint
         source = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
         mp = mountpoint or self.new_mountpoint()
-        m = start_mount(source, mp, work_dir=self.work_dir / f"run{len(self.mounts)}", env=self.env(endpoint),
+        env = self.env(endpoint)
+        if log_level is not None:
+            env["FLOWFS_LOG"] = log_level
+        m = start_mount(source, mp, work_dir=self.work_dir / f"run{len(self.mounts)}", env=env,
                         endpoint=endpoint, cache_dir=cache_dir, read_only=read_only, foreground=foreground,
                         extra=extra)
         self.mounts.append(m)

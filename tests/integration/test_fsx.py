@@ -10,6 +10,10 @@ bytes, of which the first "expected" size bytes count). After fsx, the mount is 
 with `flowfs unmount` (which waits for every upload) and the object is compared, with
 boto3, with that image.
 
+Every run but the `no-passthrough` ones has its file served by FUSE passthrough (the
+default where the kernel allows it: the kernel reads and writes the staged copy itself),
+and checks in the mount's log that it was.
+
 Operations: read, write, ftruncate, close/open, fsync, fdatasync, posix_fallocate (mode 0),
 sendfile, posix_fadvise, copy_file_range; mmap reads/writes and msync(MS_INVALIDATE) in
 the mmap run. Hole punching stays off: flowfs answers every fallocate mode other than 0
@@ -67,6 +71,9 @@ class FsxRun:
     opsize_max: int = 65536
     mount_extra: tuple[str, ...] = ()
     timeout: float = 120.0
+    # auto: the file is served by FUSE passthrough (checked in the mount's log); off: by
+    # flowfs, every read and write a FUSE request
+    passthrough: str = "auto"
 
     def config(self) -> str:
         lines = [f"flen = {self.flen}", "", "[opsize]", f"max = {self.opsize_max}", "", "[weights]"]
@@ -79,6 +86,11 @@ class FsxRun:
 SEED_RUNS = [FsxRun(f"seed{s}", s, 20_000, MiB) for s in (1, 2, 3, 4, 5)]
 MMAP_RUN = FsxRun("mmap", 11, 10_000, MiB,
                   weights={**BASE_WEIGHTS, "mapread": 8, "mapwrite": 8, "invalidate": 1})
+# The same mixes with every read and write going through flowfs (--passthrough off).
+NO_PASSTHROUGH_RUNS = [
+    FsxRun("seed1-no-passthrough", 1, 20_000, MiB, passthrough="off"),
+    FsxRun("mmap-no-passthrough", 11, 10_000, MiB, weights=dict(MMAP_RUN.weights), passthrough="off"),
+]
 LARGE_RUN = FsxRun("large-5M-parts", 21, 3_000, 16 * MiB, opsize_max=MiB,
                    weights={**BASE_WEIGHTS, "fsync": 0.5, "fdatasync": 0.5},
                    mount_extra=("--part-size", "5M"), timeout=180.0)
@@ -129,8 +141,9 @@ def _run(run: FsxRun, mount, bucket, s3, work_dir) -> None:
     try:
         ref_proc = _fsx(run, fsx, config, ref_dir / KEY, ref_dir, "local", timeout=120)
         try:
-            m = mount(bucket, extra=list(run.mount_extra))
+            m = mount(bucket, extra=[*run.mount_extra, "--passthrough", run.passthrough], log_level="info")
             got = _fsx(run, fsx, config, m / KEY, work_dir, "flowfs", timeout=run.timeout).wait()
+            used = "FUSE passthrough in use" in m.log_text()
         finally:
             ref = ref_proc.wait()
         assert ref.returncode == 0, (f"fsx failed on local {ref_dir} (rc={ref.returncode}): the reference "
@@ -166,6 +179,7 @@ def _run(run: FsxRun, mount, bucket, s3, work_dir) -> None:
                     f"--- fsx stdout ---\n{tail(got.stdout(), 5)}", pytrace=False)
 
     assert um.returncode == 0, f"flowfs unmount exited {um.returncode}: {um.stderr.strip()}"
+    assert used == (run.passthrough == "auto"), f"--passthrough {run.passthrough}, but passthrough in use: {used}"
     obj = s3.get_object(Bucket=bucket, Key=KEY)["Body"].read()
     assert len(obj) == len(want) and obj == want, (
         f"fsx passed, but the object after unmount ({len(obj)} bytes) is not fsx's final image "
@@ -174,6 +188,11 @@ def _run(run: FsxRun, mount, bucket, s3, work_dir) -> None:
 
 @pytest.mark.parametrize("run", SEED_RUNS, ids=lambda r: r.name)
 def test_fsx_seeds(run, mount, bucket, s3, work_dir):
+    _run(run, mount, bucket, s3, work_dir)
+
+
+@pytest.mark.parametrize("run", NO_PASSTHROUGH_RUNS, ids=lambda r: r.name)
+def test_fsx_without_passthrough(run, mount, bucket, s3, work_dir):
     _run(run, mount, bucket, s3, work_dir)
 
 

@@ -5,6 +5,7 @@
 //! operations that change names.
 
 mod attrs;
+mod direct;
 mod ends;
 mod namespace;
 mod open;
@@ -34,16 +35,20 @@ use crate::writeback::{
 };
 use attrs::MetaWrites;
 pub use attrs::{Attr, AttrChanges, DirItem};
+use direct::Access;
+pub use direct::{Backing, BackingKey};
 use remote::{batched, percent_encode};
 pub use status::{Failure, PendingFile, Recovery, Status};
 
 /// What the kernel may skip for an open handle.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 pub struct OpenHints {
     /// Keep the pages cached for the inode: the object's ETag is unchanged since.
     pub keep_cache: bool,
     /// No `flush` at close: the handle has no upload whose error close must report.
     pub no_flush: bool,
+    /// The local file the kernel may serve this open from (passthrough), when asked for.
+    pub backing: Option<Backing>,
 }
 
 /// Metadata key that marks an object as a symbolic link; its value is the target,
@@ -68,7 +73,7 @@ enum Handle {
     Local {
         ino: u64,
         staged: Arc<StagedFile>,
-        write: bool,
+        access: Access,
     },
 }
 
@@ -215,6 +220,7 @@ impl Fs {
     /// than the TTL; counts a kernel reference.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
+        self.refresh_direct(None);
         let (path, marker) = {
             let mut t = self.inodes.lock();
             let p = t.get(parent).ok_or(FsError::NotFound)?;
@@ -281,6 +287,7 @@ impl Fs {
     /// The attributes of `ino`; a file not open is confirmed with the store once the TTL
     /// has passed (a directory by the lookups of its parent).
     pub async fn getattr(&self, ino: u64) -> Result<Attr> {
+        self.refresh_direct(Some(ino));
         let path = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
@@ -442,6 +449,9 @@ impl Fs {
         offset: u64,
         plus: bool,
     ) -> Result<Vec<DirItem>> {
+        if plus {
+            self.refresh_direct(None);
+        }
         let handle = self
             .dirs
             .lock()

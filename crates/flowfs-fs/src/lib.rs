@@ -18,7 +18,8 @@ pub use cache::{admin, disk_space, DiskSpace};
 pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
 pub use fs::{
-    Attr, AttrChanges, DirItem, Failure, Fs, OpenHints, PendingFile, PendingState, Recovery, Status,
+    Attr, AttrChanges, Backing, BackingKey, DirItem, Failure, Fs, OpenHints, PendingFile,
+    PendingState, Recovery, Status,
 };
 pub use fuse::FuseAdapter;
 pub use inode::{Kind, ROOT};

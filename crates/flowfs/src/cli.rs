@@ -214,6 +214,17 @@ pub struct MountOptions {
         help_heading = "Mount options"
     )]
     pub meta_heads: String,
+    /// FUSE passthrough: the kernel reads and writes files whose bytes are on local disk
+    /// (files being written, until uploaded and closed) itself, at local-disk speed;
+    /// auto uses it where the kernel allows (Linux >= 6.9, CAP_SYS_ADMIN), off never
+    #[arg(
+        long,
+        value_name = "WHEN",
+        default_value = "auto",
+        value_parser = ["auto", "off"],
+        help_heading = "Mount options"
+    )]
+    pub passthrough: String,
     /// FUSE worker threads
     #[arg(
         long,

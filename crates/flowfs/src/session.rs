@@ -154,7 +154,8 @@ fn session(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Re
     for k in &unrecovered {
         tracing::error!("could not recover {k}; it stays in the journal");
     }
-    let adapter = FuseAdapter::new(fs.clone(), rt.handle().clone());
+    let adapter = FuseAdapter::new(fs.clone(), rt.handle().clone())
+        .with_passthrough(args.opts.passthrough == "auto");
 
     let fcfg = fuse_config(args, read_only)?;
 

@@ -35,6 +35,20 @@ impl Fs {
         mode: u32,
         owner: Option<(u32, u32)>,
     ) -> Result<(Attr, u64)> {
+        let (attr, fh, _) = self.create_io(parent, name, mode, owner, false).await?;
+        Ok((attr, fh))
+    }
+
+    /// `create_as`; `direct`: as for `open_as`, the writer may be served by the kernel
+    /// from the staged file offered in the hints.
+    pub async fn create_io(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        direct: bool,
+    ) -> Result<(Attr, u64, OpenHints)> {
         self.check_writable()?;
         valid_name(name)?;
         let ino = {
@@ -71,9 +85,24 @@ impl Fs {
                 return Err(e);
             }
         };
-        let fh = self.open_local(ino, staged, true);
+        let access = if direct {
+            Access::Direct
+        } else {
+            Access::Write
+        };
+        let fh = self.open_local(ino, staged.clone(), access);
+        if direct {
+            if let Err(e) = self.begin_direct(ino, &staged) {
+                let _ = self.release(fh);
+                return Err(e);
+            }
+        }
         let attr = self.attr_of(&self.inodes.lock(), ino)?;
-        Ok((attr, fh))
+        let hints = OpenHints {
+            backing: direct.then(|| Backing::Staged(staged)),
+            ..OpenHints::default()
+        };
+        Ok((attr, fh, hints))
     }
 
     /// mknod of a regular file: an empty file, uploaded at once.
@@ -303,6 +332,7 @@ impl Fs {
         mtime: Option<SystemTime>,
         fh: Option<u64>,
     ) -> Result<Attr> {
+        self.refresh_direct(Some(ino));
         let c = AttrChanges {
             mode,
             mtime,
@@ -337,11 +367,7 @@ impl Fs {
     /// open writer it is uploaded as a file closed just now would be.
     async fn truncate(self: &Arc<Self>, ino: u64, size: u64, fh: Option<u64>) -> Result<()> {
         let writer = fh.and_then(|fh| match self.files.lock().get(&fh) {
-            Some(Handle::Local {
-                staged,
-                write: true,
-                ..
-            }) => Some(staged.clone()),
+            Some(Handle::Local { staged, access, .. }) if access.writes() => Some(staged.clone()),
             _ => None,
         });
         if let Some(staged) = writer {
@@ -349,7 +375,7 @@ impl Fs {
         }
         // As a writer of its own, released at once: that queues the upload.
         let staged = self.open_staged(ino, true, size == 0).await?;
-        let fh = self.open_local(ino, staged.clone(), true);
+        let fh = self.open_local(ino, staged.clone(), Access::Write);
         let r = self.truncate_staged(ino, &staged, size);
         self.release(fh)?;
         r

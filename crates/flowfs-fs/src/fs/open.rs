@@ -12,6 +12,19 @@ impl Fs {
         write: bool,
         truncate: bool,
     ) -> Result<(u64, OpenHints)> {
+        self.open_as(ino, write, truncate, false).await
+    }
+
+    /// `open`; `direct`: the caller can have the kernel serve the handle itself from the
+    /// local file offered in `OpenHints::backing` (FUSE passthrough), and a writer is
+    /// counted as one whose writes flowfs will not see (`begin_direct`).
+    pub async fn open_as(
+        self: &Arc<Self>,
+        ino: u64,
+        write: bool,
+        truncate: bool,
+        direct: bool,
+    ) -> Result<(u64, OpenHints)> {
         if write {
             self.check_writable()?;
         }
@@ -30,18 +43,14 @@ impl Fs {
             )
         };
         if write {
-            let staged = self.open_staged(ino, true, truncate).await?;
-            let fh = self.open_local(ino, staged.clone(), true);
-            if truncate {
-                if let Err(e) = self.truncate_staged(ino, &staged, 0) {
-                    let _ = self.release(fh);
-                    return Err(e);
-                }
-            }
-            return Ok((fh, OpenHints::default()));
+            return self.open_writer(ino, truncate, direct).await;
         }
         if let Some(staged) = self.wb.open(ino, false) {
-            return Ok((self.open_local(ino, staged, false), OpenHints::default()));
+            let hints = OpenHints {
+                backing: direct.then(|| Backing::Staged(staged.clone())),
+                ..OpenHints::default()
+            };
+            return Ok((self.open_local(ino, staged, Access::Read), hints));
         }
         // Close-to-open: an open after the TTL sees the object as it is now.
         if !fresh {
@@ -76,8 +85,41 @@ impl Fs {
             OpenHints {
                 keep_cache: keep,
                 no_flush: true,
+                backing: None,
             },
         ))
+    }
+
+    /// `open_as` for writing: the file is staged (fetched first if it has content).
+    async fn open_writer(
+        self: &Arc<Self>,
+        ino: u64,
+        truncate: bool,
+        direct: bool,
+    ) -> Result<(u64, OpenHints)> {
+        let staged = self.open_staged(ino, true, truncate).await?;
+        let access = if direct {
+            Access::Direct
+        } else {
+            Access::Write
+        };
+        let fh = self.open_local(ino, staged.clone(), access);
+        let mut ready = Ok(());
+        if truncate {
+            ready = self.truncate_staged(ino, &staged, 0);
+        }
+        if direct && ready.is_ok() {
+            ready = self.begin_direct(ino, &staged);
+        }
+        if let Err(e) = ready {
+            let _ = self.release(fh);
+            return Err(e);
+        }
+        let hints = OpenHints {
+            backing: direct.then(|| Backing::Staged(staged)),
+            ..OpenHints::default()
+        };
+        Ok((fh, hints))
     }
 
     pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
@@ -89,14 +131,19 @@ impl Fs {
     }
 
     /// A handle on a staged file `WriteBack` has already counted.
-    pub(super) fn open_local(&self, ino: u64, staged: Arc<StagedFile>, write: bool) -> u64 {
+    pub(super) fn open_local(&self, ino: u64, staged: Arc<StagedFile>, access: Access) -> u64 {
         if let Some(n) = self.inodes.lock().get_mut(ino) {
             n.opened();
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.files
-            .lock()
-            .insert(fh, Handle::Local { ino, staged, write });
+        self.files.lock().insert(
+            fh,
+            Handle::Local {
+                ino,
+                staged,
+                access,
+            },
+        );
         fh
     }
 
@@ -124,7 +171,16 @@ impl Fs {
                 self.prefetch.close(&reader);
                 self.close_node(ino);
             }
-            Handle::Local { ino, staged, write } => self.release_staged(ino, &staged, write),
+            Handle::Local {
+                ino,
+                staged,
+                access,
+            } => {
+                if access == Access::Direct {
+                    self.end_direct(ino, &staged);
+                }
+                self.release_staged(ino, &staged, access.writes())
+            }
         }
         Ok(())
     }

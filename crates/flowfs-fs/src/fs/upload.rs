@@ -113,8 +113,9 @@ impl Fs {
             Handle::Local {
                 ino,
                 staged,
-                write: true,
-            } => (ino, staged),
+                access,
+                ..
+            } if access.writes() => (ino, staged),
             _ => return Err(FsError::BadHandle),
         };
         let journal = match self.wb.write(ino, &staged, off, data) {
@@ -174,6 +175,8 @@ impl Fs {
             Handle::Local { ino, staged, .. } => (ino, staged),
             Handle::Remote { .. } => return Ok(()),
         };
+        // What a passthrough writer wrote so far is what must become durable.
+        self.refresh_direct(Some(ino));
         self.wait_durable(ino, &staged).await
     }
 
@@ -553,8 +556,9 @@ impl Fs {
             Handle::Local {
                 ino,
                 staged,
-                write: true,
-            } => (ino, staged),
+                access,
+                ..
+            } if access.writes() => (ino, staged),
             _ => return Err(FsError::BadHandle),
         };
         if off + len > self.wb.stat(ino).map_or(0, |st| st.size) {

@@ -8,6 +8,7 @@
 //! `reply::answer`: the one place that maps an `FsError` to its errno and logs it, at
 //! debug level, inside that span.
 
+mod passthrough;
 mod reply;
 
 use std::ffi::OsStr;
@@ -26,6 +27,7 @@ use tracing::{Instrument, Span};
 
 use crate::error::{FsError, Result};
 use crate::fs::{AttrChanges, Fs};
+use passthrough::{Created, Passthrough};
 use reply::{answer, file_type, open_flags, span, to_fuse, utf8, About, Replies};
 
 /// Answers the kernel's FUSE requests with the methods of `Fs`.
@@ -33,13 +35,22 @@ pub struct FuseAdapter {
     fs: Arc<Fs>,
     rt: Handle,
     ttl: Duration,
+    pt: Arc<Passthrough>,
 }
 
 impl FuseAdapter {
     /// An adapter over `fs` that runs what must wait on the runtime of `rt`.
     pub fn new(fs: Arc<Fs>, rt: Handle) -> FuseAdapter {
         let ttl = fs.config().metadata_ttl;
-        FuseAdapter { fs, rt, ttl }
+        let pt = Arc::new(Passthrough::new(false));
+        FuseAdapter { fs, rt, ttl, pt }
+    }
+
+    /// Serves files whose bytes are local (staged copies) by FUSE passthrough where the
+    /// kernel allows it (`on`: `--passthrough auto`).
+    pub fn with_passthrough(mut self, on: bool) -> FuseAdapter {
+        self.pt = Arc::new(Passthrough::new(on));
+        self
     }
 
     /// Runs the operation `op` (given the file system) in `span` and answers `reply` with
@@ -75,6 +86,26 @@ impl FuseAdapter {
     }
 }
 
+impl FuseAdapter {
+    /// Asks the kernel for passthrough, if it is on. The backing files may be on a
+    /// stacked file system (overlayfs, in a container): depth 2, the kernel's maximum,
+    /// allows that (and keeps the mount from being stacked under another).
+    fn init_passthrough(&self, config: &mut KernelConfig) {
+        if !self.pt.enabled() {
+            return;
+        }
+        let flag = InitFlags::FUSE_PASSTHROUGH;
+        if !config.capabilities().contains(flag) {
+            return self
+                .pt
+                .unavailable("the kernel does not offer it; it needs Linux 6.9");
+        }
+        if config.set_max_stack_depth(2).is_err() || config.add_capabilities(flag).is_err() {
+            return self.pt.unavailable("the kernel refused its stacking depth");
+        }
+    }
+}
+
 impl fuser::Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Large requests: fewer round trips for sequential I/O.
@@ -84,6 +115,7 @@ impl fuser::Filesystem for FuseAdapter {
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
+        self.init_passthrough(config);
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_PARALLEL_DIROPS,
@@ -137,11 +169,21 @@ impl fuser::Filesystem for FuseAdapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncate;
+        let direct = self.pt.wanted(ino.0);
+        let pt = self.pt.clone();
         self.run(
             span("open", About::Ino(ino.0)),
             reply,
-            |fs| async move { fs.open(ino.0, write, truncate).await },
-            |r, (fh, hints)| r.opened(FileHandle(fh), open_flags(hints)),
+            |fs| async move {
+                let (fh, hints) = fs.open_as(ino.0, write, truncate, direct).await?;
+                Ok((fs, fh, hints))
+            },
+            move |r, (fs, fh, hints)| {
+                let b = hints.backing.as_ref();
+                if !pt.answer(ino.0, r, FileHandle(fh), open_flags(&hints), b) {
+                    let _ = fs.release(fh);
+                }
+            },
         );
     }
 
@@ -190,7 +232,9 @@ impl fuser::Filesystem for FuseAdapter {
         let _span = span("release", About::Handle(ino.0, fh.0)).entered();
         // Release may start an upload, which runs on the runtime.
         let _rt = self.rt.enter();
-        answer(reply, self.fs.release(fh.0), |r, ()| r.ok());
+        let r = self.fs.release(fh.0);
+        self.pt.released(ino.0);
+        answer(reply, r, |r, ()| r.ok());
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -511,13 +555,21 @@ impl fuser::Filesystem for FuseAdapter {
         let span = span("create", About::Entry(parent.0, name));
         let owner = Some((req.uid(), req.gid()));
         let (name, ttl) = (utf8(name), self.ttl);
+        let (direct, pt) = (self.pt.enabled(), self.pt.clone());
         self.run(
             span,
             reply,
-            |fs| async move { fs.create_as(parent.0, &name?, mode, owner).await },
-            move |r, (a, fh)| {
-                let (attr, g, fh) = (to_fuse(&a), Generation(0), FileHandle(fh));
-                r.created(&ttl, &attr, g, fh, FopenFlags::empty())
+            |fs| async move {
+                let (a, fh, hints) = fs.create_io(parent.0, &name?, mode, owner, direct).await?;
+                Ok((fs, a, fh, hints))
+            },
+            move |reply, (fs, a, fh, hints)| {
+                let attr = to_fuse(&a);
+                let r = Created { reply, ttl, attr };
+                let (flags, b) = (FopenFlags::empty(), hints.backing.as_ref());
+                if !pt.answer(a.ino, r, FileHandle(fh), flags, b) {
+                    let _ = fs.release(fh);
+                }
             },
         );
     }

@@ -124,7 +124,7 @@ pub(super) fn to_fuse(a: &Attr) -> FileAttr {
     }
 }
 
-pub(super) fn open_flags(hints: OpenHints) -> FopenFlags {
+pub(super) fn open_flags(hints: &OpenHints) -> FopenFlags {
     let mut f = FopenFlags::empty();
     if hints.keep_cache {
         f |= FopenFlags::FOPEN_KEEP_CACHE;

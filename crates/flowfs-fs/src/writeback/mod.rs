@@ -11,12 +11,13 @@
 //! on its way lost writes (issue 13) because "unchanged, drop the staged copy" was
 //! decided under one lock and the new open counted under another.
 
+mod direct;
 mod early;
 mod report;
 mod staging;
 mod transfer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -81,6 +82,26 @@ struct FileWb {
     /// (it was renamed over it): an unlink must delete that key too.
     shadows: bool,
     early: EarlyState,
+    direct: Direct,
+}
+
+/// What the staging file showed (`fstat`) when flowfs last looked: the changes of a
+/// passthrough writer are seen only there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DiskStat {
+    len: u64,
+    mtime: SystemTime,
+}
+
+/// Whether the kernel writes this file itself (FUSE passthrough, direct.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direct {
+    None,
+    /// `writers` passthrough writers are open; `seen`: the file when last looked at.
+    Writing {
+        writers: u32,
+        seen: DiskStat,
+    },
 }
 
 impl FileWb {
@@ -98,6 +119,7 @@ impl FileWb {
             journaled: None,
             shadows: false,
             early: EarlyState::Off,
+            direct: Direct::None,
         }
     }
 
@@ -127,6 +149,9 @@ struct Table {
     failed: BTreeMap<String, String>,
     /// The last token handed to a background retry.
     retries: u64,
+    /// The files with passthrough writers open (an index of `FileWb::direct`, so that
+    /// stat needs not walk every staged file to find them).
+    direct: BTreeSet<u64>,
 }
 
 /// While held, no upload of one staged file starts or is in flight

@@ -1,0 +1,99 @@
+//! Files the kernel may serve itself (FUSE passthrough): the local file behind an open
+//! file that the adapter can hand to the kernel, and what a writer served that way
+//! changes in the write-back bookkeeping (writeback/direct.rs). Whether an open is
+//! served that way is the adapter's choice (fuse/passthrough.rs); the core only offers
+//! the file and is told.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use super::*;
+
+/// How an open handle on a staged file uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    Read,
+    /// Writes arrive as `write` calls.
+    Write,
+    /// A writer whose writes the kernel sends to the staged file itself.
+    Direct,
+}
+
+impl Access {
+    pub(super) fn writes(self) -> bool {
+        self != Access::Read
+    }
+}
+
+/// A local file holding exactly an open file's bytes, which the kernel may read and
+/// write in place of flowfs (FUSE passthrough).
+#[derive(Clone)]
+pub enum Backing {
+    /// The file's staged copy (written here, not yet uploaded or still open).
+    Staged(Arc<StagedFile>),
+}
+
+/// Which local file a `Backing` is: every open of one inode served by passthrough must
+/// name the same one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackingKey {
+    /// A staged file, by its id.
+    Staged(u64),
+}
+
+impl Backing {
+    /// The open file the kernel is handed.
+    pub fn file(&self) -> &File {
+        match self {
+            Backing::Staged(s) => &s.file,
+        }
+    }
+
+    /// Which file it is.
+    pub fn key(&self) -> BackingKey {
+        match self {
+            Backing::Staged(s) => BackingKey::Staged(s.id),
+        }
+    }
+}
+
+impl std::fmt::Debug for Backing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.key())
+    }
+}
+
+impl Fs {
+    /// A writer of `ino`'s `staged` file will be served by passthrough: its changes are
+    /// journaled before it makes any.
+    pub(super) fn begin_direct(&self, ino: u64, staged: &Arc<StagedFile>) -> Result<()> {
+        if self.wb.begin_direct(ino, staged)? {
+            self.journal(ino)?;
+        }
+        Ok(())
+    }
+
+    /// A passthrough writer closes: what it wrote is taken from the staged file.
+    pub(super) fn end_direct(&self, ino: u64, staged: &Arc<StagedFile>) {
+        if let Err(e) = self.wb.end_direct(ino, staged) {
+            // The generation moved on anyway: the file is uploaded as it is on disk.
+            tracing::warn!(
+                ino,
+                "cannot stat the staged file of a passthrough writer: {e}"
+            );
+        }
+    }
+
+    /// Sizes and mtimes of files with passthrough writers, taken from their staged files
+    /// before an answer carries them (one `fstat` per such file, none without).
+    pub(super) fn refresh_direct(&self, ino: Option<u64>) {
+        match ino {
+            Some(ino) => {
+                if let Err(e) = self.wb.refresh_direct(ino) {
+                    tracing::debug!(ino, "cannot stat a passthrough writer's file: {e}");
+                }
+            }
+            None => self.wb.refresh_all_direct(),
+        }
+    }
+}

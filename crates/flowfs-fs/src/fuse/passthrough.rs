@@ -1,0 +1,240 @@
+//! FUSE passthrough (Linux ≥ 6.9): an open file whose bytes are in a local file (a
+//! staged copy) is served by the kernel from that file, with no round trip through
+//! flowfs for its reads and writes.
+//!
+//! The kernel's rules (fs/fuse/iomode.c), which this module keeps for every inode:
+//! while one open of an inode is served by passthrough, every other open of it must be
+//! too, from the same registered backing file (else EINVAL or EBUSY), and a
+//! passthrough open is refused while opens served through flowfs exist (ETXTBSY). So
+//! each inode with open handles is in one `IoMode`, and an open follows the mode its
+//! inode is in. One lock guards the modes; the kernel registration of a backing file
+//! (an ioctl, no disk or network I/O) is made under it so that two opens of one inode
+//! never register two.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use fuser::{BackingId, FileHandle, FopenFlags, Generation, ReplyCreate, ReplyOpen};
+use parking_lot::Mutex;
+
+use crate::fs::{Backing, BackingKey};
+
+/// How the open handles of one inode are served.
+enum IoMode {
+    /// Through flowfs (`handles` of them).
+    Flowfs { handles: u32 },
+    /// By the kernel from `key`'s file, registered as `id`.
+    Kernel {
+        key: BackingKey,
+        id: Arc<BackingId>,
+        handles: u32,
+    },
+}
+
+/// Whether this mount uses passthrough.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// Turned off by `--passthrough off`, or not offered by the kernel.
+    Off,
+    /// Asked for; no file served that way yet.
+    On,
+    /// The kernel has served a file (said once in the log).
+    InUse,
+}
+
+struct State {
+    usage: Use,
+    inodes: HashMap<u64, IoMode>,
+}
+
+/// The passthrough state of a mount: every inode's `IoMode`.
+pub(super) struct Passthrough {
+    state: Mutex<State>,
+}
+
+/// An open or create reply, served either way.
+pub(super) trait OpenReply {
+    fn backing(&self, file: &std::fs::File) -> std::io::Result<BackingId>;
+    fn plain(self, fh: FileHandle, flags: FopenFlags);
+    fn direct(self, fh: FileHandle, flags: FopenFlags, id: &BackingId);
+    fn refuse(self, e: fuser::Errno);
+}
+
+impl OpenReply for ReplyOpen {
+    fn backing(&self, file: &std::fs::File) -> std::io::Result<BackingId> {
+        self.open_backing(file)
+    }
+    fn plain(self, fh: FileHandle, flags: FopenFlags) {
+        self.opened(fh, flags);
+    }
+    fn direct(self, fh: FileHandle, flags: FopenFlags, id: &BackingId) {
+        self.opened_passthrough(fh, flags, id);
+    }
+    fn refuse(self, e: fuser::Errno) {
+        self.error(e);
+    }
+}
+
+/// A create's reply with the entry it carries.
+pub(super) struct Created {
+    pub reply: ReplyCreate,
+    pub ttl: std::time::Duration,
+    pub attr: fuser::FileAttr,
+}
+
+impl OpenReply for Created {
+    fn backing(&self, file: &std::fs::File) -> std::io::Result<BackingId> {
+        self.reply.open_backing(file)
+    }
+    fn plain(self, fh: FileHandle, flags: FopenFlags) {
+        let g = Generation(0);
+        self.reply.created(&self.ttl, &self.attr, g, fh, flags);
+    }
+    fn direct(self, fh: FileHandle, flags: FopenFlags, id: &BackingId) {
+        let g = Generation(0);
+        (self.reply).created_passthrough(&self.ttl, &self.attr, g, fh, flags, id);
+    }
+    fn refuse(self, e: fuser::Errno) {
+        self.reply.error(e);
+    }
+}
+
+impl Passthrough {
+    pub(super) fn new(on: bool) -> Passthrough {
+        let usage = if on { Use::On } else { Use::Off };
+        Passthrough {
+            state: Mutex::new(State {
+                usage,
+                inodes: HashMap::new(),
+            }),
+        }
+    }
+
+    pub(super) fn enabled(&self) -> bool {
+        self.state.lock().usage != Use::Off
+    }
+
+    /// The kernel does not offer passthrough: said once, and not asked for again.
+    pub(super) fn unavailable(&self, why: &str) {
+        let mut s = self.state.lock();
+        if s.usage != Use::Off {
+            tracing::warn!("FUSE passthrough unavailable ({why}): local files are read and written through flowfs (--passthrough off says it is meant)");
+            s.usage = Use::Off;
+        }
+    }
+
+    /// Whether an open of `ino` may be served by passthrough (it is asked of the core
+    /// before the open; `answer` decides with what it got).
+    pub(super) fn wanted(&self, ino: u64) -> bool {
+        let s = self.state.lock();
+        s.usage != Use::Off && !matches!(s.inodes.get(&ino), Some(IoMode::Flowfs { .. }))
+    }
+
+    /// Answers the open of `ino` (handle `fh`, offered `backing`) as its inode's mode
+    /// allows, counting the handle. False: the open was refused with EBUSY (its inode is
+    /// served from another file, as the kernel cannot mix), and the caller closes `fh`.
+    pub(super) fn answer<R: OpenReply>(
+        &self,
+        ino: u64,
+        reply: R,
+        fh: FileHandle,
+        flags: FopenFlags,
+        backing: Option<&Backing>,
+    ) -> bool {
+        let mut s = self.state.lock();
+        let off = s.usage == Use::Off;
+        match s.inodes.get_mut(&ino) {
+            Some(IoMode::Flowfs { handles }) => {
+                *handles += 1;
+                drop(s);
+                reply.plain(fh, flags);
+            }
+            Some(IoMode::Kernel { key, id, handles }) => {
+                if backing.map(Backing::key) != Some(*key) {
+                    drop(s);
+                    tracing::debug!(
+                        ino,
+                        "open refused: the inode is passed through to another file"
+                    );
+                    reply.refuse(fuser::Errno::EBUSY);
+                    return false;
+                }
+                *handles += 1;
+                let id = id.clone();
+                drop(s);
+                reply.direct(fh, flags, &id);
+            }
+            None if off => {
+                // Never again served by the kernel: nothing to keep apart.
+                drop(s);
+                reply.plain(fh, flags);
+            }
+            None => {
+                let id = register(&mut s, &reply, backing);
+                let mode = match &id {
+                    Some((key, id)) => IoMode::Kernel {
+                        key: *key,
+                        id: id.clone(),
+                        handles: 1,
+                    },
+                    None => IoMode::Flowfs { handles: 1 },
+                };
+                s.inodes.insert(ino, mode);
+                drop(s);
+                match id {
+                    Some((_, id)) => reply.direct(fh, flags, &id),
+                    None => reply.plain(fh, flags),
+                }
+            }
+        }
+        true
+    }
+
+    /// A handle of `ino` was released; the last one ends its mode (and lets the kernel
+    /// drop its registration of the backing file).
+    pub(super) fn released(&self, ino: u64) {
+        let mut s = self.state.lock();
+        let last = match s.inodes.get_mut(&ino) {
+            Some(IoMode::Flowfs { handles } | IoMode::Kernel { handles, .. }) => {
+                *handles = handles.saturating_sub(1);
+                *handles == 0
+            }
+            None => false,
+        };
+        if last {
+            s.inodes.remove(&ino);
+        }
+    }
+}
+
+/// The first open of an inode: its backing file registered with the kernel, when there
+/// is one and passthrough is on.
+fn register<R: OpenReply>(
+    s: &mut State,
+    reply: &R,
+    backing: Option<&Backing>,
+) -> Option<(BackingKey, Arc<BackingId>)> {
+    let b = backing.filter(|_| s.usage != Use::Off)?;
+    match reply.backing(b.file()) {
+        Ok(id) => {
+            if s.usage == Use::On {
+                tracing::info!(
+                    "FUSE passthrough in use: the kernel reads and writes local files itself"
+                );
+                s.usage = Use::InUse;
+            }
+            Some((b.key(), Arc::new(id)))
+        }
+        Err(e) => {
+            refused(s, &e);
+            None
+        }
+    }
+}
+
+/// The kernel refused to register a backing file (no CAP_SYS_ADMIN, a backing file on a
+/// file system stacked too deep): every later open would be refused alike.
+fn refused(s: &mut State, e: &std::io::Error) {
+    tracing::warn!("FUSE passthrough refused by the kernel ({e}; it needs CAP_SYS_ADMIN): local files are read and written through flowfs (--passthrough off says it is meant)");
+    s.usage = Use::Off;
+}

@@ -1,0 +1,114 @@
+//! Writers served by the kernel itself (FUSE passthrough): their writes reach the staged
+//! file without a `write` call. These tests write to the offered backing file as the
+//! kernel would and check what flowfs makes of it: sizes, uploads, the journal.
+
+use std::os::unix::fs::FileExt;
+
+use flowfs_client::mock::Op;
+use flowfs_fs::{Backing, ROOT};
+
+use crate::common::{data, setup};
+
+fn backing_file(b: &Option<Backing>) -> &std::fs::File {
+    b.as_ref().expect("a backing file is offered").file()
+}
+
+/// A new file written only through its backing file is uploaded whole at its close,
+/// and stat shows its size while the writer is open.
+#[tokio::test]
+async fn a_passthrough_writer_s_bytes_are_uploaded_at_its_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (a, fh, hints) = fs
+        .create_io(ROOT, "out.bin", 0o644, None, true)
+        .await
+        .unwrap();
+    let bytes = data(3 << 20, 5);
+    let f = backing_file(&hints.backing);
+    f.write_all_at(&bytes[..1 << 20], 0).unwrap();
+    f.write_all_at(&bytes[1 << 20..], 1 << 20).unwrap();
+    assert_eq!(fs.getattr(a.ino).await.unwrap().size, bytes.len() as u64);
+    fs.release(fh).unwrap();
+    let failed = fs.flush_all().await;
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(mock.object("out.bin").expect("uploaded")[..] == bytes[..]);
+    assert_eq!(mock.count(Op::CreateMultipart), 0, "nothing went up early");
+}
+
+/// A mount killed while a passthrough writer is open has journaled the file at its open
+/// (flowfs never sees its writes): the next mount uploads what the file holds.
+#[tokio::test]
+async fn a_passthrough_writer_s_file_is_recovered_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (_, _fh, hints) = fs
+        .create_io(ROOT, "log.txt", 0o644, None, true)
+        .await
+        .unwrap();
+    backing_file(&hints.backing)
+        .write_all_at(b"line 1\n", 0)
+        .unwrap();
+    drop(hints);
+    crate::common::crash(fs).await;
+    let fs = crate::common::fs_on(&mock, dir.path(), "");
+    let (recovered, failed) = fs.recover().await;
+    assert_eq!((recovered, failed), (vec!["log.txt".to_string()], vec![]));
+    assert_eq!(mock.object("log.txt").as_deref(), Some(&b"line 1\n"[..]));
+}
+
+/// fsync makes durable what the writer wrote before it; what it writes after goes up at
+/// its close (an fsync's upload never stands for the final content).
+#[tokio::test]
+async fn fsync_and_close_of_a_passthrough_writer_upload_each_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (_, fh, hints) = fs.create_io(ROOT, "f", 0o644, None, true).await.unwrap();
+    let f = backing_file(&hints.backing);
+    f.write_all_at(b"first", 0).unwrap();
+    fs.fsync(fh).await.unwrap();
+    assert_eq!(mock.object("f").as_deref(), Some(&b"first"[..]));
+    // Same length, same second: only a new generation tells this write from none.
+    f.write_all_at(b"FIRST", 0).unwrap();
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("f").as_deref(), Some(&b"FIRST"[..]));
+}
+
+/// An existing object opened for writing is staged (fetched) first; a reader opened
+/// meanwhile is offered the same backing file, as the kernel requires of every open of
+/// one inode served by passthrough.
+#[tokio::test]
+async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    mock.insert("in.txt", b"hello world");
+    let ino = crate::common::path_ino(&fs, "in.txt").await.unwrap();
+    let (wfh, w) = fs.open_as(ino, true, false, true).await.unwrap();
+    let (rfh, r) = fs.open_as(ino, false, false, true).await.unwrap();
+    let (w, r) = (w.backing.expect("writer"), r.backing.expect("reader"));
+    assert_eq!(w.key(), r.key());
+    let mut buf = [0u8; 11];
+    r.file().read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"hello world", "the staged copy holds the object");
+    w.file().write_all_at(b"HELLO", 0).unwrap();
+    fs.release(rfh).unwrap();
+    fs.release(wfh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("in.txt").as_deref(), Some(&b"HELLO world"[..]));
+}
+
+/// Without passthrough nothing is offered, and an object opened for reading only is
+/// never given a backing file here (its bytes are not all local).
+#[tokio::test]
+async fn no_backing_file_is_offered_unless_asked_or_when_bytes_are_remote() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    mock.insert("r.txt", b"remote");
+    let ino = crate::common::path_ino(&fs, "r.txt").await.unwrap();
+    let (fh, h) = fs.open_as(ino, false, false, true).await.unwrap();
+    assert!(h.backing.is_none());
+    fs.release(fh).unwrap();
+    let (_, fh, h) = fs.create_io(ROOT, "w", 0o644, None, false).await.unwrap();
+    assert!(h.backing.is_none());
+    fs.release(fh).unwrap();
+}

@@ -1,0 +1,111 @@
+"""FUSE passthrough (issue 16, item 2) on a real mount: a file being written is read and
+written by the kernel straight from its staged copy, and flowfs sees none of those reads
+and writes. What must still hold: stat shows the size and mtime the writes made while the
+writer is open, the object in the bucket is exactly what was written (plain writes,
+O_APPEND, mmap), a kill -9 of the mount loses nothing the writer wrote, and
+`--passthrough off` serves the same operations through flowfs. fsx runs on passthrough
+files in test_fsx.py (every run there opens its file with passthrough on, the default)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import signal
+
+import pytest
+
+from flowfs_mount import wait_killed
+from helpers import MiB, payload, sha256, sha256_file
+from write_helpers import object_bytes
+
+IN_USE = "FUSE passthrough in use"
+
+
+def _write_checking_size(path, data: bytes, step: int) -> None:
+    """Writes `data` in `step`-sized pieces; after each one, stat by path (another
+    process's view, no open handle) must show the size written so far."""
+    with open(path, "wb", buffering=0) as f:
+        for off in range(0, len(data), step):
+            f.write(data[off:off + step])
+            got = os.stat(path).st_size
+            assert got == off + len(data[off:off + step]), f"stat shows {got} after {off + step} bytes"
+
+
+@pytest.mark.parametrize("mode", ["auto", "off"])
+def test_written_file_lands_whole_and_stat_follows_the_writer(mount, bucket, s3, mode):
+    m = mount(bucket, f"pt-{mode}", extra=["--passthrough", mode], log_level="info")
+    data = payload(24 * MiB + 12345, f"pt-{mode}")
+    _write_checking_size(m / "out.bin", data, 4 * MiB)
+    # read back through the mount at once (staged copy, or uploaded and cached)
+    assert sha256_file(m / "out.bin") == sha256(data)
+    log = m.log_text()
+    assert (IN_USE in log) == (mode == "auto"), f"passthrough {mode}: log says {log[-2000:]!r}"
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    got = object_bytes(s3, bucket, f"pt-{mode}/out.bin")
+    assert got is not None and sha256(got) == sha256(data)
+
+
+def test_mtime_follows_passthrough_writes_and_utime(mount, bucket):
+    m = mount(bucket, "pt-times", log_level="info")
+    p = m / "t.txt"
+    with open(p, "wb", buffering=0) as f:
+        f.write(b"one\n")
+        os.utime(p, (1_000_000_000, 1_000_000_000))
+        assert os.stat(p).st_mtime == 1_000_000_000, "utime of an open passthrough file"
+        f.write(b"two\n")
+        st = os.stat(p)
+        assert st.st_size == 8
+        assert st.st_mtime > 1_000_000_000, "a write after utime shows its own time"
+    assert IN_USE in m.log_text()
+    assert p.read_bytes() == b"one\ntwo\n"
+
+
+def test_append_and_mmap_writes_through_passthrough(mount, bucket, s3):
+    m = mount(bucket, "pt-mm", log_level="info")
+    log = m / "log.txt"
+    lines = [f"line {i}\n".encode() for i in range(1000)]
+    for ln in lines:  # the way a task appends to its log: open, append, close
+        with open(log, "ab", buffering=0) as f:
+            f.write(ln)
+    want = b"".join(lines)
+    assert log.read_bytes() == want
+
+    size = 3 * MiB
+    mm_data = payload(size, "pt-mmap")
+    with open(m / "mm.bin", "w+b") as f:
+        f.truncate(size)
+        with mmap.mmap(f.fileno(), size) as mm:
+            for off in range(0, size, MiB):
+                mm[off:off + MiB] = mm_data[off:off + MiB]
+            mm.flush()
+    assert IN_USE in m.log_text()
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    assert object_bytes(s3, bucket, "pt-mm/log.txt") == want
+    got = object_bytes(s3, bucket, "pt-mm/mm.bin")
+    assert got is not None and sha256(got) == sha256(mm_data), "mmap writes through passthrough"
+
+
+def test_kill_9_while_a_passthrough_writer_is_open_loses_nothing(mount, bucket, s3):
+    """flowfs never sees a passthrough writer's writes: the file was journaled at its open,
+    so the next mount uploads what the staged copy holds."""
+    m = mount(bucket, "pt-crash", log_level="info")
+    data = payload(6 * MiB, "pt-crash")
+    f = open(m / "partial.bin", "wb", buffering=0)
+    try:
+        f.write(data)
+        assert IN_USE in m.log_text()
+        pid = m.daemon_pid()
+        assert pid is not None, "no pid file"
+        os.kill(pid, signal.SIGKILL)
+        wait_killed(m, pid, "kill -9 with a passthrough writer open")
+    finally:
+        try:
+            f.close()
+        except OSError:
+            pass  # the connection is gone: ENOTCONN at close is expected
+    m2 = mount(bucket, "pt-crash", cache_dir=m.cache_dir)  # recovery runs before it serves
+    got = object_bytes(s3, bucket, "pt-crash/partial.bin")
+    assert got is not None and sha256(got) == sha256(data), f"recovered {None if got is None else len(got)} bytes"
+    assert (m2 / "partial.bin").read_bytes() == data
