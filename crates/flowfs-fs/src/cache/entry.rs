@@ -199,7 +199,7 @@ impl CacheEntry {
                 Err(e) => return Err(e),
             }
         }
-        Err(io::Error::other("the cache file keeps being removed"))
+        Err(io::Error::other("the cache entry keeps being removed"))
     }
 
     /// Takes the words the file has for chunks from `c0` on into the hint, except those
@@ -343,7 +343,7 @@ impl CacheEntry {
         }))
     }
 
-    /// Under `lock`: which chunks of it are present (the file's words, taken into the
+    /// Under `lock`: which chunks of it are present (the sidecar's words, taken into the
     /// hint: chunks another process fetched meanwhile are read from the file).
     pub(super) fn present_under(&self, lock: &FetchLock) -> io::Result<Vec<bool>> {
         let words = persist::read_words(&lock.files.map, &self.layout, lock.c0, lock.c1)?;

@@ -1,11 +1,12 @@
 //! Eviction for the whole directory, by whichever process finds it over its limit: one
 //! at a time across processes (`objects/evict.lock`, flock; the next one looks at the
-//! count again once it has the lock, and finds nothing to do if its holder did it). It scans every entry file, orders
-//! their blocks by use time (index.rs), and punches the oldest under each block's fetch
-//! lock (entry.rs `punch_block`), skipping blocks being fetched and entries a process
-//! pins (pin.rs: newer blocks go in their place). Entries left empty and in use by
-//! nobody are removed. No lock of the cache is held across its I/O; a cache hit
-//! never waits for it (a hit of this process on a block it takes waits for `state`).
+//! count again once it has the lock, and finds nothing to do if its holder did it). It
+//! scans every sidecar, orders their blocks by use time (index.rs), and punches the
+//! oldest under each block's fetch lock (entry.rs `punch_block`), skipping blocks being
+//! fetched and entries a process pins (pin.rs: newer blocks go in their place). Entries
+//! left empty and in use by nobody are removed. No lock of the cache is held across its
+//! I/O; a cache hit never waits for it (a hit of this process on a block it takes waits
+//! for `state`).
 
 use std::collections::HashSet;
 use std::os::unix::io::AsRawFd;

@@ -251,7 +251,7 @@ impl DiskCache {
             .map_err(|err| FsError::Io(format!("cache map: {err}")))
     }
 
-    /// Writes fetched bytes into the cache file and marks them present, under `lock`
+    /// Writes fetched bytes into the data file and marks them present, under `lock`
     /// (none: the fetch could not lock them, the bytes are not cached). Blocks on the
     /// disk: call it off the async workers.
     pub fn store(
@@ -292,7 +292,7 @@ impl DiskCache {
         Ok(())
     }
 
-    /// Bytes `[off, off + len)` of the entry from memory or the cache file, if it has all
+    /// Bytes `[off, off + len)` of the entry from memory or its data file, if it has all
     /// of them.
     pub fn read(&self, e: &CacheEntry, off: u64, len: usize) -> io::Result<Option<Bytes>> {
         if let Some(data) = self.read_mem(e, off, len) {
