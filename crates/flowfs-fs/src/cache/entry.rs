@@ -1,7 +1,7 @@
 //! One object version in the cache: its two files, a sidecar with its chunk map and a
 //! data file with its bytes (shared by every process on the directory, persist.rs), this
-//! process's copy of its chunk map (a hint), the fetches in flight
-//! here for its missing chunks and its fetched ranges still in memory.
+//! process's copy of its chunk map (a hint), the fetches in flight here for its missing
+//! chunks and its fetched ranges still in memory.
 //!
 //! How processes stay out of each other's way on one entry (shared.rs locks, all on the
 //! sidecar, each on an open file of its own; the data file is never locked):
@@ -11,9 +11,10 @@
 //! - eviction takes the same lock without waiting (a chunk being fetched is skipped),
 //!   and the pin byte's exclusively, also without waiting (a pinned entry is skipped,
 //!   pin.rs), clears the words, punches the data file, and lets go;
-//! - a reader copies from the file when its hint says the chunks are present, then reads
-//!   their words again: unchanged (present, same generation), the bytes it copied were
-//!   there; changed, it takes the new words and reads as on a miss. No lock, one `pread`.
+//! - a reader copies from the data file when its hint says the chunks are present, then
+//!   reads their words again: unchanged (present, same generation), the bytes it copied
+//!   were there; changed, it takes the new words and reads as on a miss. No lock, one
+//!   `pread`.
 //! - every process with the entry in use holds a shared lock on the sidecar's first byte
 //!   (`INUSE`): eviction removes an entry only when it can lock that byte exclusively.
 //!
