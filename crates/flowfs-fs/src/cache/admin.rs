@@ -100,7 +100,7 @@ fn free(o: &Path) -> Result<bool, AdminError> {
 /// Removes every cached object under `dir` (not staged files); the bytes removed. While
 /// a process uses the directory, only with `force` (its reads then fetch again; nothing
 /// wrong is served: a removed file is no longer found, an open one stays private to the
-/// processes that have it open).
+/// processes that have it open, and a pinned entry's data file keeps its bytes).
 pub fn clear(dir: &Path, force: bool) -> Result<u64, AdminError> {
     let o = objects(dir)?;
     let io_err = |e| AdminError::Io(o.display().to_string(), e);
@@ -110,15 +110,23 @@ pub fn clear(dir: &Path, force: bool) -> Result<u64, AdminError> {
         return Err(AdminError::InUse(dir.display().to_string()));
     }
     let mut removed = 0;
-    for e in fs::read_dir(&o).map_err(io_err)?.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if ["lock", "state", "usage", "evict.lock"].contains(&name.as_str()) {
-            continue;
-        }
-        if let Some(s) = persist::scan_one(&e.path()) {
+    let mut files: Vec<_> = fs::read_dir(&o)
+        .map_err(io_err)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().to_string());
+            !["lock", "state", "usage", "evict.lock"].contains(&name.unwrap_or_default().as_str())
+        })
+        .collect();
+    // Sidecars before data files, as an eviction removes them: a process never finds a
+    // sidecar whose data file is gone (it would take the entry for damaged).
+    files.sort_by_key(|p| p.extension().is_none_or(|x| x != "map"));
+    for path in files {
+        if let Some(s) = persist::scan_one(&path) {
             removed += present(&s.words) * CHUNK;
         }
-        let _ = fs::remove_file(e.path());
+        let _ = fs::remove_file(path);
     }
     let usage = Usage::open(&o).map_err(io_err)?;
     if alone {

@@ -1,19 +1,22 @@
-//! One object version in the cache: its file (shared by every process on the directory,
-//! persist.rs), this process's copy of its chunk map (a hint), the fetches in flight
-//! here for its missing chunks and its fetched ranges still in memory.
+//! One object version in the cache: its two files, a sidecar with its chunk map and a
+//! data file with its bytes (shared by every process on the directory, persist.rs), this
+//! process's copy of its chunk map (a hint), the fetches in flight here for its missing
+//! chunks and its fetched ranges still in memory.
 //!
 //! How processes stay out of each other's way on one entry (shared.rs locks, all on the
-//! words of the chunks concerned, each on an open file of its own):
+//! sidecar, each on an open file of its own; the data file is never locked):
 //! - a fetch holds an exclusive lock on the words of its chunks from before it looks at
 //!   them until its bytes are written and their words set (`FetchLock`): another process
 //!   wanting them waits for it, then finds them present (cross-process single flight);
 //! - eviction takes the same lock without waiting (a chunk being fetched is skipped),
-//!   clears the words, punches, and lets go;
-//! - a reader copies from the file when its hint says the chunks are present, then reads
-//!   their words again: unchanged (present, same generation), the bytes it copied were
-//!   there; changed, it takes the new words and reads as on a miss. No lock, one `pread`.
-//! - every process with the entry in use holds a shared lock on the header's first byte:
-//!   eviction removes a file only when it can lock that byte exclusively.
+//!   and the pin byte's exclusively, also without waiting (a pinned entry is skipped,
+//!   pin.rs), clears the words, punches the data file, and lets go;
+//! - a reader copies from the data file when its hint says the chunks are present, then
+//!   reads their words again: unchanged (present, same generation), the bytes it copied
+//!   were there; changed, it takes the new words and reads as on a miss. No lock, one
+//!   `pread`.
+//! - every process with the entry in use holds a shared lock on the sidecar's first byte
+//!   (`INUSE`): eviction removes an entry only when it can lock that byte exclusively.
 //!
 //! Locks of this process (none held across I/O except where said):
 //! - `state` (the hint): readers hold it shared while they copy from the file, so this
@@ -36,7 +39,7 @@ use super::bitmap::{made_present, present, ChunkMap};
 use super::disk::punch_hole;
 use super::fetch::{Claim, Fetch};
 use super::memory::Ranges;
-use super::persist::{self, now_ms, Layout};
+use super::persist::{self, now_ms, Layout, INUSE, PIN};
 use super::shared::{ofd_lock, reopen, Lock};
 use super::{BLOCK_CHUNKS, CHUNK};
 
@@ -44,9 +47,13 @@ use super::{BLOCK_CHUNKS, CHUNK};
 const STAMP_EVERY: u64 = 1000;
 
 /// The open files of an entry; while they are open, the entry is in use (a shared lock
-/// on its header's first byte, held by `inuse`).
+/// on its sidecar's first byte, held by `inuse`).
 pub(super) struct Files {
-    file: File,
+    /// The sidecar: header, use times, chunk words.
+    pub(super) map: File,
+    /// The data file: the object's bytes.
+    pub(super) data: File,
+    /// The data file opened with `O_DIRECT`, for fetched bytes.
     direct: Option<File>,
     _inuse: File,
 }
@@ -108,8 +115,16 @@ impl CacheEntry {
     }
 
     #[cfg(test)]
+    pub(super) fn map_path(&self) -> PathBuf {
+        persist::map_path(&self.dir, &self.hash)
+    }
+
+    /// The data file this process has open (the entry in use).
+    #[cfg(test)]
     pub(super) fn data_path(&self) -> PathBuf {
-        persist::entry_path(&self.dir, &self.hash)
+        use std::os::unix::io::AsRawFd;
+        let f = self.files().expect("the entry's files");
+        std::fs::read_link(format!("/proc/self/fd/{}", f.data.as_raw_fd())).expect("its name")
     }
 
     pub fn chunks(&self) -> u64 {
@@ -143,11 +158,12 @@ impl CacheEntry {
             return Ok(f.clone());
         }
         // Opened without the lock (hits take it): two threads may both open; one wins.
-        let (file, inuse) = self.open_in_use()?;
-        let direct = reopen(&file, true).ok();
-        let words = persist::read_words(&file, &self.layout, 0, self.layout.chunks)?;
+        let (map, inuse, data) = self.open_in_use()?;
+        let direct = reopen(&data, true).ok();
+        let words = persist::read_words(&map, &self.layout, 0, self.layout.chunks)?;
         let files = Arc::new(Files {
-            file,
+            map,
+            data,
             direct,
             _inuse: inuse,
         });
@@ -161,27 +177,35 @@ impl CacheEntry {
         Ok(files)
     }
 
-    /// The entry file, opened and locked in use. An eviction may remove it between the
-    /// open and the lock: then it is opened (made) again.
-    fn open_in_use(&self) -> io::Result<(File, File)> {
-        use std::os::unix::fs::MetadataExt;
-        let path = persist::entry_path(&self.dir, &self.hash);
+    /// The entry's sidecar, opened and locked in use, and its data file (sidecar, lock,
+    /// data file). An eviction may remove the entry between the open and the lock: then
+    /// it is opened (made) again. Once the sidecar is locked in use and still in place,
+    /// nobody removes it or its data file, which is opened then.
+    fn open_in_use(&self) -> io::Result<(File, File, File)> {
+        let path = persist::map_path(&self.dir, &self.hash);
         for _ in 0..3 {
-            let file = persist::open_entry(&self.dir, &self.hash, &self.ident, self.size)?;
-            let inuse = reopen(&file, false)?;
-            ofd_lock(&inuse, Lock::Shared, self.layout.head, 1, true)?;
-            let same = std::fs::metadata(&path).ok().map(|m| m.ino())
-                == file.metadata().ok().map(|m| m.ino());
-            if same {
-                return Ok((file, inuse));
+            let (map, tag) = persist::open_entry(&self.dir, &self.hash, &self.ident, self.size)?;
+            let inuse = reopen(&map, false)?;
+            ofd_lock(&inuse, Lock::Shared, INUSE, 1, true)?;
+            if !same_file(&path, &map) {
+                continue;
+            }
+            match persist::open_data(&self.dir, &self.hash, tag, self.size) {
+                Ok(data) => return Ok((map, inuse, data)),
+                // `flowfs cache clear --force` meanwhile: made again.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !same_file(&path, &map) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                }
+                Err(e) => return Err(e),
             }
         }
-        Err(io::Error::other("the cache file keeps being removed"))
+        Err(io::Error::other("the cache entry keeps being removed"))
     }
 
     /// Takes the words the file has for chunks from `c0` on into the hint, except those
     /// in flight here.
-    fn take_words(&self, c0: u64, words: &[u32]) {
+    pub(super) fn take_words(&self, c0: u64, words: &[u32]) {
         let inflight = self.inflight.lock();
         self.state
             .write()
@@ -204,8 +228,8 @@ impl CacheEntry {
             let state = self.state.read();
             if (c0..c1).all(|c| state.has(c)) {
                 let mut buf = vec![0u8; (end - off) as usize];
-                files.file.read_exact_at(&mut buf, off)?;
-                let now = persist::read_words(&files.file, &self.layout, c0, c1)?;
+                files.data.read_exact_at(&mut buf, off)?;
+                let now = persist::read_words(&files.map, &self.layout, c0, c1)?;
                 if now == state.words(c0, c1) {
                     return Ok(Some(buf));
                 }
@@ -213,7 +237,7 @@ impl CacheEntry {
                 self.take_words(c0, &now);
             } else {
                 drop(state);
-                let now = persist::read_words(&files.file, &self.layout, c0, c1)?;
+                let now = persist::read_words(&files.map, &self.layout, c0, c1)?;
                 if present(&now) < c1 - c0 {
                     self.take_words(c0, &now);
                     return Ok(None);
@@ -239,7 +263,7 @@ impl CacheEntry {
                 // Not under `files`: hits take it.
                 let files = self.files.lock().clone();
                 if let Some(f) = files {
-                    persist::write_stamp(&f.file, &self.layout, b, now);
+                    persist::write_stamp(&f.map, &self.layout, b, now);
                 }
             }
         }
@@ -305,7 +329,7 @@ impl CacheEntry {
     /// any of them, else (`wait`) when they are done, or `None` (not `wait`).
     pub(super) fn lock_fetch(&self, c0: u64, c1: u64, wait: bool) -> io::Result<Option<FetchLock>> {
         let files = self.files()?;
-        let fd = reopen(&files.file, false)?;
+        let fd = reopen(&files.map, false)?;
         let (start, len) = (self.layout.word(c0), (c1 - c0) * 4);
         let locked = ofd_lock(&fd, Lock::Exclusive, start, len, false)?
             || (wait && ofd_lock(&fd, Lock::Exclusive, start, len, true)?);
@@ -320,10 +344,10 @@ impl CacheEntry {
         }))
     }
 
-    /// Under `lock`: which chunks of it are present (the file's words, taken into the
+    /// Under `lock`: which chunks of it are present (the sidecar's words, taken into the
     /// hint: chunks another process fetched meanwhile are read from the file).
     pub(super) fn present_under(&self, lock: &FetchLock) -> io::Result<Vec<bool>> {
-        let words = persist::read_words(&lock.files.file, &self.layout, lock.c0, lock.c1)?;
+        let words = persist::read_words(&lock.files.map, &self.layout, lock.c0, lock.c1)?;
         let mut state = self.state.write();
         state.update(lock.c0, &words, |_| false);
         Ok(words.iter().map(|w| w & 1 == 1).collect())
@@ -358,7 +382,7 @@ impl CacheEntry {
             }
         }
         if done < data.len() {
-            (lock.files.file).write_all_at(&data[done..], off + done as u64)?;
+            (lock.files.data).write_all_at(&data[done..], off + done as u64)?;
         }
         Ok(())
     }
@@ -367,7 +391,7 @@ impl CacheEntry {
     /// generation on. The bytes that made present (0 for chunks that were).
     pub(super) fn set_present(&self, lock: &FetchLock, c0: u64, c1: u64) -> io::Result<u64> {
         debug_assert!(lock.c0 <= c0 && c1 <= lock.c1);
-        let f = &lock.files.file;
+        let f = &lock.files.map;
         let old = persist::read_words(f, &self.layout, c0, c1)?;
         let new: Vec<u32> = old.iter().map(|&w| made_present(w)).collect();
         persist::write_words(f, &self.layout, c0, &new)?;
@@ -411,42 +435,101 @@ impl CacheEntry {
     }
 }
 
-/// Evicts block `b` of the entry file at `path` (any process's): under an exclusive lock
-/// on its words, taken without waiting (none: a fetch holds some, the block is skipped),
-/// the present chunks' words are cleared, then their bytes punched. The bytes freed.
-pub(super) fn punch_block(path: &Path, l: &Layout, b: u64) -> io::Result<u64> {
-    let f = File::options().read(true).write(true).open(path)?;
+/// Whether `path` names the file `f` has open.
+fn same_file(path: &Path, f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = |m: std::fs::Metadata| (m.dev(), m.ino());
+    std::fs::metadata(path).ok().map(ino) == f.metadata().ok().map(ino)
+}
+
+/// An entry's sidecar as an eviction opens it.
+enum Opened {
+    /// Locked against pins (the lock lasts as long as the file), with its header.
+    Unpinned(File, persist::Header),
+    /// A process pins it.
+    Pinned,
+    /// It went, or was made again for another size, since the scan.
+    Gone,
+}
+
+/// Opens the sidecar at `path` for an eviction and locks its pin byte exclusively,
+/// without waiting.
+fn open_unpinned(path: &Path, l: &Layout) -> io::Result<Opened> {
+    let f = match File::options().read(true).write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Opened::Gone),
+        Err(e) => return Err(e),
+    };
+    if !ofd_lock(&f, Lock::Exclusive, PIN, 1, false)? {
+        return Ok(Opened::Pinned);
+    }
+    let h = persist::read_header(&f)?;
+    Ok(if h.layout == *l {
+        Opened::Unpinned(f, h)
+    } else {
+        Opened::Gone
+    })
+}
+
+/// Evicts block `b` of the entry whose sidecar is at `path` (any process's): under an
+/// exclusive lock on its words and one on its pin byte, both taken without waiting (a
+/// fetch holds some of them, or a process pins the entry: the block is skipped), the
+/// present chunks' words are cleared, then their bytes punched in the data file. The
+/// bytes freed; `None` if the entry is pinned.
+pub(super) fn punch_block(path: &Path, l: &Layout, b: u64) -> io::Result<Option<u64>> {
+    let (f, h) = match open_unpinned(path, l)? {
+        Opened::Unpinned(f, h) => (f, h),
+        Opened::Pinned => return Ok(None),
+        Opened::Gone => return Ok(Some(0)),
+    };
     let (c0, c1) = (b * BLOCK_CHUNKS, ((b + 1) * BLOCK_CHUNKS).min(l.chunks));
     if !ofd_lock(&f, Lock::Exclusive, l.word(c0), (c1 - c0) * 4, false)? {
-        return Ok(0);
+        return Ok(Some(0));
     }
     let old = persist::read_words(&f, l, c0, c1)?;
     let freed = present(&old) * CHUNK;
     if freed == 0 {
-        return Ok(0);
+        return Ok(Some(0));
     }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let hash = hash_of(path);
+    let data = File::options()
+        .write(true)
+        .open(persist::data_path(dir, &hash, h.tag))?;
     let new: Vec<u32> = old.iter().map(|w| w & !1).collect();
     // The words stop vouching before the bytes go: a process killed in between leaves
     // nothing wrong behind.
     persist::write_words(&f, l, c0, &new)?;
     for (s, c) in ChunkMap::new(old).clear_range(0, c1 - c0) {
-        punch_hole(&f, (c0 + s) * CHUNK, (c - s) * CHUNK);
+        punch_hole(&data, (c0 + s) * CHUNK, (c - s) * CHUNK);
     }
-    Ok(freed)
+    Ok(Some(freed))
 }
 
-/// Removes the entry file at `path` if no process uses it (an exclusive lock on its
-/// header's first byte, without waiting) and it holds nothing; true if removed.
+/// The entry's hash, from its sidecar's name.
+fn hash_of(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string());
+    let name = name.unwrap_or_default();
+    name.strip_suffix(".map").unwrap_or(&name).to_string()
+}
+
+/// Removes the entry whose sidecar is at `path` if no process uses it (an exclusive lock
+/// on its `INUSE` byte, without waiting) or pins it, and it holds nothing; true if
+/// removed. The sidecar goes first, then the data file, both under the lock (a process
+/// that waits to use the entry finds the sidecar gone and makes a new one).
 pub(super) fn remove_unused(path: &Path, l: &Layout) -> bool {
-    let Ok(f) = File::options().read(true).write(true).open(path) else {
+    let Ok(Opened::Unpinned(f, h)) = open_unpinned(path, l) else {
         return false;
     };
-    if !matches!(ofd_lock(&f, Lock::Exclusive, l.head, 1, false), Ok(true)) {
+    if !matches!(ofd_lock(&f, Lock::Exclusive, INUSE, 1, false), Ok(true)) {
         return false;
     }
     // Nothing present and no fetch (a fetch holds its entry in use).
-    match persist::read_words(&f, l, 0, l.chunks) {
-        Ok(w) if present(&w) == 0 => std::fs::remove_file(path).is_ok(),
-        _ => false,
+    let empty = matches!(persist::read_words(&f, l, 0, l.chunks), Ok(w) if present(&w) == 0);
+    if !empty || !same_file(path, &f) || std::fs::remove_file(path).is_err() {
+        return false;
     }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let _ = std::fs::remove_file(persist::data_path(dir, &hash_of(path), h.tag));
+    true
 }

@@ -1,17 +1,20 @@
 //! Eviction for the whole directory, by whichever process finds it over its limit: one
 //! at a time across processes (`objects/evict.lock`, flock; the next one looks at the
-//! count again once it has the lock, and finds nothing to do if its holder did it). It scans every entry file, orders
-//! their blocks by use time (index.rs), and punches the oldest under each block's fetch
-//! lock (entry.rs `punch_block`), skipping blocks being fetched. Files left empty and in
-//! use by nobody are removed. No lock of the cache is held across its I/O; a cache hit
-//! never waits for it (a hit of this process on a block it takes waits for `state`).
+//! count again once it has the lock, and finds nothing to do if its holder did it). It
+//! scans every sidecar, orders their blocks by use time (index.rs), and punches the
+//! oldest under each block's fetch lock (entry.rs `punch_block`), skipping blocks being
+//! fetched and entries a process pins (pin.rs: newer blocks go in their place). Entries
+//! left empty and in use by nobody are removed. No lock of the cache is held across its
+//! I/O; a cache hit never waits for it (a hit of this process on a block it takes waits
+//! for `state`).
 
+use std::collections::HashSet;
 use std::os::unix::io::AsRawFd;
 
 use super::disk::disk_space;
 use super::entry::{punch_block, remove_unused};
 use super::index::Index;
-use super::persist::{self, entry_path, Scanned};
+use super::persist::{self, map_path, Scanned};
 use super::{bitmap, DiskCache, BLOCK_CHUNKS, CHUNK};
 
 /// An eviction brings the directory this far below its limit (a 64th, at most 64 MiB),
@@ -102,14 +105,32 @@ impl DiskCache {
         for (_, id, b, bytes) in order {
             ix.add(id, b, bytes);
         }
-        let mut freed = 0;
-        let mut emptied = Vec::new();
-        for v in ix.evict(target) {
-            let Some(i) = ids.iter().position(|&id| id == v.id) else {
-                continue;
-            };
-            freed += self.evict_block(&found[i], v.block);
-            emptied.push(i);
+        let (mut freed, mut emptied) = (0, Vec::new());
+        // Pinned entries (pin.rs) keep their blocks: eviction goes on to newer blocks
+        // until what it can take brings the directory to `target`.
+        let (mut pinned, mut kept) = (HashSet::new(), 0);
+        loop {
+            let victims = ix.evict(target.saturating_sub(kept));
+            if victims.is_empty() {
+                break;
+            }
+            for v in victims {
+                let Some(i) = ids.iter().position(|&id| id == v.id) else {
+                    continue;
+                };
+                let punched = if pinned.contains(&v.id) {
+                    None
+                } else {
+                    self.evict_block(&found[i], v.block)
+                };
+                if let Some(n) = punched {
+                    freed += n;
+                    emptied.push(i);
+                } else {
+                    pinned.insert(v.id);
+                    kept += v.bytes;
+                }
+            }
         }
         // Files that hold nothing (all their blocks went, or none was ever fetched).
         emptied.extend((0..found.len()).filter(|&i| bitmap::present(&found[i].words) == 0));
@@ -117,28 +138,29 @@ impl DiskCache {
         emptied.dedup();
         for i in emptied {
             let s = &found[i];
-            remove_unused(&entry_path(&self.root, &s.hash), &s.layout);
+            remove_unused(&map_path(&self.root, &s.hash), &s.layout);
         }
         freed
     }
 
-    /// Punches block `b` of a scanned file; an entry this process has open gives it up
-    /// first (its readers here wait for the punch, then fetch it again).
-    fn evict_block(&self, s: &Scanned, b: u64) -> u64 {
+    /// Punches block `b` of a scanned entry; an entry this process has open gives it up
+    /// first (its readers here wait for the punch, then fetch it again). The bytes freed;
+    /// `None` if a process pins the entry.
+    fn evict_block(&self, s: &Scanned, b: u64) -> Option<u64> {
         let hot = self.inner.lock().get(&s.hash).cloned();
         let taken = hot.as_ref().map(|e| e.take_block(b));
-        let path = entry_path(&self.root, &s.hash);
+        let path = map_path(&self.root, &s.hash);
         let freed = match punch_block(&path, &s.layout, b) {
             Ok(n) => n,
             Err(err) => {
                 tracing::debug!("cannot evict block {b} of {}: {err}", path.display());
-                0
+                Some(0)
             }
         };
         if let (Some(e), Some(t)) = (hot, taken) {
             e.end_punch(&t);
         }
-        debug_assert!(freed <= BLOCK_CHUNKS * CHUNK);
+        debug_assert!(freed.unwrap_or(0) <= BLOCK_CHUNKS * CHUNK);
         freed
     }
 

@@ -19,7 +19,7 @@ pub struct Fetch {
 }
 
 impl Fetch {
-    /// Until the bytes are in the cache file (or the fetch failed).
+    /// Until the bytes are in the data file (or the fetch failed).
     pub async fn wait(&self) -> Result<()> {
         self.wait_for(false).await
     }

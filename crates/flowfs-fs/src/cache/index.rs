@@ -1,8 +1,9 @@
-//! The choice of victims: the bytes present in each 1 MiB block of every entry file in
-//! the directory, and the order in which they go when it is over its limit. Plain data
-//! with methods: no I/O, no locks. An eviction (evict.rs) builds it from a scan of the
-//! directory, whose files are the index every process shares (its "home", issue 16),
-//! adding blocks in the order of their use times, and does the I/O it calls for.
+//! The choice of victims: the bytes present in each 1 MiB block of every entry in the
+//! directory (their sidecars), and the order in which they go when it is over its limit.
+//! Plain data with methods: no I/O, no locks. An eviction (evict.rs) builds it from a
+//! scan of the directory, whose files are the index every process shares (its "home",
+//! issue 16), adding blocks in the order of their use times, and does the I/O it calls
+//! for.
 
 use std::collections::{BTreeMap, HashMap};
 

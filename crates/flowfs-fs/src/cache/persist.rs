@@ -1,15 +1,25 @@
 //! What the cache keeps on disk, shared by every process on the directory: `objects/`
 //! and its lock, the boot state that says whether the files can be trusted, and the
-//! format of an entry's one file.
+//! format of an entry's two files.
 //!
-//! An entry is one file, `<h>.cache`: the object's bytes at their own offsets (sparse:
-//! only cached chunks use space), then, from the next 4 KiB boundary, a header (magic,
-//! size, identity), one `u64` use time per 1 MiB block (milliseconds, for LRU), one
-//! `u32` word per 64 KiB chunk (bit 0 present, the rest its generation, bitmap.rs) and
-//! an 8-byte trailer with the header's offset. A file appears whole or not at all: it is
-//! made under a temporary name and linked into place (`link` fails if another process
-//! made it first). A word is set only after the chunk's bytes are written: a process
-//! killed at any moment leaves no word that vouches for bytes not there.
+//! An entry is two files. The data file, `<h>.<tag>.bytes`, holds exactly the object's
+//! bytes at their own offsets (sparse: only cached chunks use space); its length is the
+//! object's size, so that the kernel may read it directly in place of the FUSE file
+//! (passthrough does not clamp reads to the FUSE file's size). The sidecar, `<h>.map`, is
+//! the entry: a 4 KiB header (magic, size, the data file's tag, identity), one `u64` use
+//! time per 1 MiB block (milliseconds, for LRU) and one `u32` word per 64 KiB chunk (bit
+//! 0 present, the rest its generation, bitmap.rs). Every lock of the entry is on the
+//! sidecar (shared.rs, entry.rs, pin.rs).
+//!
+//! The sidecar names its data file by a random tag, so that a sidecar is never paired
+//! with another sidecar's data file: the data file is made first under its final (unique)
+//! name, then the sidecar under a temporary name, linked into place last (`link` fails if
+//! another process made it first; the loser removes its data file). A reader finds the
+//! sidecar, then the data file through it. Removal goes the other way: the sidecar, then
+//! the data file. A process killed in between leaves a data file no sidecar names, with
+//! nothing cached in it (a file is removed only once nothing is present); the first
+//! process on the directory removes it. A word is set only after the chunk's bytes are
+//! written: a process killed at any moment leaves no word that vouches for bytes not there.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -24,18 +34,24 @@ use super::shared::Usage;
 use super::{BLOCK_CHUNKS, CHUNK};
 use crate::dirlock::{open_lock, try_lock};
 
-const MAGIC: &[u8; 8] = b"FLOWFSC2";
+const MAGIC: &[u8; 8] = b"FLOWFSC3";
 const HEADER: u64 = 4096;
 const PAGE: u64 = 4096;
+/// Magic, size, tag and the identity's length, before the identity.
+const FIXED: usize = 28;
 
-/// Where the parts of an entry's file are, for an object of `size` bytes.
+/// The sidecar's byte every process using the entry locks shared (an entry in use: only
+/// unused sidecars are removed).
+pub(super) const INUSE: u64 = 0;
+/// The sidecar's byte a pin locks shared and eviction exclusively (pin.rs).
+pub(super) const PIN: u64 = 1;
+
+/// Where the parts of an entry's sidecar are, for an object of `size` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Layout {
     pub size: u64,
     pub chunks: u64,
     pub blocks: u64,
-    /// The header; its first byte is what users lock shared (an entry in use).
-    pub head: u64,
     stamps: u64,
     map: u64,
 }
@@ -44,25 +60,24 @@ impl Layout {
     pub fn new(size: u64) -> Layout {
         let chunks = size.div_ceil(CHUNK);
         let blocks = chunks.div_ceil(BLOCK_CHUNKS);
-        let head = size.next_multiple_of(PAGE);
-        let stamps = head + HEADER;
+        let stamps = HEADER;
         let map = stamps + (blocks * 8).next_multiple_of(PAGE);
         Layout {
             size,
             chunks,
             blocks,
-            head,
             stamps,
             map,
         }
     }
 
-    /// The file's length.
+    /// The sidecar's length.
     pub fn len(&self) -> u64 {
-        self.map + self.chunks * 4 + 8
+        self.map + self.chunks * 4
     }
 
-    /// Offset of chunk `c`'s word (the range that fetch and eviction locks cover).
+    /// Offset of chunk `c`'s word in the sidecar (the range that fetch and eviction
+    /// locks cover).
     pub fn word(&self, c: u64) -> u64 {
         self.map + c * 4
     }
@@ -131,19 +146,32 @@ fn start(dir: &Path, usage: &Usage) -> io::Result<()> {
     let same_boot = !boot.is_empty() && state.starts_with(&format!("{boot} "));
     let trusted = same_boot || state.ends_with(" clean");
     fs::write(dir.join("state"), format!("{boot} dirty"))?;
+    // Sidecars first: a data file is kept only if a kept sidecar names it. Everything
+    // else goes: data files no sidecar names (a process killed while it made or removed
+    // an entry), temporary files, and the files of older formats (`<h>.cache`, whose
+    // header followed the bytes; `<h>.data`/`<h>.meta`).
     let mut used = 0;
-    for e in fs::read_dir(dir)?.flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if ["lock", "state", "usage"].contains(&name.as_str()) {
+    let mut keep = std::collections::HashSet::new();
+    let names: Vec<String> = fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    for name in names.iter().filter(|n| trusted && n.ends_with(".map")) {
+        let Some(s) = scan_one(&dir.join(name)) else {
             continue;
+        };
+        let data = data_name(&s.hash, s.tag);
+        let whole = fs::metadata(dir.join(&data)).is_ok_and(|m| m.len() == s.layout.size);
+        if whole {
+            used += present(&s.words) * CHUNK;
+            keep.insert(name.clone());
+            keep.insert(data);
         }
-        let keep = trusted && name.ends_with(".cache");
-        match keep.then(|| scan_one(&e.path())).flatten() {
-            Some(s) => used += present(&s.words) * CHUNK,
-            // Not the lock: a new file of that name would be a second, free lock.
-            None => {
-                let _ = fs::remove_file(e.path());
-            }
+    }
+    for name in names {
+        // Not the lock: a new file of that name would be a second, free lock.
+        if !["lock", "state", "usage"].contains(&name.as_str()) && !keep.contains(&name) {
+            let _ = fs::remove_file(dir.join(name));
         }
     }
     usage.set(used);
@@ -171,8 +199,18 @@ pub(super) fn identity(bucket: &str, key: &str, etag: &str, size: u64) -> (Strin
     (ident, hash)
 }
 
-pub(super) fn entry_path(dir: &Path, hash: &str) -> PathBuf {
-    dir.join(format!("{hash}.cache"))
+/// The sidecar of an entry: the entry itself, found by its name.
+pub(super) fn map_path(dir: &Path, hash: &str) -> PathBuf {
+    dir.join(format!("{hash}.map"))
+}
+
+/// The name of the data file the sidecar with `tag` names.
+pub(super) fn data_name(hash: &str, tag: u64) -> String {
+    format!("{hash}.{tag:016x}.bytes")
+}
+
+pub(super) fn data_path(dir: &Path, hash: &str, tag: u64) -> PathBuf {
+    dir.join(data_name(hash, tag))
 }
 
 fn tmp_path(dir: &Path, hash: &str) -> PathBuf {
@@ -184,10 +222,22 @@ fn open_rw(path: &Path) -> io::Result<File> {
     OpenOptions::new().read(true).write(true).open(path)
 }
 
-/// Writes the header and trailer of `l` into `f` and gives it its length (the map all
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// What an entry's sidecar says of it.
+pub(super) struct Header {
+    pub ident: String,
+    pub layout: Layout,
+    /// Names the data file (`data_name`).
+    pub tag: u64,
+}
+
+/// Writes the header of `l` into the sidecar `f` and gives it its length (the map all
 /// zero: nothing present, unless `full`).
-fn format(f: &File, l: &Layout, ident: &str, full: bool) -> io::Result<()> {
-    if ident.len() as u64 + 20 > HEADER {
+fn format(f: &File, l: &Layout, ident: &str, tag: u64, full: bool) -> io::Result<()> {
+    if (ident.len() + FIXED) as u64 > HEADER {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "identity too long",
@@ -196,11 +246,11 @@ fn format(f: &File, l: &Layout, ident: &str, full: bool) -> io::Result<()> {
     let mut h = Vec::with_capacity(HEADER as usize);
     h.extend_from_slice(MAGIC);
     h.extend_from_slice(&l.size.to_le_bytes());
+    h.extend_from_slice(&tag.to_le_bytes());
     h.extend_from_slice(&(ident.len() as u32).to_le_bytes());
     h.extend_from_slice(ident.as_bytes());
     f.set_len(l.len())?;
-    f.write_all_at(&h, l.head)?;
-    f.write_all_at(&l.head.to_le_bytes(), l.len() - 8)?;
+    f.write_all_at(&h, 0)?;
     if full {
         let words: Vec<u32> = (0..l.chunks).map(|_| 3).collect();
         write_words(f, l, 0, &words)?;
@@ -211,38 +261,76 @@ fn format(f: &File, l: &Layout, ident: &str, full: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// The entry file of an object version, made (empty) if there is none; `Err` of kind
-/// `InvalidData` if a file of that name is another version's (it is left alone).
-pub(super) fn open_entry(dir: &Path, hash: &str, ident: &str, size: u64) -> io::Result<File> {
-    let path = entry_path(dir, hash);
+/// The sidecar of an object version and its data file's tag, made (with an empty data
+/// file) if there is none; `Err` of kind `InvalidData` if a sidecar of that name is
+/// another version's (it is left alone).
+pub(super) fn open_entry(
+    dir: &Path,
+    hash: &str,
+    ident: &str,
+    size: u64,
+) -> io::Result<(File, u64)> {
+    let path = map_path(dir, hash);
     let l = Layout::new(size);
     let f = match open_rw(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let tmp = tmp_path(dir, hash);
-            let made = File::create(&tmp).and_then(|f| format(&f, &l, ident, false));
-            let linked = made.and_then(|()| fs::hard_link(&tmp, &path));
-            let _ = fs::remove_file(&tmp);
-            match linked {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
+            make_entry(dir, hash, ident, &l)?;
             open_rw(&path)?
         }
         Err(e) => return Err(e),
     };
     match read_header(&f) {
-        Ok((id2, l2)) if id2 == ident && l2 == l => Ok(f),
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "another version's cache file",
-        )),
+        Ok(h) if h.ident == ident && h.layout == l => Ok((f, h.tag)),
+        Ok(_) => Err(invalid("another version's cache file")),
+        Err(e) => Err(e),
     }
 }
 
-/// Makes the file at `src`, which holds all `size` bytes of the version, its complete
-/// entry file. False (and `src` as it was) if the version has a file already.
+/// Makes an empty entry: its data file (the object's length, all hole) under its own
+/// name, then its sidecar, linked into place last. Another process that made it first
+/// wins; this one's data file goes.
+fn make_entry(dir: &Path, hash: &str, ident: &str, l: &Layout) -> io::Result<()> {
+    let tag: u64 = rand::random();
+    let data = data_path(dir, hash, tag);
+    let made = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&data)
+        .and_then(|f| f.set_len(l.size));
+    match made.and_then(|()| link_sidecar(dir, hash, ident, l, tag, false)) {
+        Ok(true) => Ok(()),
+        r => {
+            let _ = fs::remove_file(&data);
+            r.map(|_| ())
+        }
+    }
+}
+
+/// Makes the sidecar of the data file with `tag` (made already) under a temporary name
+/// and links it into place; false if the version has a sidecar already.
+fn link_sidecar(
+    dir: &Path,
+    hash: &str,
+    ident: &str,
+    l: &Layout,
+    tag: u64,
+    full: bool,
+) -> io::Result<bool> {
+    let tmp = tmp_path(dir, hash);
+    let made = File::create(&tmp).and_then(|f| format(&f, l, ident, tag, full));
+    let linked = made.and_then(|()| fs::hard_link(&tmp, map_path(dir, hash)));
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Makes the file at `src`, which holds all `size` bytes of the version, the data file
+/// of a complete entry (a second link to it: `src` itself is left as it was). False if
+/// the version has an entry already.
 pub(super) fn adopt_file(
     dir: &Path,
     hash: &str,
@@ -250,43 +338,69 @@ pub(super) fn adopt_file(
     size: u64,
     src: &Path,
 ) -> io::Result<bool> {
+    if fs::metadata(src)?.len() != size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the file is not the object's size",
+        ));
+    }
     let l = Layout::new(size);
-    let f = open_rw(src)?;
-    format(&f, &l, ident, true)?;
-    match fs::hard_link(src, entry_path(dir, hash)) {
-        Ok(()) => Ok(true),
-        Err(e) => {
-            f.set_len(size)?;
-            if e.kind() == io::ErrorKind::AlreadyExists {
-                Ok(false)
-            } else {
-                Err(e)
-            }
+    let tag: u64 = rand::random();
+    let data = data_path(dir, hash, tag);
+    fs::hard_link(src, &data)?;
+    match link_sidecar(dir, hash, ident, &l, tag, true) {
+        Ok(true) => Ok(true),
+        r => {
+            let _ = fs::remove_file(&data);
+            r
         }
     }
 }
 
-/// The identity and layout an entry file says it has.
-pub(super) fn read_header(f: &File) -> io::Result<(String, Layout)> {
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, "bad cache file");
-    let len = f.metadata()?.len();
-    let mut t = [0u8; 8];
-    f.read_exact_at(&mut t, len.checked_sub(8).ok_or_else(bad)?)?;
-    let head = u64::from_le_bytes(t);
-    let mut h = vec![0u8; 20];
-    f.read_exact_at(&mut h, head)?;
-    if &h[..8] != MAGIC {
-        return Err(bad());
+/// The data file of the sidecar with `tag`; `InvalidData` if it is not the object's
+/// length (damaged: the entry is made anew).
+pub(super) fn open_data(dir: &Path, hash: &str, tag: u64, size: u64) -> io::Result<File> {
+    let f = open_rw(&data_path(dir, hash, tag))?;
+    if f.metadata()?.len() != size {
+        return Err(invalid("cache data file of the wrong length"));
     }
-    let size = u64::from_le_bytes(h[8..16].try_into().map_err(|_| bad())?);
-    let ilen = u32::from_le_bytes(h[16..20].try_into().map_err(|_| bad())?) as usize;
-    let l = Layout::new(size);
-    if l.head != head || l.len() != len || ilen as u64 + 20 > HEADER {
-        return Err(bad());
+    Ok(f)
+}
+
+/// Removes a damaged entry (its sidecar does not parse, or names a data file that is
+/// not there): the sidecar, then the data file if the sidecar still names one.
+pub(super) fn remove_damaged(dir: &Path, hash: &str) {
+    let path = map_path(dir, hash);
+    let tag = File::open(&path).ok().and_then(|f| read_header(&f).ok());
+    let _ = fs::remove_file(&path);
+    if let Some(h) = tag {
+        let _ = fs::remove_file(data_path(dir, hash, h.tag));
+    }
+}
+
+/// What a sidecar says it is.
+pub(super) fn read_header(f: &File) -> io::Result<Header> {
+    let len = f.metadata()?.len();
+    let mut h = [0u8; FIXED];
+    f.read_exact_at(&mut h, 0).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => invalid("short cache file"),
+        _ => e,
+    })?;
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&h[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    let (size, tag) = (u64_at(8), u64_at(16));
+    let ilen = u32::from_le_bytes([h[24], h[25], h[26], h[27]]) as usize;
+    let layout = Layout::new(size);
+    if &h[..8] != MAGIC || layout.len() != len || (ilen + FIXED) as u64 > HEADER {
+        return Err(invalid("bad cache file"));
     }
     let mut ident = vec![0u8; ilen];
-    f.read_exact_at(&mut ident, head + 20)?;
-    Ok((String::from_utf8(ident).map_err(|_| bad())?, l))
+    f.read_exact_at(&mut ident, FIXED as u64)?;
+    let ident = String::from_utf8(ident).map_err(|_| invalid("bad cache file"))?;
+    Ok(Header { ident, layout, tag })
 }
 
 /// The words of chunks `[c0, c1)`.
@@ -326,36 +440,38 @@ pub(super) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// One entry file as a scan finds it.
+/// One entry as a scan finds it (its sidecar).
 pub(super) struct Scanned {
     pub hash: String,
     pub ident: String,
+    pub tag: u64,
     pub layout: Layout,
     pub words: Vec<u32>,
     pub stamps: Vec<u64>,
 }
 
-/// Reads one entry file; `None` if it is not one (or went meanwhile).
+/// Reads one sidecar; `None` if it is not one (or went meanwhile).
 pub(super) fn scan_one(path: &Path) -> Option<Scanned> {
     let hash = path
         .file_name()?
         .to_str()?
-        .strip_suffix(".cache")?
+        .strip_suffix(".map")?
         .to_string();
     let f = File::open(path).ok()?;
-    let (ident, layout) = read_header(&f).ok()?;
-    let words = read_words(&f, &layout, 0, layout.chunks).ok()?;
-    let stamps = read_stamps(&f, &layout).ok()?;
+    let h = read_header(&f).ok()?;
+    let words = read_words(&f, &h.layout, 0, h.layout.chunks).ok()?;
+    let stamps = read_stamps(&f, &h.layout).ok()?;
     Some(Scanned {
         hash,
-        ident,
-        layout,
+        ident: h.ident,
+        tag: h.tag,
+        layout: h.layout,
         words,
         stamps,
     })
 }
 
-/// Every entry file of `dir`.
+/// Every entry of `dir`.
 pub(super) fn scan(dir: &Path) -> Vec<Scanned> {
     let Ok(rd) = fs::read_dir(dir) else {
         return Vec::new();

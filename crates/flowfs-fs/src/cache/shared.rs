@@ -1,8 +1,8 @@
 //! What the processes sharing a cache directory coordinate with: open-file-description
-//! (OFD) byte-range locks on an entry's map (a fetch in flight, an eviction punching, an
-//! entry in use), and the directory's byte count (`objects/usage`). OFD locks belong to
-//! an open file, not to a thread or a process, and the kernel drops them when the last
-//! descriptor of that open file closes: a process killed with -9 holds none.
+//! (OFD) byte-range locks on an entry's sidecar (a fetch in flight, an eviction punching,
+//! an entry in use, a pin), and the directory's byte count (`objects/usage`). OFD locks
+//! belong to an open file, not to a thread or a process, and the kernel drops them when
+//! the last descriptor of that open file closes: a process killed with -9 holds none.
 
 use std::fs::{File, OpenOptions};
 use std::io;

@@ -7,7 +7,7 @@ use flowfs_client::AlignedBuf;
 
 /// What a fetch does with the bytes it got: under the chunks' fetch lock, to the
 /// readers, then into the file.
-fn insert(cache: &DiskCache, e: &Arc<CacheEntry>, off: u64, data: Bytes) {
+pub(super) fn insert(cache: &DiskCache, e: &Arc<CacheEntry>, off: u64, data: Bytes) {
     let c1 = (off + data.len() as u64).div_ceil(CHUNK);
     let lock = cache
         .lock_fetch(e, off / CHUNK, c1, false)
@@ -20,11 +20,11 @@ fn insert(cache: &DiskCache, e: &Arc<CacheEntry>, off: u64, data: Bytes) {
     cache.evict();
 }
 
-fn aligned(data: &[u8]) -> Bytes {
+pub(super) fn aligned(data: &[u8]) -> Bytes {
     AlignedBuf::from_slice(data).into_bytes()
 }
 
-fn pattern(len: u64, m: u64) -> Vec<u8> {
+pub(super) fn pattern(len: u64, m: u64) -> Vec<u8> {
     (0..len).map(|i| (i % m) as u8).collect()
 }
 
@@ -52,7 +52,7 @@ fn insert_read_and_evict() {
 }
 
 /// A cache (1 GiB) on `dir` that holds `data` as version v1 of `b/k`, its entry open.
-fn holding(dir: &Path, data: &[u8]) -> (DiskCache, Arc<CacheEntry>) {
+pub(super) fn holding(dir: &Path, data: &[u8]) -> (DiskCache, Arc<CacheEntry>) {
     let cache = DiskCache::open(dir, 1 << 30, 0).unwrap();
     let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
     insert(&cache, &e, 0, aligned(data));
@@ -220,16 +220,16 @@ fn eviction_skips_chunks_being_fetched_and_files_in_use() {
     let ea = a.entry("b", "k", "\"v1\"", one).unwrap();
     insert(&a, &ea, 0, aligned(&data));
     let l = Layout::new(one);
-    let path = ea.data_path();
+    let (path, data) = (ea.map_path(), ea.data_path());
     let lock = a.lock_fetch(&ea, 3, 4, false).unwrap().unwrap();
-    assert_eq!(entry::punch_block(&path, &l, 0).unwrap(), 0);
+    assert_eq!(entry::punch_block(&path, &l, 0).unwrap(), Some(0));
     drop(lock);
-    assert_eq!(entry::punch_block(&path, &l, 0).unwrap(), one);
+    assert_eq!(entry::punch_block(&path, &l, 0).unwrap(), Some(one));
     assert!(ea.try_read(0, 1).unwrap().is_none());
     assert!(!entry::remove_unused(&path, &l), "removed a file in use");
     a.release(&ea);
     assert!(entry::remove_unused(&path, &l));
-    assert!(!path.exists());
+    assert!(!path.exists() && !data.exists());
 }
 
 #[test]
@@ -294,6 +294,7 @@ fn fetched_ranges_are_read_from_memory_once_then_from_the_file() {
     let size = (4 << 20) + 1234;
     let data = pattern(size, 253);
     let e = cache.entry("b", "k", "\"e\"", size).unwrap();
+    let (map, file) = (e.map_path(), e.data_path());
     for off in (0..size).step_by(1 << 20) {
         let end = (off + (1 << 20)).min(size);
         insert(&cache, &e, off, aligned(&data[off as usize..end as usize]));
@@ -317,8 +318,8 @@ fn fetched_ranges_are_read_from_memory_once_then_from_the_file() {
     assert!(cache.read_mem(&e, 0, 10).is_none());
     assert_eq!(cache.read(&e, 0, size as usize).unwrap().unwrap(), data);
     cache.release(&e);
-    let len = fs::metadata(e.data_path()).unwrap().len();
-    assert_eq!(len, Layout::new(size).len());
+    assert_eq!(fs::metadata(file).unwrap().len(), size);
+    assert_eq!(fs::metadata(map).unwrap().len(), Layout::new(size).len());
 }
 
 /// Chunks this process's eviction took stay reserved until punched: a reader meanwhile
@@ -334,7 +335,7 @@ fn chunks_being_punched_are_waited_for_not_fetched() {
     let taken = e.take_block(0);
     let claim = e.claim(0, 2, 128);
     assert_eq!((claim.wait.len(), claim.start.len()), (1, 0));
-    entry::punch_block(&e.data_path(), &Layout::new(data.len() as u64), 0).unwrap();
+    entry::punch_block(&e.map_path(), &Layout::new(data.len() as u64), 0).unwrap();
     e.end_punch(&taken);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -417,7 +418,7 @@ fn hit_cost() {
     let size = 16 << 20;
     let data = pattern(size, 251);
     let (cache, e) = holding(dir.path(), &data);
-    let file = File::open(e.data_path()).unwrap();
+    let file = File::open(e.map_path()).unwrap();
     let len = 128 << 10;
     let n = 20_000u64;
     let offs: Vec<u64> = (0..n).map(|i| (i * 7919 * CHUNK) % (size - len)).collect();
