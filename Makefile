@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults demo bench bench-quick bench-scale bench-scale-core bench-shared workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults demo bench bench-quick bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -69,6 +69,12 @@ bench-quick: setup build
 # same tasks with a cache dir each.
 bench-shared: setup build
 	$(PYTHON) bench/shared_cache.py --size $(or $(SIZE),1G) $(if $(PRIVATE),--private)
+
+# Issue 16's passthrough benchmark (bench/passthrough.py): a cached read after drop_caches,
+# a big write and small writes (their write phases) with --passthrough auto and off against
+# local disk, interleaved; SIZE=2G and RUNS=3 by default.
+bench-passthrough: setup build
+	$(PYTHON) bench/passthrough.py --size $(or $(SIZE),2G) --runs $(or $(RUNS),3)
 
 # Issue 15's scale benchmark (bench/scale.py): 100,000 files in 100 directories; re-listing
 # one directory on a mount that has seen all of them against one that has seen only it.

@@ -8,9 +8,11 @@ files in test_fsx.py (every run there opens its file with passthrough on, the de
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import signal
+import time
 
 import pytest
 
@@ -19,6 +21,17 @@ from helpers import MiB, payload, sha256, sha256_file
 from write_helpers import object_bytes
 
 IN_USE = "FUSE passthrough in use"
+
+
+def _until_passed_through(m, path, timeout: float = 20.0) -> None:
+    """Opens `path` until an open is served by passthrough. A read hands its bytes to the
+    reader before they are written to the cache file, so the file is complete in the cache
+    a moment after the read that fetched it; no event tells when."""
+    deadline = time.monotonic() + timeout
+    while IN_USE not in m.log_text():
+        assert time.monotonic() < deadline, f"{path} was never passed through in {timeout} s"
+        with open(path, "rb") as f:
+            f.read(1)
 
 
 def _write_checking_size(path, data: bytes, step: int) -> None:
@@ -109,3 +122,45 @@ def test_kill_9_while_a_passthrough_writer_is_open_loses_nothing(mount, bucket, 
     got = object_bytes(s3, bucket, "pt-crash/partial.bin")
     assert got is not None and sha256(got) == sha256(data), f"recovered {None if got is None else len(got)} bytes"
     assert (m2 / "partial.bin").read_bytes() == data
+
+
+def test_fully_cached_file_is_read_by_the_kernel_from_the_cache(mount, bucket, s3):
+    """The first read fills the cache (through flowfs); the next open of the file is
+    served from the cache's data file by the kernel. A small cache then evicts while that
+    reader is open: its bytes stay (the entry is pinned), and every byte read is right."""
+    ref = payload(12 * MiB + 4321, "pt-ref")
+    other = payload(40 * MiB, "pt-other")
+    s3.put_object(Bucket=bucket, Key="pt-read/ref.fa", Body=ref)
+    s3.put_object(Bucket=bucket, Key="pt-read/other.bin", Body=other)
+    m = mount(bucket, "pt-read", extra=["--cache-size", "24M"], log_level="info")
+    assert sha256_file(m / "ref.fa") == sha256(ref)
+    assert IN_USE not in m.log_text(), "a file not yet cached is read through flowfs"
+    _until_passed_through(m, m / "ref.fa")
+    with open(m / "ref.fa", "rb", buffering=0) as f:
+        head = f.read(MiB)
+        # 40 MiB through a 24 MiB cache: eviction runs while the reader is open
+        assert sha256_file(m / "other.bin") == sha256(other)
+        rest = f.read()
+    assert head + rest == ref
+
+
+def test_writer_is_refused_while_the_cache_file_is_passed_through(mount, bucket, s3):
+    """While readers of a file read the cache's file, an open of it for writing gets EBUSY
+    and changes nothing (an O_TRUNC truncates nothing); once they close, it succeeds."""
+    s3.put_object(Bucket=bucket, Key="pt-busy/in.txt", Body=b"original\n")
+    m = mount(bucket, "pt-busy", log_level="info")
+    p = m / "in.txt"
+    assert p.read_bytes() == b"original\n"
+    _until_passed_through(m, p)
+    with open(p, "rb") as reader:
+        with pytest.raises(OSError) as e:
+            open(p, "wb")
+        assert e.value.errno == errno.EBUSY
+        assert reader.read() == b"original\n"
+        assert os.stat(p).st_size == len(b"original\n")
+    with open(p, "wb") as w:
+        w.write(b"new\n")
+    assert p.read_bytes() == b"new\n"
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    assert object_bytes(s3, bucket, "pt-busy/in.txt") == b"new\n"

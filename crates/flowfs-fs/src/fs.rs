@@ -67,8 +67,13 @@ const MAX_SYMLINK: u64 = 4096;
 
 #[derive(Clone)]
 enum Handle {
-    /// Reads of an object through the cache.
-    Remote { ino: u64, reader: Arc<Reader> },
+    /// Reads of an object through the cache; `_backing`: its cached bytes, pinned (held,
+    /// never read) as long as the handle lives, while the kernel reads them itself.
+    Remote {
+        ino: u64,
+        reader: Arc<Reader>,
+        _backing: Option<Backing>,
+    },
     /// A file whose content is staged on local disk.
     Local {
         ino: u64,

@@ -51,9 +51,6 @@ mod fetch;
 mod index;
 mod memory;
 mod persist;
-// The API passthrough opens (fs/open.rs, the FUSE adapter) are being wired onto; until
-// they are, only the tests use it.
-#[allow(dead_code)]
 mod pin;
 #[cfg(test)]
 mod pin_tests;
@@ -81,7 +78,6 @@ use shared::Usage;
 pub use disk::{disk_space, DiskSpace};
 pub use entry::{CacheEntry, FetchLock};
 pub use fetch::Fetch;
-#[allow(unused_imports)] // as `mod pin` above
 pub use pin::Pinned;
 
 pub const CHUNK: u64 = 64 * 1024;

@@ -8,6 +8,8 @@ use std::fs::File;
 use std::sync::Arc;
 
 use super::*;
+use crate::cache::Pinned;
+use crate::prefetch::Reader;
 
 /// How an open handle on a staged file uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +33,14 @@ impl Access {
 pub enum Backing {
     /// The file's staged copy (written here, not yet uploaded or still open).
     Staged(Arc<StagedFile>),
+    /// The cache's data file of the object version an open reads, every byte of it
+    /// present and pinned there while the handle is open; `ino`: its inode number.
+    Cached {
+        /// The pin: no eviction punches the file while it lives.
+        pin: Arc<Pinned>,
+        /// The data file's inode number.
+        ino: u64,
+    },
 }
 
 /// Which local file a `Backing` is: every open of one inode served by passthrough must
@@ -39,6 +49,8 @@ pub enum Backing {
 pub enum BackingKey {
     /// A staged file, by its id.
     Staged(u64),
+    /// A cache data file, by its inode number.
+    Cached(u64),
 }
 
 impl Backing {
@@ -46,6 +58,7 @@ impl Backing {
     pub fn file(&self) -> &File {
         match self {
             Backing::Staged(s) => &s.file,
+            Backing::Cached { pin, .. } => pin.file(),
         }
     }
 
@@ -53,6 +66,7 @@ impl Backing {
     pub fn key(&self) -> BackingKey {
         match self {
             Backing::Staged(s) => BackingKey::Staged(s.id),
+            Backing::Cached { ino, .. } => BackingKey::Cached(*ino),
         }
     }
 }
@@ -64,6 +78,17 @@ impl std::fmt::Debug for Backing {
 }
 
 impl Fs {
+    /// The cached bytes `reader` reads, pinned, as a backing file, when all are cached.
+    pub(super) fn cached_backing(&self, reader: &Reader) -> Option<Backing> {
+        use std::os::unix::fs::MetadataExt;
+        let pin = self.prefetch.pin(reader)?;
+        let ino = pin.file().metadata().ok()?.ino();
+        Some(Backing::Cached {
+            pin: Arc::new(pin),
+            ino,
+        })
+    }
+
     /// A writer of `ino`'s `staged` file will be served by passthrough: its changes are
     /// journaled before it makes any.
     pub(super) fn begin_direct(&self, ino: u64, staged: &Arc<StagedFile>) -> Result<()> {

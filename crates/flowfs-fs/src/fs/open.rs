@@ -76,8 +76,14 @@ impl Fs {
                 return Err(e);
             }
         };
+        let backing = direct.then(|| self.cached_backing(&reader)).flatten();
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        (self.files.lock()).insert(fh, Handle::Remote { ino, reader });
+        let handle = Handle::Remote {
+            ino,
+            reader,
+            _backing: backing.clone(),
+        };
+        (self.files.lock()).insert(fh, handle);
         self.prefetch_siblings(ino);
         // `flush` has nothing to report for a handle that only reads the bucket.
         Ok((
@@ -85,7 +91,7 @@ impl Fs {
             OpenHints {
                 keep_cache: keep,
                 no_flush: true,
-                backing: None,
+                backing,
             },
         ))
     }
@@ -167,7 +173,7 @@ impl Fs {
     pub fn release(self: &Arc<Self>, fh: u64) -> Result<()> {
         let h = self.files.lock().remove(&fh).ok_or(FsError::BadHandle)?;
         match h {
-            Handle::Remote { ino, reader } => {
+            Handle::Remote { ino, reader, .. } => {
                 self.prefetch.close(&reader);
                 self.close_node(ino);
             }

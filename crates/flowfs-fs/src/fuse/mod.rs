@@ -27,7 +27,7 @@ use tracing::{Instrument, Span};
 
 use crate::error::{FsError, Result};
 use crate::fs::{AttrChanges, Fs};
-use passthrough::{Created, Passthrough};
+use passthrough::{Created, Passthrough, Plan};
 use reply::{answer, file_type, open_flags, span, to_fuse, utf8, About, Replies};
 
 /// Answers the kernel's FUSE requests with the methods of `Fs`.
@@ -169,8 +169,13 @@ impl fuser::Filesystem for FuseAdapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncate;
-        let direct = self.pt.wanted(ino.0);
-        let pt = self.pt.clone();
+        let plan = self.pt.plan(ino.0, write);
+        if plan == Plan::Refuse {
+            let _span = span("open", About::Ino(ino.0)).entered();
+            tracing::debug!("open for writing refused: its readers read the cache's file");
+            return reply.error(fuser::Errno::EBUSY);
+        }
+        let (direct, pt) = (plan == Plan::Offer, self.pt.clone());
         self.run(
             span("open", About::Ino(ino.0)),
             reply,

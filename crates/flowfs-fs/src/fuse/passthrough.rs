@@ -52,6 +52,17 @@ pub(super) struct Passthrough {
     state: Mutex<State>,
 }
 
+/// What an open may be, before the core opens it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Plan {
+    /// Served by flowfs: no backing file is asked for.
+    Flowfs,
+    /// The core offers its backing file, if it has one.
+    Offer,
+    /// Refused (EBUSY), see `plan`.
+    Refuse,
+}
+
 /// An open or create reply, served either way.
 pub(super) trait OpenReply {
     fn backing(&self, file: &std::fs::File) -> std::io::Result<BackingId>;
@@ -68,7 +79,7 @@ impl OpenReply for ReplyOpen {
         self.opened(fh, flags);
     }
     fn direct(self, fh: FileHandle, flags: FopenFlags, id: &BackingId) {
-        self.opened_passthrough(fh, flags, id);
+        self.opened_passthrough(fh, kernel_flags(flags), id);
     }
     fn refuse(self, e: fuser::Errno) {
         self.error(e);
@@ -92,6 +103,7 @@ impl OpenReply for Created {
     }
     fn direct(self, fh: FileHandle, flags: FopenFlags, id: &BackingId) {
         let g = Generation(0);
+        let flags = kernel_flags(flags);
         (self.reply).created_passthrough(&self.ttl, &self.attr, g, fh, flags, id);
     }
     fn refuse(self, e: fuser::Errno) {
@@ -123,11 +135,21 @@ impl Passthrough {
         }
     }
 
-    /// Whether an open of `ino` may be served by passthrough (it is asked of the core
-    /// before the open; `answer` decides with what it got).
-    pub(super) fn wanted(&self, ino: u64) -> bool {
+    /// Whether an open of `ino` may be served by passthrough, asked before the core
+    /// opens (`answer` decides with what the open offers). An open for writing is refused
+    /// at once (EBUSY) while the inode's readers read the cache's file: its writes could
+    /// go nowhere else, and refused before the core opens it, an O_TRUNC truncates
+    /// nothing.
+    pub(super) fn plan(&self, ino: u64, write: bool) -> Plan {
         let s = self.state.lock();
-        s.usage != Use::Off && !matches!(s.inodes.get(&ino), Some(IoMode::Flowfs { .. }))
+        match s.inodes.get(&ino) {
+            Some(IoMode::Kernel { key, .. }) if write && matches!(key, BackingKey::Cached(_)) => {
+                Plan::Refuse
+            }
+            Some(IoMode::Flowfs { .. }) => Plan::Flowfs,
+            _ if s.usage == Use::Off => Plan::Flowfs,
+            _ => Plan::Offer,
+        }
     }
 
     /// Answers the open of `ino` (handle `fh`, offered `backing`) as its inode's mode
@@ -205,6 +227,13 @@ impl Passthrough {
             s.inodes.remove(&ino);
         }
     }
+}
+
+/// The flags a passthrough open may carry. The kernel fails the open (EIO) when any other
+/// is set (FOPEN_PASSTHROUGH_MASK, fs/fuse/iomode.c): FOPEN_KEEP_CACHE, which a reopened
+/// unchanged object gets, failed every passthrough open of a cached file.
+fn kernel_flags(flags: FopenFlags) -> FopenFlags {
+    flags & (FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO)
 }
 
 /// The first open of an inode: its backing file registered with the kernel, when there

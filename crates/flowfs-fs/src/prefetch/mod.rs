@@ -31,7 +31,7 @@ use flowfs_client::ObjectClient;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
-use crate::cache::{CacheEntry, DiskCache, Fetch, CHUNK};
+use crate::cache::{CacheEntry, DiskCache, Fetch, Pinned, CHUNK};
 use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 use gets::{Sizing, PIECE};
@@ -111,6 +111,24 @@ impl Prefetcher {
             obj: self.version(key, etag, size)?,
             seq: Mutex::new(SeqState::default()),
         })
+    }
+
+    /// The object `r` reads as one local file, held against eviction, when every byte
+    /// of it is in the cache (for FUSE passthrough); none otherwise.
+    pub(crate) fn pin(&self, r: &Reader) -> Option<Pinned> {
+        match self.cache.pin_complete(&r.obj.entry) {
+            Ok(p) => {
+                let p = p.filter(|p| p.size() == r.obj.size)?;
+                // The kernel's reads leave no use times: the whole object counts as used
+                // now, or eviction would take a file read only through passthrough first.
+                self.cache.touch(&r.obj.entry, 0, r.obj.size);
+                Some(p)
+            }
+            Err(e) => {
+                tracing::debug!(key = %r.obj.key, "cannot pin the cached object: {e}");
+                None
+            }
+        }
     }
 
     /// The handle of `r` closed: the last one on its cache entry saves its bitmap.

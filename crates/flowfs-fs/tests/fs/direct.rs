@@ -112,3 +112,33 @@ async fn no_backing_file_is_offered_unless_asked_or_when_bytes_are_remote() {
     assert!(h.backing.is_none());
     fs.release(fh).unwrap();
 }
+
+/// A file whose every byte is in the cache is offered the cache's data file: exactly the
+/// object's bytes, as long as the object. The same open before it was read is not.
+#[tokio::test]
+async fn a_fully_cached_file_is_offered_its_cache_data_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let bytes = data((2 << 20) + 777, 9);
+    mock.insert("ref.fa", bytes.clone());
+    let ino = crate::common::path_ino(&fs, "ref.fa").await.unwrap();
+    let (fh, h) = fs.open_as(ino, false, false, true).await.unwrap();
+    assert!(h.backing.is_none(), "nothing is cached yet");
+    fs.release(fh).unwrap();
+    assert!(crate::common::read_all(&fs, ino).await == bytes);
+    let gets = mock.count(Op::Get);
+    let (fh, h) = fs.open_as(ino, false, false, true).await.unwrap();
+    let b = h.backing.expect("the cached file is offered");
+    assert!(matches!(b.key(), flowfs_fs::BackingKey::Cached(_)));
+    let f = b.file();
+    assert_eq!(f.metadata().unwrap().len(), bytes.len() as u64);
+    let mut got = vec![0u8; bytes.len()];
+    f.read_exact_at(&mut got, 0).unwrap();
+    assert!(got == bytes);
+    assert_eq!(
+        mock.count(Op::Get),
+        gets,
+        "no GET for a pinned, cached file"
+    );
+    fs.release(fh).unwrap();
+}
