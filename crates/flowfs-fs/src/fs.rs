@@ -380,10 +380,13 @@ impl Fs {
             t.path(ino).ok_or(FsError::NotFound)?
         };
         let at = Instant::now();
-        let (mut entries, marker) = self.list_remote(ino, &path).await?;
+        let (mut entries, marker, marked) = self.list_remote(ino, &path).await?;
         let mut t = self.inodes.lock();
-        if let (Some(p), Some(n)) = (marker, t.get_mut(ino)) {
-            n.entry.set_posix(Some(p.merged_over(n.entry.posix())));
+        if let Some(n) = t.get_mut(ino) {
+            n.set_marked(marked);
+            if let Some(p) = marker {
+                n.entry.set_posix(Some(p.merged_over(n.entry.posix())));
+            }
         }
         // The LIST is a snapshot from `at`. What this mount did here since then is newer:
         // files staged and not yet in the bucket, uploads that landed while the LIST ran

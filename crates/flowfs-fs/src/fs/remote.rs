@@ -153,13 +153,13 @@ impl Fs {
         }
     }
 
-    /// Every entry of a directory, all listing pages, with symlinks resolved, and the
-    /// attributes its own marker holds (`marker_posix`).
+    /// Every entry of a directory, all listing pages, with symlinks resolved, the
+    /// attributes its own marker holds (`marker_posix`), and whether it has a marker.
     pub(super) async fn list_remote(
         &self,
         ino: u64,
         path: &str,
-    ) -> Result<(BTreeMap<String, Entry>, Option<Posix>)> {
+    ) -> Result<(BTreeMap<String, Entry>, Option<Posix>, bool)> {
         let prefix = self.dir_prefix(path);
         let mut entries = BTreeMap::new();
         let mut candidates = Vec::new();
@@ -212,6 +212,12 @@ impl Fs {
         };
         if heads {
             candidates.append(&mut others);
+        } else if marked {
+            // A symlink written into a marked directory is one PUT, with no `-1` ETag
+            // (a listing here reads every object's metadata unless `--meta-heads
+            // never`): with `never`, the small objects here are its candidates.
+            others.retain(|(name, _)| entries.get(name).is_some_and(|e| e.size <= MAX_SYMLINK));
+            candidates.append(&mut others);
         }
         // The directory's own attributes, from its marker, unless known already.
         let known = {
@@ -229,7 +235,7 @@ impl Fs {
         let (heads, marker) =
             tokio::join!(self.resolve_heads(ino, candidates, &mut entries), marker);
         heads?;
-        Ok((entries, marker?))
+        Ok((entries, marker?, marked))
     }
 
     /// Reads the metadata of `candidates` (name, key) of a listing of directory `ino`:

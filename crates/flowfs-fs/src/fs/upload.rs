@@ -361,12 +361,20 @@ impl Fs {
             return None;
         };
         let key = self.key(&path);
-        let job = self.wb.begin_upload(ino, &key)?;
+        let mut job = self.wb.begin_upload(ino, &key)?;
         let mut metadata = HashMap::new();
         let mut posix = Posix::default();
+        let marked = t
+            .get(ino)
+            .and_then(|n| t.get(n.parent()))
+            .is_some_and(|p| p.is_marked());
         if let Some(n) = t.get_mut(ino) {
             if let Some(target) = &n.entry.target {
                 metadata.insert(SYMLINK_META.to_string(), percent_encode(target));
+                // A listing of a marked directory reads every object's metadata: one PUT
+                // is enough there. Elsewhere only the `-1` ETag of a single-part
+                // multipart upload tells a listing to look (3 requests).
+                job.one_part = !marked;
             }
             posix = self.full_posix(&n.entry);
             if let Some(st) = self.wb.stat(ino) {
@@ -439,8 +447,7 @@ impl Fs {
                 return (r, false);
             }
         }
-        let one_part = metadata.contains_key(SYMLINK_META);
-        let (file, size) = (&job.file.file, job.size);
+        let (file, size, one_part) = (&job.file.file, job.size, job.one_part);
         let r = upload_file(
             &self.client,
             key,

@@ -45,6 +45,10 @@ pub(super) struct DirState {
     /// The last file opened here and how far its siblings were prefetched.
     pub(super) last_open: Option<String>,
     pub(super) prefetched_to: Option<String>,
+    /// Its marker object `dir/` is known to exist (made by mkdir here, or shown by its
+    /// last listing): a listing of a marked directory reads the metadata of every object
+    /// it does not know, so a symlink here needs no `-1` ETag to be told (one PUT).
+    pub(super) marked: bool,
 }
 
 /// What is left of a directory's listing.
@@ -198,6 +202,16 @@ impl Node {
         let d = self.dir.as_mut()?;
         let last = d.last_open.replace(name.to_string());
         Some((l, last, d.prefetched_to.clone()))
+    }
+
+    /// Whether its marker object is known to exist (see `DirState::marked`).
+    pub fn is_marked(&self) -> bool {
+        self.dir.as_ref().is_some_and(|d| d.marked)
+    }
+
+    /// Its marker object was made here, or a listing showed it (or showed none).
+    pub fn set_marked(&mut self, marked: bool) {
+        self.dir_mut().marked = marked;
     }
 
     pub fn set_prefetched_to(&mut self, name: String) {

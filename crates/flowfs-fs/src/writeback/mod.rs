@@ -180,6 +180,9 @@ pub struct UploadJob {
     pub gen: u64,
     pub size: u64,
     pub early: Option<Arc<Early>>,
+    /// Goes up as a single-part multipart upload, whose `-1` ETag tells a listing that
+    /// it may be a symlink: a symlink outside a marked directory (set by the caller).
+    pub one_part: bool,
 }
 
 /// What the end of an upload asks its caller to do.

@@ -14,5 +14,6 @@ mod rename_upload;
 mod scale_probe;
 mod special;
 mod status;
+mod symlinks;
 mod times;
 mod writeback;
