@@ -215,7 +215,7 @@ impl Fs {
     /// than the TTL; counts a kernel reference.
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
-        let (path, marker) = {
+        let (path, marker, was_dir) = {
             let mut t = self.inodes.lock();
             let p = t.get(parent).ok_or(FsError::NotFound)?;
             if p.entry.kind != Kind::Dir {
@@ -240,15 +240,18 @@ impl Fs {
                 Some(None) => return Err(FsError::NotFound),
                 None => {}
             }
+            let node = t.child(parent, name).and_then(|c| t.get(c));
+            let was_dir = node.is_some_and(|n| n.entry.kind == Kind::Dir);
             // A directory known here does not read its marker again.
-            let known = t
-                .child(parent, name)
-                .and_then(|c| t.get(c))
-                .and_then(|n| n.entry.posix());
-            (path, known.is_none_or(|p| p.mode.is_none()))
+            let known = node.and_then(|n| n.entry.posix());
+            (path, known.is_none_or(|p| p.mode.is_none()), was_dir)
         };
         let (found, at) = match self.via_listing(parent, name).await? {
             Some(f) => f,
+            None if was_dir => {
+                let at = Instant::now();
+                (self.stat_remote_dir(&path, marker).await?, at)
+            }
             None => {
                 let at = Instant::now();
                 (self.stat_remote(&path, marker).await?, at)

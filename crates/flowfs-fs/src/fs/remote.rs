@@ -8,6 +8,7 @@ use std::future::Future;
 use super::*;
 use crate::inode::MetaHeads;
 use crate::meta::Posix;
+use flowfs_client::ListPage;
 
 /// Requests in flight at once for a batch of small ones (HEADs, copies, deletes).
 const BATCH: usize = 32;
@@ -91,6 +92,15 @@ fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
     }
 }
 
+/// What a HEAD of a name says: an object, or nothing.
+fn head_entry(head: std::result::Result<ObjectMeta, ClientError>) -> Result<Option<Entry>> {
+    match head {
+        Ok(meta) => Ok(Some(meta_entry(&meta))),
+        Err(ClientError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
     let mut e = file_entry(&meta.info);
     let posix = Posix::decode(&meta.metadata);
@@ -118,20 +128,41 @@ impl Fs {
             self.client.head(&key),
             self.client.list_page(&dir, Some("/"), None, Some(1))
         );
-        let list = list?;
-        if !list.objects.is_empty() || !list.prefixes.is_empty() {
-            let mut e = Entry::dir(self.started);
-            // The marker (listed first) holds the directory's own attributes.
-            if marker && list.objects.first().is_some_and(|o| o.key == dir) {
-                e.set_posix(self.marker_posix(&dir).await?);
-            }
+        if let Some(e) = self.listed_dir(&dir, &list?, marker).await? {
             return Ok(Some(e));
         }
-        match head {
-            Ok(meta) => Ok(Some(meta_entry(&meta))),
-            Err(ClientError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
+        head_entry(head)
+    }
+
+    /// `stat_remote` of a name this mount knows as a directory: while it is one, its
+    /// LIST alone answers (a directory wins over an object of its name), so the HEAD is
+    /// sent only when nothing is below it any more. A walk into a deep work directory
+    /// re-checks each of its directories once a TTL: one request each, not two.
+    pub(super) async fn stat_remote_dir(
+        &self,
+        path: &str,
+        marker: bool,
+    ) -> Result<Option<Entry>> {
+        let key = self.key(path);
+        let dir = format!("{key}/");
+        let list = self.client.list_page(&dir, Some("/"), None, Some(1)).await?;
+        if let Some(e) = self.listed_dir(&dir, &list, marker).await? {
+            return Ok(Some(e));
         }
+        head_entry(self.client.head(&key).await)
+    }
+
+    /// The directory a one-key LIST of `dir` (its prefix) shows, if any.
+    async fn listed_dir(&self, dir: &str, list: &ListPage, marker: bool) -> Result<Option<Entry>> {
+        if list.objects.is_empty() && list.prefixes.is_empty() {
+            return Ok(None);
+        }
+        let mut e = Entry::dir(self.started);
+        // The marker (listed first) holds the directory's own attributes.
+        if marker && list.objects.first().is_some_and(|o| o.key == dir) {
+            e.set_posix(self.marker_posix(dir).await?);
+        }
+        Ok(Some(e))
     }
 
     /// The attributes a directory's marker `dir` (its key, with the `/`) holds, unless

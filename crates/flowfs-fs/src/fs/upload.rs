@@ -543,15 +543,37 @@ impl Fs {
                 // The time of the last change, as a local file system shows.
                 Released::Upload => n.entry.mtime = SystemTime::now(),
                 // The bucket's copy is current again: the node follows it as before.
-                Released::Dropped => n.confirm(Instant::now()),
+                Released::Dropped | Released::Clean => n.confirm(Instant::now()),
                 Released::Nothing => {}
             }
         }
+        let adopt = match out {
+            Released::Clean => self.adoptable(&t, ino),
+            _ => None,
+        };
         t.remove_if_unreferenced(ino);
         drop(t);
+        if out == Released::Clean {
+            if let Some((key, etag, size)) = adopt {
+                // A file whose upload ended while a reader had it open (`samtools
+                // index` right after `samtools sort`): the next task reads it from the
+                // cache, as it would have had the upload ended after the last close.
+                self.cache
+                    .adopt(&self.cfg.bucket, &key, &etag, size, staged.data_path());
+            }
+            staged.discard();
+        }
         if out == Released::Upload {
             self.spawn_upload(ino);
         }
+    }
+
+    /// Key, ETag and size of the object version a clean staged file of `ino` holds: a
+    /// regular file that still has its name and the ETag of its upload (or download).
+    fn adoptable(&self, t: &Inodes, ino: u64) -> Option<(String, Arc<str>, u64)> {
+        let n = t.get(ino).filter(|n| n.entry.kind == Kind::File && !n.is_unlinked())?;
+        let etag = n.entry.etag.clone()?;
+        Some((self.key(&t.path(ino)?), etag, n.entry.size))
     }
 
     /// Extends a file (fallocate mode 0); space is not reserved in object storage.

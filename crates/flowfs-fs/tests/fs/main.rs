@@ -11,6 +11,7 @@ mod on_mock;
 mod posix;
 mod reads;
 mod rename_upload;
+mod requests;
 mod scale_probe;
 mod special;
 mod status;
