@@ -528,6 +528,10 @@ impl Fs {
         }
         if n.is_unlinked() {
             a.nlink = 0;
+        } else if let Some(dirs) = n.subdirs() {
+            // Each subdirectory's `..`, as a local file system counts it, where this
+            // mount keeps the directory's listing (no request for it).
+            a.nlink = 2 + dirs as u32;
         }
         a
     }

@@ -138,14 +138,13 @@ impl Fs {
     /// LIST alone answers (a directory wins over an object of its name), so the HEAD is
     /// sent only when nothing is below it any more. A walk into a deep work directory
     /// re-checks each of its directories once a TTL: one request each, not two.
-    pub(super) async fn stat_remote_dir(
-        &self,
-        path: &str,
-        marker: bool,
-    ) -> Result<Option<Entry>> {
+    pub(super) async fn stat_remote_dir(&self, path: &str, marker: bool) -> Result<Option<Entry>> {
         let key = self.key(path);
         let dir = format!("{key}/");
-        let list = self.client.list_page(&dir, Some("/"), None, Some(1)).await?;
+        let list = self
+            .client
+            .list_page(&dir, Some("/"), None, Some(1))
+            .await?;
         if let Some(e) = self.listed_dir(&dir, &list, marker).await? {
             return Ok(Some(e));
         }

@@ -571,7 +571,9 @@ impl Fs {
     /// Key, ETag and size of the object version a clean staged file of `ino` holds: a
     /// regular file that still has its name and the ETag of its upload (or download).
     fn adoptable(&self, t: &Inodes, ino: u64) -> Option<(String, Arc<str>, u64)> {
-        let n = t.get(ino).filter(|n| n.entry.kind == Kind::File && !n.is_unlinked())?;
+        let n = t
+            .get(ino)
+            .filter(|n| n.entry.kind == Kind::File && !n.is_unlinked())?;
         let etag = n.entry.etag.clone()?;
         Some((self.key(&t.path(ino)?), etag, n.entry.size))
     }

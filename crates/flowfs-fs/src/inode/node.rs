@@ -54,8 +54,13 @@ pub(super) struct DirState {
 /// What is left of a directory's listing.
 #[derive(Debug)]
 pub(super) enum Cached {
-    /// Kept, as number `seq` in the order listings were stored (`Inodes::held`).
-    Held { listing: Listing, seq: u64 },
+    /// Kept, as number `seq` in the order listings were stored (`Inodes::held`), with
+    /// how many of its entries are directories (its nlink is 2 more).
+    Held {
+        listing: Listing,
+        seq: u64,
+        subdirs: usize,
+    },
     /// Dropped to keep listings within `MAX_LISTED`: how many entries it had.
     Dropped { len: usize },
 }
@@ -155,6 +160,15 @@ impl Node {
         }
     }
 
+    /// How many subdirectories its kept listing shows (with what this mount changed
+    /// since), or `None` when it has no listing kept.
+    pub fn subdirs(&self) -> Option<usize> {
+        match self.dir.as_ref()?.listing.as_ref()? {
+            Cached::Held { subdirs, .. } => Some(*subdirs),
+            Cached::Dropped { .. } => None,
+        }
+    }
+
     /// How many entries the directory's last listing had, kept or dropped.
     pub fn listed_len(&self) -> Option<usize> {
         match self.dir.as_ref()?.listing.as_ref()? {
@@ -166,7 +180,7 @@ impl Node {
     /// Takes the listing out; a kept one returns its size and number.
     pub(super) fn take_listing(&mut self) -> Option<(usize, u64)> {
         match self.dir.as_mut()?.listing.take()? {
-            Cached::Held { listing, seq } => Some((listing.entries.len(), seq)),
+            Cached::Held { listing, seq, .. } => Some((listing.entries.len(), seq)),
             Cached::Dropped { .. } => None,
         }
     }

@@ -26,7 +26,10 @@ async fn a_file_uploaded_while_a_reader_had_it_open_is_read_from_the_cache_after
     let body = data(300 << 10, 7);
     let (a, w) = fs.create(ROOT, "x.bam", 0o644).await.expect("create");
     fs.write(w, 0, &body).expect("write");
-    let (r, _) = fs.open(a.ino, false, false).await.expect("open for reading");
+    let (r, _) = fs
+        .open(a.ino, false, false)
+        .await
+        .expect("open for reading");
     fs.release(w).expect("release the writer");
     assert!(fs.flush_all().await.is_empty(), "uploaded");
     assert_eq!(fs.read(r, 0, 4096).await.expect("read"), body[..4096]);
