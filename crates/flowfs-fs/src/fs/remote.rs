@@ -117,6 +117,30 @@ pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
     e
 }
 
+/// Adds to the HEADs of a listing (`candidates`, the possible `-1` symlinks) the
+/// objects whose metadata `--meta-heads` asks for: every one in a marked directory
+/// (`marked`), or in every directory (`always`).
+fn meta_candidates(
+    heads: MetaHeads,
+    marked: bool,
+    entries: &BTreeMap<String, Entry>,
+    candidates: &mut Vec<(String, String)>,
+    mut others: Vec<(String, String)>,
+) {
+    match heads {
+        MetaHeads::Always => {}
+        MetaHeads::Marked if marked => {}
+        // A symlink written into a marked directory is one PUT, with no `-1` ETag (a
+        // listing there reads every object's metadata unless `--meta-heads never`):
+        // with `never`, the small objects there are its candidates.
+        MetaHeads::Never if marked => {
+            others.retain(|(name, _)| entries.get(name).is_some_and(|e| e.size <= MAX_SYMLINK));
+        }
+        MetaHeads::Marked | MetaHeads::Never => return,
+    }
+    candidates.append(&mut others);
+}
+
 impl Fs {
     /// What the server holds at `path`: a directory (a common prefix or a `dir/`
     /// marker) wins over an object of the same name. `marker`: a directory's marker is
@@ -235,20 +259,13 @@ impl Fs {
                 break;
             }
         }
-        let heads = match self.cfg.meta_heads {
-            MetaHeads::Always => true,
-            MetaHeads::Marked => marked,
-            MetaHeads::Never => false,
-        };
-        if heads {
-            candidates.append(&mut others);
-        } else if marked {
-            // A symlink written into a marked directory is one PUT, with no `-1` ETag
-            // (a listing here reads every object's metadata unless `--meta-heads
-            // never`): with `never`, the small objects here are its candidates.
-            others.retain(|(name, _)| entries.get(name).is_some_and(|e| e.size <= MAX_SYMLINK));
-            candidates.append(&mut others);
-        }
+        meta_candidates(
+            self.cfg.meta_heads,
+            marked,
+            &entries,
+            &mut candidates,
+            others,
+        );
         // The directory's own attributes, from its marker, unless known already.
         let known = {
             let t = self.inodes.lock();
