@@ -142,11 +142,16 @@ impl Retrying {
         }
     }
 
-    async fn retry<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T>
+    /// `run` with the mount's budget. Each request is logged at debug level (target
+    /// `flowfs::request`) inside the span of the FUSE operation that caused it, so that a
+    /// benchmark's request counts can be traced back to their operations
+    /// (`FLOWFS_LOG=flowfs::request=debug,flowfs_fs=debug`).
+    async fn retry<T, F, Fut>(&self, op: &str, what: &str, attempt: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
+        tracing::debug!(target: "flowfs::request", "{op} {what}");
         self.run(what, self.policy.budget, attempt).await
     }
 }
@@ -164,7 +169,7 @@ impl ObjectClient for Retrying {
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.retry(key, || self.inner.head(key)).await
+        self.retry("HEAD", key, || self.inner.head(key)).await
     }
 
     async fn get_range(
@@ -174,8 +179,10 @@ impl ObjectClient for Retrying {
         end: u64,
         etag: Option<&str>,
     ) -> Result<Bytes> {
-        self.retry(key, || self.inner.get_range(key, start, end, etag))
-            .await
+        self.retry("GET_RANGE", key, || {
+            self.inner.get_range(key, start, end, etag)
+        })
+        .await
     }
 
     /// A retry asks only for the pieces not delivered yet: a reader is never handed
@@ -190,7 +197,7 @@ impl ObjectClient for Retrying {
     ) -> Result<()> {
         let done = Mutex::new(0usize);
         let sink = Mutex::new(sink);
-        self.retry(key, || {
+        self.retry("GET_RANGE", key, || {
             let from = *done.lock();
             let begin = if from == 0 { start } else { cuts[from - 1] };
             let (done, sink) = (&done, &sink);
@@ -215,7 +222,7 @@ impl ObjectClient for Retrying {
         token: Option<String>,
         max_keys: Option<i32>,
     ) -> Result<ListPage> {
-        self.retry(prefix, || {
+        self.retry("LIST", prefix, || {
             self.inner
                 .list_page(prefix, delimiter, token.clone(), max_keys)
         })
@@ -228,7 +235,7 @@ impl ObjectClient for Retrying {
         start_after: &str,
         token: Option<String>,
     ) -> Result<ListPage> {
-        self.retry(prefix, || {
+        self.retry("LIST", prefix, || {
             self.inner.list_after(prefix, start_after, token.clone())
         })
         .await
@@ -240,7 +247,7 @@ impl ObjectClient for Retrying {
         body: Bytes,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
-        self.retry(key, || self.inner.put(key, body.clone(), metadata))
+        self.retry("PUT", key, || self.inner.put(key, body.clone(), metadata))
             .await
     }
 
@@ -252,8 +259,10 @@ impl ObjectClient for Retrying {
         key: &str,
         metadata: &HashMap<String, String>,
     ) -> Result<String> {
-        self.retry(key, || self.inner.create_multipart(key, metadata))
-            .await
+        self.retry("CREATE_MULTIPART", key, || {
+            self.inner.create_multipart(key, metadata)
+        })
+        .await
     }
 
     async fn upload_part(
@@ -263,7 +272,7 @@ impl ObjectClient for Retrying {
         part_number: i32,
         body: Bytes,
     ) -> Result<String> {
-        self.retry(key, || {
+        self.retry("UPLOAD_PART", key, || {
             self.inner
                 .upload_part(key, upload_id, part_number, body.clone())
         })
@@ -278,23 +287,26 @@ impl ObjectClient for Retrying {
         upload_id: &str,
         parts: Vec<CompletedPart>,
     ) -> Result<PutResult> {
-        self.retry(key, || {
+        self.retry("COMPLETE_MULTIPART", key, || {
             self.inner.complete_multipart(key, upload_id, parts.clone())
         })
         .await
     }
 
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
-        self.retry(key, || self.inner.abort_multipart(key, upload_id))
-            .await
+        self.retry("ABORT_MULTIPART", key, || {
+            self.inner.abort_multipart(key, upload_id)
+        })
+        .await
     }
 
     async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>> {
-        self.retry(key, || self.inner.list_uploads(key)).await
+        self.retry("LIST_MULTIPART", key, || self.inner.list_uploads(key))
+            .await
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
-        self.retry(to, || self.inner.copy(from, to)).await
+        self.retry("COPY", to, || self.inner.copy(from, to)).await
     }
 
     async fn replace_metadata(
@@ -309,7 +321,7 @@ impl ObjectClient for Retrying {
             let limits = crate::copy::CopyLimits::default();
             return crate::copy::copy_in_parts(self, key, metadata, etag, size, limits).await;
         }
-        self.retry(key, || {
+        self.retry("COPY", key, || {
             self.inner.replace_metadata(key, metadata, etag, size)
         })
         .await
@@ -323,7 +335,7 @@ impl ObjectClient for Retrying {
         range: (u64, u64),
         etag: Option<&str>,
     ) -> Result<String> {
-        self.retry(key, || {
+        self.retry("UPLOAD_PART_COPY", key, || {
             self.inner
                 .upload_part_copy(key, upload_id, part_number, range, etag)
         })
@@ -331,6 +343,6 @@ impl ObjectClient for Retrying {
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
-        self.retry(key, || self.inner.delete(key)).await
+        self.retry("DELETE", key, || self.inner.delete(key)).await
     }
 }

@@ -226,7 +226,7 @@ impl Fs {
     pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
         self.refresh_direct(None);
-        let (path, marker) = {
+        let (path, marker, was_dir) = {
             let mut t = self.inodes.lock();
             let p = t.get(parent).ok_or(FsError::NotFound)?;
             if p.entry.kind != Kind::Dir {
@@ -251,15 +251,18 @@ impl Fs {
                 Some(None) => return Err(FsError::NotFound),
                 None => {}
             }
+            let node = t.child(parent, name).and_then(|c| t.get(c));
+            let was_dir = node.is_some_and(|n| n.entry.kind == Kind::Dir);
             // A directory known here does not read its marker again.
-            let known = t
-                .child(parent, name)
-                .and_then(|c| t.get(c))
-                .and_then(|n| n.entry.posix());
-            (path, known.is_none_or(|p| p.mode.is_none()))
+            let known = node.and_then(|n| n.entry.posix());
+            (path, known.is_none_or(|p| p.mode.is_none()), was_dir)
         };
         let (found, at) = match self.via_listing(parent, name).await? {
             Some(f) => f,
+            None if was_dir => {
+                let at = Instant::now();
+                (self.stat_remote_dir(&path, marker).await?, at)
+            }
             None => {
                 let at = Instant::now();
                 (self.stat_remote(&path, marker).await?, at)
@@ -392,10 +395,13 @@ impl Fs {
             t.path(ino).ok_or(FsError::NotFound)?
         };
         let at = Instant::now();
-        let (mut entries, marker) = self.list_remote(ino, &path).await?;
+        let (mut entries, marker, marked) = self.list_remote(ino, &path).await?;
         let mut t = self.inodes.lock();
-        if let (Some(p), Some(n)) = (marker, t.get_mut(ino)) {
-            n.entry.set_posix(Some(p.merged_over(n.entry.posix())));
+        if let Some(n) = t.get_mut(ino) {
+            n.set_marked(marked);
+            if let Some(p) = marker {
+                n.entry.set_posix(Some(p.merged_over(n.entry.posix())));
+            }
         }
         // The LIST is a snapshot from `at`. What this mount did here since then is newer:
         // files staged and not yet in the bucket, uploads that landed while the LIST ran
@@ -537,6 +543,10 @@ impl Fs {
         }
         if n.is_unlinked() {
             a.nlink = 0;
+        } else if let Some(dirs) = n.subdirs() {
+            // Each subdirectory's `..`, as a local file system counts it, where this
+            // mount keeps the directory's listing (no request for it).
+            a.nlink = 2 + dirs as u32;
         }
         a
     }

@@ -181,6 +181,9 @@ impl Fs {
         let mut t = self.inodes.lock();
         let at = Instant::now();
         let ino = t.upsert(parent, name, &e, Some(at));
+        if let Some(n) = t.get_mut(ino) {
+            n.set_marked(true);
+        }
         Self::listing_put(&mut t, parent, name, Some(e));
         Self::entries_changed(&mut t, parent);
         // It was just checked to be empty: names created in it need no lookup request.

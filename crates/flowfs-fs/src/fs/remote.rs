@@ -8,6 +8,7 @@ use std::future::Future;
 use super::*;
 use crate::inode::MetaHeads;
 use crate::meta::Posix;
+use flowfs_client::ListPage;
 
 /// Requests in flight at once for a batch of small ones (HEADs, copies, deletes).
 const BATCH: usize = 32;
@@ -91,6 +92,15 @@ fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
     }
 }
 
+/// What a HEAD of a name says: an object, or nothing.
+fn head_entry(head: std::result::Result<ObjectMeta, ClientError>) -> Result<Option<Entry>> {
+    match head {
+        Ok(meta) => Ok(Some(meta_entry(&meta))),
+        Err(ClientError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
     let mut e = file_entry(&meta.info);
     let posix = Posix::decode(&meta.metadata);
@@ -107,6 +117,30 @@ pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
     e
 }
 
+/// Adds to the HEADs of a listing (`candidates`, the possible `-1` symlinks) the
+/// objects whose metadata `--meta-heads` asks for: every one in a marked directory
+/// (`marked`), or in every directory (`always`).
+fn meta_candidates(
+    heads: MetaHeads,
+    marked: bool,
+    entries: &BTreeMap<String, Entry>,
+    candidates: &mut Vec<(String, String)>,
+    mut others: Vec<(String, String)>,
+) {
+    match heads {
+        MetaHeads::Always => {}
+        MetaHeads::Marked if marked => {}
+        // A symlink written into a marked directory is one PUT, with no `-1` ETag (a
+        // listing there reads every object's metadata unless `--meta-heads never`):
+        // with `never`, the small objects there are its candidates.
+        MetaHeads::Never if marked => {
+            others.retain(|(name, _)| entries.get(name).is_some_and(|e| e.size <= MAX_SYMLINK));
+        }
+        MetaHeads::Marked | MetaHeads::Never => return,
+    }
+    candidates.append(&mut others);
+}
+
 impl Fs {
     /// What the server holds at `path`: a directory (a common prefix or a `dir/`
     /// marker) wins over an object of the same name. `marker`: a directory's marker is
@@ -118,20 +152,40 @@ impl Fs {
             self.client.head(&key),
             self.client.list_page(&dir, Some("/"), None, Some(1))
         );
-        let list = list?;
-        if !list.objects.is_empty() || !list.prefixes.is_empty() {
-            let mut e = Entry::dir(self.started);
-            // The marker (listed first) holds the directory's own attributes.
-            if marker && list.objects.first().is_some_and(|o| o.key == dir) {
-                e.set_posix(self.marker_posix(&dir).await?);
-            }
+        if let Some(e) = self.listed_dir(&dir, &list?, marker).await? {
             return Ok(Some(e));
         }
-        match head {
-            Ok(meta) => Ok(Some(meta_entry(&meta))),
-            Err(ClientError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e.into()),
+        head_entry(head)
+    }
+
+    /// `stat_remote` of a name this mount knows as a directory: while it is one, its
+    /// LIST alone answers (a directory wins over an object of its name), so the HEAD is
+    /// sent only when nothing is below it any more. A walk into a deep work directory
+    /// re-checks each of its directories once a TTL: one request each, not two.
+    pub(super) async fn stat_remote_dir(&self, path: &str, marker: bool) -> Result<Option<Entry>> {
+        let key = self.key(path);
+        let dir = format!("{key}/");
+        let list = self
+            .client
+            .list_page(&dir, Some("/"), None, Some(1))
+            .await?;
+        if let Some(e) = self.listed_dir(&dir, &list, marker).await? {
+            return Ok(Some(e));
         }
+        head_entry(self.client.head(&key).await)
+    }
+
+    /// The directory a one-key LIST of `dir` (its prefix) shows, if any.
+    async fn listed_dir(&self, dir: &str, list: &ListPage, marker: bool) -> Result<Option<Entry>> {
+        if list.objects.is_empty() && list.prefixes.is_empty() {
+            return Ok(None);
+        }
+        let mut e = Entry::dir(self.started);
+        // The marker (listed first) holds the directory's own attributes.
+        if marker && list.objects.first().is_some_and(|o| o.key == dir) {
+            e.set_posix(self.marker_posix(dir).await?);
+        }
+        Ok(Some(e))
     }
 
     /// The attributes a directory's marker `dir` (its key, with the `/`) holds, unless
@@ -153,13 +207,13 @@ impl Fs {
         }
     }
 
-    /// Every entry of a directory, all listing pages, with symlinks resolved, and the
-    /// attributes its own marker holds (`marker_posix`).
+    /// Every entry of a directory, all listing pages, with symlinks resolved, the
+    /// attributes its own marker holds (`marker_posix`), and whether it has a marker.
     pub(super) async fn list_remote(
         &self,
         ino: u64,
         path: &str,
-    ) -> Result<(BTreeMap<String, Entry>, Option<Posix>)> {
+    ) -> Result<(BTreeMap<String, Entry>, Option<Posix>, bool)> {
         let prefix = self.dir_prefix(path);
         let mut entries = BTreeMap::new();
         let mut candidates = Vec::new();
@@ -205,14 +259,13 @@ impl Fs {
                 break;
             }
         }
-        let heads = match self.cfg.meta_heads {
-            MetaHeads::Always => true,
-            MetaHeads::Marked => marked,
-            MetaHeads::Never => false,
-        };
-        if heads {
-            candidates.append(&mut others);
-        }
+        meta_candidates(
+            self.cfg.meta_heads,
+            marked,
+            &entries,
+            &mut candidates,
+            others,
+        );
         // The directory's own attributes, from its marker, unless known already.
         let known = {
             let t = self.inodes.lock();
@@ -229,7 +282,7 @@ impl Fs {
         let (heads, marker) =
             tokio::join!(self.resolve_heads(ino, candidates, &mut entries), marker);
         heads?;
-        Ok((entries, marker?))
+        Ok((entries, marker?, marked))
     }
 
     /// Reads the metadata of `candidates` (name, key) of a listing of directory `ino`:

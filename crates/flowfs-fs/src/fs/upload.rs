@@ -364,12 +364,20 @@ impl Fs {
             return None;
         };
         let key = self.key(&path);
-        let job = self.wb.begin_upload(ino, &key)?;
+        let mut job = self.wb.begin_upload(ino, &key)?;
         let mut metadata = HashMap::new();
         let mut posix = Posix::default();
+        let marked = t
+            .get(ino)
+            .and_then(|n| t.get(n.parent()))
+            .is_some_and(|p| p.is_marked());
         if let Some(n) = t.get_mut(ino) {
             if let Some(target) = &n.entry.target {
                 metadata.insert(SYMLINK_META.to_string(), percent_encode(target));
+                // A listing of a marked directory reads every object's metadata: one PUT
+                // is enough there. Elsewhere only the `-1` ETag of a single-part
+                // multipart upload tells a listing to look (3 requests).
+                job.one_part = !marked;
             }
             posix = self.full_posix(&n.entry);
             if let Some(st) = self.wb.stat(ino) {
@@ -442,8 +450,7 @@ impl Fs {
                 return (r, false);
             }
         }
-        let one_part = metadata.contains_key(SYMLINK_META);
-        let (file, size) = (&job.file.file, job.size);
+        let (file, size, one_part) = (&job.file.file, job.size, job.one_part);
         let r = upload_file(
             &self.client,
             key,
@@ -539,15 +546,39 @@ impl Fs {
                 // The time of the last change, as a local file system shows.
                 Released::Upload => n.entry.mtime = SystemTime::now(),
                 // The bucket's copy is current again: the node follows it as before.
-                Released::Dropped => n.confirm(Instant::now()),
+                Released::Dropped | Released::Clean => n.confirm(Instant::now()),
                 Released::Nothing => {}
             }
         }
+        let adopt = match out {
+            Released::Clean => self.adoptable(&t, ino),
+            _ => None,
+        };
         t.remove_if_unreferenced(ino);
         drop(t);
+        if out == Released::Clean {
+            if let Some((key, etag, size)) = adopt {
+                // A file whose upload ended while a reader had it open (`samtools
+                // index` right after `samtools sort`): the next task reads it from the
+                // cache, as it would have had the upload ended after the last close.
+                self.cache
+                    .adopt(&self.cfg.bucket, &key, &etag, size, staged.data_path());
+            }
+            staged.discard();
+        }
         if out == Released::Upload {
             self.spawn_upload(ino);
         }
+    }
+
+    /// Key, ETag and size of the object version a clean staged file of `ino` holds: a
+    /// regular file that still has its name and the ETag of its upload (or download).
+    fn adoptable(&self, t: &Inodes, ino: u64) -> Option<(String, Arc<str>, u64)> {
+        let n = t
+            .get(ino)
+            .filter(|n| n.entry.kind == Kind::File && !n.is_unlinked())?;
+        let etag = n.entry.etag.clone()?;
+        Some((self.key(&t.path(ino)?), etag, n.entry.size))
     }
 
     /// Extends a file (fallocate mode 0); space is not reserved in object storage.

@@ -341,7 +341,16 @@ impl Inodes {
             self.listed += listing.entries.len();
             self.held.insert(self.seq, ino);
             let seq = self.seq;
-            n.dir_mut().listing = Some(Cached::Held { listing, seq });
+            let subdirs = listing
+                .entries
+                .values()
+                .filter(|e| e.kind == Kind::Dir)
+                .count();
+            n.dir_mut().listing = Some(Cached::Held {
+                listing,
+                seq,
+                subdirs,
+            });
         }
         self.nodes.insert(ino, n);
         while self.listed > MAX_LISTED && self.held.len() > 1 {
@@ -361,7 +370,9 @@ impl Inodes {
     /// Records a name (`Some`) or its removal (`None`) in the kept listing of `parent`,
     /// so that lookups of it need no request.
     pub fn listing_put(&mut self, parent: u64, name: &str, e: Option<Entry>) {
-        let Some(Cached::Held { listing, .. }) = self
+        let Some(Cached::Held {
+            listing, subdirs, ..
+        }) = self
             .nodes
             .get_mut(&parent)
             .and_then(|p| p.dir.as_mut())
@@ -371,14 +382,14 @@ impl Inodes {
         };
         let entries = Arc::make_mut(&mut listing.entries);
         let before = entries.len();
-        match e {
-            Some(e) => {
-                entries.insert(name.to_string(), e);
-            }
-            None => {
-                entries.remove(name);
-            }
-        }
+        let is_dir = |e: Option<&Entry>| e.is_some_and(|e| e.kind == Kind::Dir);
+        let added = is_dir(e.as_ref());
+        let old = match e {
+            Some(e) => entries.insert(name.to_string(), e),
+            None => entries.remove(name),
+        };
+        *subdirs =
+            (*subdirs + usize::from(added)).saturating_sub(usize::from(is_dir(old.as_ref())));
         self.listed = self.listed + entries.len() - before;
     }
 

@@ -45,13 +45,22 @@ pub(super) struct DirState {
     /// The last file opened here and how far its siblings were prefetched.
     pub(super) last_open: Option<String>,
     pub(super) prefetched_to: Option<String>,
+    /// Its marker object `dir/` is known to exist (made by mkdir here, or shown by its
+    /// last listing): a listing of a marked directory reads the metadata of every object
+    /// it does not know, so a symlink here needs no `-1` ETag to be told (one PUT).
+    pub(super) marked: bool,
 }
 
 /// What is left of a directory's listing.
 #[derive(Debug)]
 pub(super) enum Cached {
-    /// Kept, as number `seq` in the order listings were stored (`Inodes::held`).
-    Held { listing: Listing, seq: u64 },
+    /// Kept, as number `seq` in the order listings were stored (`Inodes::held`), with
+    /// how many of its entries are directories (its nlink is 2 more).
+    Held {
+        listing: Listing,
+        seq: u64,
+        subdirs: usize,
+    },
     /// Dropped to keep listings within `MAX_LISTED`: how many entries it had.
     Dropped { len: usize },
 }
@@ -151,6 +160,15 @@ impl Node {
         }
     }
 
+    /// How many subdirectories its kept listing shows (with what this mount changed
+    /// since), or `None` when it has no listing kept.
+    pub fn subdirs(&self) -> Option<usize> {
+        match self.dir.as_ref()?.listing.as_ref()? {
+            Cached::Held { subdirs, .. } => Some(*subdirs),
+            Cached::Dropped { .. } => None,
+        }
+    }
+
     /// How many entries the directory's last listing had, kept or dropped.
     pub fn listed_len(&self) -> Option<usize> {
         match self.dir.as_ref()?.listing.as_ref()? {
@@ -162,7 +180,7 @@ impl Node {
     /// Takes the listing out; a kept one returns its size and number.
     pub(super) fn take_listing(&mut self) -> Option<(usize, u64)> {
         match self.dir.as_mut()?.listing.take()? {
-            Cached::Held { listing, seq } => Some((listing.entries.len(), seq)),
+            Cached::Held { listing, seq, .. } => Some((listing.entries.len(), seq)),
             Cached::Dropped { .. } => None,
         }
     }
@@ -198,6 +216,16 @@ impl Node {
         let d = self.dir.as_mut()?;
         let last = d.last_open.replace(name.to_string());
         Some((l, last, d.prefetched_to.clone()))
+    }
+
+    /// Whether its marker object is known to exist (see `DirState::marked`).
+    pub fn is_marked(&self) -> bool {
+        self.dir.as_ref().is_some_and(|d| d.marked)
+    }
+
+    /// Its marker object was made here, or a listing showed it (or showed none).
+    pub fn set_marked(&mut self, marked: bool) {
+        self.dir_mut().marked = marked;
     }
 
     pub fn set_prefetched_to(&mut self, name: String) {

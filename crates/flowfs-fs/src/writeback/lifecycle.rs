@@ -90,6 +90,7 @@ impl WriteBack {
             gen: f.gen,
             size: f.size,
             early,
+            one_part: false,
         })
     }
 

@@ -184,9 +184,12 @@ pub enum Released {
     Nothing,
     /// Spawn the upload task (the phase is `Queued`).
     Upload,
-    /// The staged file was given up (unchanged since its upload, or retired): the node
-    /// follows the bucket again.
+    /// The staged file was given up (retired): the node follows the bucket again.
     Dropped,
+    /// The staged file left the table unchanged since its upload (or its download): the
+    /// node follows the bucket again, and the caller may hand the data, which is the
+    /// object's version the node names, to the cache before it discards the file.
+    Clean,
 }
 
 /// What `wait_durable` sees.
@@ -205,6 +208,9 @@ pub struct UploadJob {
     pub gen: u64,
     pub size: u64,
     pub early: Option<Arc<Early>>,
+    /// Goes up as a single-part multipart upload, whose `-1` ETag tells a listing that
+    /// it may be a symlink: a symlink outside a marked directory (set by the caller).
+    pub one_part: bool,
 }
 
 /// What the end of an upload asks its caller to do.
@@ -333,7 +339,7 @@ impl WriteBack {
         let closed = f.writers == 0 && f.readers == 0;
         let out = match &f.phase {
             Phase::Retired if closed => Released::Dropped,
-            Phase::Idle if closed && !f.dirty() => Released::Dropped,
+            Phase::Idle if closed && !f.dirty() => Released::Clean,
             Phase::Idle | Phase::Failed { .. } if f.writers == 0 && f.dirty() => {
                 f.phase = Phase::Queued;
                 Released::Upload
@@ -347,11 +353,14 @@ impl WriteBack {
             }
             _ => Released::Nothing,
         };
-        if out == Released::Dropped {
+        if matches!(out, Released::Dropped | Released::Clean) {
             let f = t.files.remove(&ino);
             drop(t);
             if let Some(f) = f {
-                f.file.discard();
+                // A clean file is discarded by the caller, once the cache had its data.
+                if out == Released::Dropped {
+                    f.file.discard();
+                }
                 f.file.done.notify_waiters();
             }
         }

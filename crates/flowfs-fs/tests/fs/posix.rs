@@ -165,3 +165,31 @@ async fn a_file_shows_the_time_of_its_last_change() {
     assert_eq!(fs.getattr(a.ino).await.unwrap().mtime, old, "utimens");
     fs.release(fh).unwrap();
 }
+
+/// A directory's nlink is 2 plus its subdirectories where this mount keeps its listing
+/// (pjdfstest rename::updates_link_parent), and follows mkdir, rename and rmdir here; it
+/// costs no request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directorys_nlink_counts_its_subdirectories() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    mock.insert("pre/listed/s1/f", b"x".to_vec());
+    mock.insert("pre/listed/s2/", Vec::new());
+    mock.insert("pre/listed/file", b"x".to_vec());
+    let fs = fs_with_ttl(&mock, dir.path(), Duration::from_secs(60));
+    let listed = path_ino(&fs, "listed").await.unwrap();
+    assert_eq!(names(&fs, listed).await.len(), 3);
+    assert_eq!(fs.getattr(listed).await.unwrap().nlink, 4, "s1 and s2");
+    let a = fs.mkdir(ROOT, "a", 0o755).await.unwrap().ino;
+    let b = fs.mkdir(ROOT, "b", 0o755).await.unwrap().ino;
+    fs.mkdir(a, "x", 0o755).await.unwrap();
+    let (_, fh) = fs.create(a, "file", 0o644).await.unwrap();
+    fs.release(fh).unwrap();
+    assert_eq!(fs.getattr(a).await.unwrap().nlink, 3);
+    assert_eq!(fs.getattr(b).await.unwrap().nlink, 2);
+    fs.rename(a, "x", b, "x", false).await.unwrap();
+    assert_eq!(fs.getattr(a).await.unwrap().nlink, 2);
+    assert_eq!(fs.getattr(b).await.unwrap().nlink, 3);
+    fs.rmdir(b, "x").await.unwrap();
+    assert_eq!(fs.getattr(b).await.unwrap().nlink, 2);
+}
