@@ -34,7 +34,8 @@ pub struct CacheStats {
     /// Bytes read from the cache files (not those read from memory just after their
     /// fetch) and bytes fetched into them, since the directory was made or cleared, as
     /// its processes counted them (each adds its counts when it closes a file and at its
-    /// end).
+    /// end). A file served by FUSE passthrough from its cache file counts its whole size
+    /// as read at its open: the kernel's reads are not seen.
     pub hit_bytes: u64,
     /// See `hit_bytes`.
     pub fetched_bytes: u64,
