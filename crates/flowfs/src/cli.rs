@@ -215,8 +215,8 @@ pub struct MountOptions {
     )]
     pub meta_heads: String,
     /// FUSE passthrough: the kernel reads and writes files whose bytes are on local disk
-    /// (files being written, until uploaded and closed) itself, at local-disk speed;
-    /// auto uses it where the kernel allows (Linux >= 6.9, CAP_SYS_ADMIN), off never
+    /// (files being written, files whose every byte is cached) itself, at local-disk
+    /// speed; auto uses it where the kernel allows (Linux >= 6.9, CAP_SYS_ADMIN), off never
     #[arg(
         long,
         value_name = "WHEN",
