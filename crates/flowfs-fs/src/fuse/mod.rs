@@ -101,7 +101,7 @@ impl FuseAdapter {
                 .unavailable("the kernel does not offer it; it needs Linux 6.9");
         }
         if config.set_max_stack_depth(2).is_err() || config.add_capabilities(flag).is_err() {
-            return self.pt.unavailable("the kernel refused its stacking depth");
+            self.pt.unavailable("the kernel refused its stacking depth");
         }
     }
 }

@@ -39,7 +39,7 @@ enum Use {
     /// Asked for; no file served that way yet.
     On,
     /// The kernel has served a file (said once in the log).
-    InUse,
+    Serving,
 }
 
 struct State {
@@ -250,7 +250,7 @@ fn register<R: OpenReply>(
                 tracing::info!(
                     "FUSE passthrough in use: the kernel reads and writes local files itself"
                 );
-                s.usage = Use::InUse;
+                s.usage = Use::Serving;
             }
             Some((b.key(), Arc::new(id)))
         }

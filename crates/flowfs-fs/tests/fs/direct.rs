@@ -81,7 +81,7 @@ async fn fsync_and_close_of_a_passthrough_writer_upload_each_state() {
 async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    mock.insert("in.txt", b"hello world");
+    mock.insert("in.txt", &b"hello world"[..]);
     let ino = crate::common::path_ino(&fs, "in.txt").await.unwrap();
     let (wfh, w) = fs.open_as(ino, true, false, true).await.unwrap();
     let (rfh, r) = fs.open_as(ino, false, false, true).await.unwrap();
@@ -103,7 +103,7 @@ async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
 async fn no_backing_file_is_offered_unless_asked_or_when_bytes_are_remote() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    mock.insert("r.txt", b"remote");
+    mock.insert("r.txt", &b"remote"[..]);
     let ino = crate::common::path_ino(&fs, "r.txt").await.unwrap();
     let (fh, h) = fs.open_as(ino, false, false, true).await.unwrap();
     assert!(h.backing.is_none());
