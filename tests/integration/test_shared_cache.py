@@ -7,8 +7,8 @@ compared with the object; the GET bytes the server sent are counted by the proxy
 The mounts of `flowfs mount` (threads of this process read), and `flowfs run` tasks (each
 task a Python reader of its own, rounds released through files): two runs killed with -9
 in the middle of a round (one's serving process, the other's both flowfs processes), two
-replacements started on the same cache dir. A `flowfs run` killed alone, its mount daemon
-left running, is a known finding (strict xfail)."""
+replacements started on the same cache dir. A `flowfs run` killed alone takes its mount
+with it (its mount process gets SIGTERM at its death and unmounts)."""
 
 from __future__ import annotations
 
@@ -508,12 +508,11 @@ def test_concurrent_flowfs_run_tasks_share_one_cache_through_kill_and_eviction(b
             t.cleanup()
 
 
-@pytest.mark.xfail(strict=True, reason="finding: SIGKILL of `flowfs run` (the task's parent) leaves its mount "
-                   "served by the forked daemon (orphaned, nothing watches the parent) until someone unmounts it")
 def test_a_killed_flowfs_run_leaves_no_mount_behind(big_object, proxy, seaweed, work_dir, flowfs_binary):
     """SIGKILL of `flowfs run` itself (R, the task's parent; OOM killer, `kill -9` of the
-    wrapper): its task goes on, adopted by init, but the mount should not outlive R. Today
-    D, the mount's own process, does not notice: the mount and D stay until `flowfs unmount`."""
+    wrapper): its task goes on, adopted by init, but the mount must not outlive R. D, the
+    mount's own process, gets SIGTERM when R dies (PR_SET_PDEATHSIG) and unmounts as for a
+    batch system's stop. (Before that fix the mount and D stayed until `flowfs unmount`.)"""
     from seaweed import clean_env
 
     mnt, ctl = work_dir / "mnt", work_dir / "ctl"

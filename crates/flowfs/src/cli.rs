@@ -304,6 +304,9 @@ pub struct MountOptions {
     /// Write the pid of the mount process here once the mount is ready
     #[arg(long, value_name = "FILE", help_heading = "Logging")]
     pub pid_file: Option<PathBuf>,
+    /// The mount ends when the process that started it dies (`flowfs run`'s mounts)
+    #[arg(skip)]
+    pub end_with_parent: bool,
     /// Log file (level from FLOWFS_LOG, e.g. info, debug) [default: stderr in the foreground, CACHE_DIR/flowfs.log otherwise]
     #[arg(long, value_name = "FILE", help_heading = "Logging")]
     pub log_file: Option<PathBuf>,

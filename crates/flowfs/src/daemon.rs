@@ -27,8 +27,12 @@ impl Ready {
 
 /// Forks: the child runs `serve` with the pipe's writing end and exits with its outcome;
 /// the parent returns what the child sent (`OK`, or the error of `ERR <line>`).
-pub fn spawn(serve: impl FnOnce(Ready) -> Result<()>) -> Result<()> {
+/// `tied`: the child gets SIGTERM (an unmount, as a batch system's stop) when this
+/// process dies, even by SIGKILL (`flowfs run`: its task's mount must not outlive it).
+pub fn spawn(tied: bool, serve: impl FnOnce(Ready) -> Result<()>) -> Result<()> {
     let mut fds = [0i32; 2];
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: plain syscalls; no other thread exists yet, so fork is safe.
     unsafe {
         if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
@@ -39,6 +43,13 @@ pub fn spawn(serve: impl FnOnce(Ready) -> Result<()>) -> Result<()> {
             0 => {
                 libc::close(fds[0]);
                 libc::setsid();
+                if tied {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    if libc::getppid() != parent {
+                        // It died before the signal was asked for: nothing mounted yet.
+                        libc::_exit(1);
+                    }
+                }
                 detach_stdio();
                 let ready = Ready(Some(File::from(OwnedFd::from_raw_fd(fds[1]))));
                 let code = match serve(ready) {

@@ -34,7 +34,8 @@ pub fn mount(args: MountArgs) -> Result<()> {
     if args.opts.foreground {
         return session::serve(&args, cfg, &dir, Ready::nobody());
     }
-    daemon::spawn(|ready| session::serve(&args, cfg, &dir, ready))
+    let tied = args.opts.end_with_parent;
+    daemon::spawn(tied, |ready| session::serve(&args, cfg, &dir, ready))
 }
 
 /// The settings of the file system, from the options.

@@ -53,6 +53,8 @@ pub fn run(args: RunArgs) -> i32 {
         let mut opts = args.opts.clone();
         opts.foreground = false;
         opts.pid_file = None;
+        // Killed with -9, this process can no longer unmount: its death ends the mount.
+        opts.end_with_parent = true;
         let margs = MountArgs {
             source: source.to_string(),
             dir: dir.clone(),

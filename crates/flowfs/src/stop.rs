@@ -236,6 +236,10 @@ pub fn spawn_signal_task(ending: Arc<Ending>) {
                     continue;
                 }
             }
+            if running.is_none() && mount_type(&ending.dir).is_none() {
+                // Already unmounted (`flowfs run` died right after its unmount ended).
+                break;
+            }
             if running.is_some() {
                 tracing::warn!("second signal: ending the mount without waiting for uploads");
                 ending.force.send_replace(true);

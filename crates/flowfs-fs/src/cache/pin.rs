@@ -89,7 +89,8 @@ impl DiskCache {
             .open(format!("/proc/self/fd/{}", files.data.as_raw_fd()))?;
         // The kernel's reads through the pin are not seen here: the whole object counts
         // as read from the cache once, at its open (`flowfs cache stats`).
-        self.hits.fetch_add(e.size, std::sync::atomic::Ordering::Relaxed);
+        self.hits
+            .fetch_add(e.size, std::sync::atomic::Ordering::Relaxed);
         Ok(Some(Pinned {
             data,
             _pin: pin,
