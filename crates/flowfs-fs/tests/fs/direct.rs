@@ -148,11 +148,11 @@ async fn a_fully_cached_file_is_offered_its_cache_data_file() {
 async fn cached_backing(fs: &std::sync::Arc<flowfs_fs::Fs>, ino: u64) -> (u64, Backing) {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let (fh, h) = fs.open_as(ino, false, false, true).await.unwrap();
+        let (fh, h) = fs.open_as(ino, false, false, true).await.expect("open");
         if let Some(b) = h.backing {
             return (fh, b);
         }
-        fs.release(fh).unwrap();
+        fs.release(fh).expect("release");
         assert!(
             std::time::Instant::now() < until,
             "never offered its cache file"
