@@ -227,6 +227,7 @@ class MountTool(Tool):
 class FlowFS(MountTool):
     durable: str = "unmount"
     _help: str | None = None
+    extra: tuple[str, ...] = ()  # more mount options (flowfs-nopt: --passthrough off)
 
     def _flags(self) -> str:
         if self._help is None:
@@ -245,7 +246,7 @@ class FlowFS(MountTool):
             cmd += ["--log-file", str(log.with_name("flowfs.log"))]
         if ctx.flowfs_cache_size and "--cache-size" in self._flags():
             cmd += ["--cache-size", ctx.flowfs_cache_size]
-        return cmd
+        return cmd + list(self.extra)
 
     def unmount_cmd(self, ctx, h: MountHandle, timeout: float) -> tuple[bool, str]:
         r = subprocess.run([self.exe, "unmount", str(h.path)], capture_output=True, text=True, timeout=timeout,
@@ -379,7 +380,7 @@ class LocalDisk(Tool):
 
 # ====================================================================== registry
 
-TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "flowfs-base", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
+TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "flowfs-nopt", "flowfs-base", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
               "geesefs", "mountpoint-s3"]
 
 
@@ -397,6 +398,13 @@ def make_tools(names: list[str], flowfs_bin: str) -> list[Tool]:
                            note="aws cli v1, s3.max_concurrent_requests = 8"))
         elif n == "flowfs":
             t = FlowFS("flowfs", exe=flowfs_bin)
+            if not os.access(flowfs_bin, os.X_OK):
+                t.unavailable = f"flowfs binary not found at {flowfs_bin} (cargo build --release)"
+            out.append(t)
+        elif n == "flowfs-nopt":
+            # The same build without FUSE passthrough: what passthrough changes, in one run.
+            t = FlowFS("flowfs-nopt", exe=flowfs_bin, extra=("--passthrough", "off"),
+                       note="flowfs with --passthrough off")
             if not os.access(flowfs_bin, os.X_OK):
                 t.unavailable = f"flowfs binary not found at {flowfs_bin} (cargo build --release)"
             out.append(t)

@@ -36,6 +36,10 @@ pub enum FsError {
     /// EBADF: a handle the kernel should not have.
     #[error("bad file handle")]
     BadHandle,
+    /// EBUSY: the file is in a use that excludes this one (passthrough readers of the
+    /// cache's file, when it is opened for writing).
+    #[error("busy: {0}")]
+    Busy(&'static str),
     /// ESTALE: the object changed on the server under an open reader.
     #[error("the object changed on the server while it was open")]
     Stale,
@@ -64,6 +68,7 @@ impl FsError {
             FsError::Invalid(_) => libc::EINVAL,
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::BadHandle => libc::EBADF,
+            FsError::Busy(_) => libc::EBUSY,
             FsError::Stale => libc::ESTALE,
             FsError::AccessDenied(_) => libc::EACCES,
             FsError::NoSpace(_) => libc::ENOSPC,

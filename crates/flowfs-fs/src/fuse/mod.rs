@@ -169,17 +169,19 @@ impl fuser::Filesystem for FuseAdapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncate;
-        let plan = self.pt.plan(ino.0, write);
-        if plan == Plan::Refuse {
-            let _span = span("open", About::Ino(ino.0)).entered();
-            tracing::debug!("open for writing refused: its readers read the cache's file");
-            return reply.error(fuser::Errno::EBUSY);
-        }
-        let (direct, pt) = (plan == Plan::Offer, self.pt.clone());
+        let pt = self.pt.clone();
+        let plan_pt = self.pt.clone();
         self.run(
             span("open", About::Ino(ino.0)),
             reply,
             |fs| async move {
+                let plan = plan_pt.plan_waiting(ino.0, write).await;
+                if plan == Plan::Refuse {
+                    return Err(FsError::Busy(
+                        "opened for writing while read from the cache's file",
+                    ));
+                }
+                let direct = plan == Plan::Offer;
                 let (fh, hints) = fs.open_as(ino.0, write, truncate, direct).await?;
                 Ok((fs, fh, hints))
             },

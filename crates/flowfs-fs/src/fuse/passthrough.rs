@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fuser::{BackingId, FileHandle, FopenFlags, Generation, ReplyCreate, ReplyOpen};
 use parking_lot::Mutex;
@@ -47,9 +48,17 @@ struct State {
     inodes: HashMap<u64, IoMode>,
 }
 
+/// How long an open for writing waits for the passthrough readers of the cache's file to
+/// be released before it is refused: the kernel sends RELEASE after close() has returned,
+/// so a script's `cat f; echo x > f` found the reader still counted (1 run in 3 of
+/// test_writer_is_refused_while_the_cache_file_is_passed_through).
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
+
 /// The passthrough state of a mount: every inode's `IoMode`.
 pub(super) struct Passthrough {
     state: Mutex<State>,
+    /// Woken at every release: an open waiting in `plan_waiting` looks again.
+    released: tokio::sync::Notify,
 }
 
 /// What an open may be, before the core opens it.
@@ -119,6 +128,7 @@ impl Passthrough {
                 usage,
                 inodes: HashMap::new(),
             }),
+            released: tokio::sync::Notify::new(),
         }
     }
 
@@ -149,6 +159,24 @@ impl Passthrough {
             Some(IoMode::Flowfs { .. }) => Plan::Flowfs,
             _ if s.usage == Use::Off => Plan::Flowfs,
             _ => Plan::Offer,
+        }
+    }
+
+    /// `plan`, waiting up to `RELEASE_WAIT` for releases while it says `Refuse`.
+    pub(super) async fn plan_waiting(&self, ino: u64, write: bool) -> Plan {
+        let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
+        loop {
+            // Registered before the look, so that a release in between is not missed.
+            let notified = self.released.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let plan = self.plan(ino, write);
+            if plan != Plan::Refuse {
+                return plan;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Plan::Refuse;
+            }
         }
     }
 
@@ -226,6 +254,8 @@ impl Passthrough {
         if last {
             s.inodes.remove(&ino);
         }
+        drop(s);
+        self.released.notify_waiters();
     }
 }
 

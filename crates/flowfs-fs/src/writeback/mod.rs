@@ -91,16 +91,19 @@ struct FileWb {
 struct DiskStat {
     len: u64,
     mtime: SystemTime,
+    ctime: (i64, i64),
 }
 
 /// Whether the kernel writes this file itself (FUSE passthrough, direct.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direct {
     None,
-    /// `writers` passthrough writers are open; `seen`: the file when last looked at.
+    /// `writers` passthrough writers are open; `seen`: the file when last looked at;
+    /// `opened`: the file and the generation when the first of them opened.
     Writing {
         writers: u32,
         seen: DiskStat,
+        opened: (DiskStat, u64),
     },
 }
 
@@ -238,6 +241,9 @@ pub struct UploadFailure {
 
 pub struct WriteBack {
     staging: Staging,
+    /// Whether the staging files' timestamps tell every change after a look at them
+    /// (direct.rs `fine_timestamps`).
+    fine: bool,
     table: Mutex<Table>,
     aborts: Aborts,
 }
@@ -245,6 +251,7 @@ pub struct WriteBack {
 impl WriteBack {
     pub fn new(staging: Staging) -> WriteBack {
         WriteBack {
+            fine: direct::fine_timestamps(staging.dir()),
             staging,
             table: Mutex::new(Table::default()),
             aborts: Aborts::default(),
@@ -463,7 +470,9 @@ impl WriteBack {
             let Some(f) = t.files.get(&ino).filter(|f| Arc::ptr_eq(&f.file, &file)) else {
                 return Ok(());
             };
-            let want = (f.dirty() && f.phase != Phase::Retired)
+            // A passthrough writer's changes are unseen: journaled while it is open.
+            let open_direct = f.direct != Direct::None;
+            let want = ((f.dirty() || open_direct) && f.phase != Phase::Retired)
                 .then(|| key.map(str::to_string).or_else(|| f.journaled.clone()))
                 .flatten();
             (want, f.journaled.clone())

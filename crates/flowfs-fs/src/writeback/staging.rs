@@ -261,6 +261,11 @@ impl Orphan {
 }
 
 impl Staging {
+    /// The directory of this mount's staged files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn open(cache_dir: &Path) -> io::Result<Staging> {
         let root = cache_dir.join("staging");
         fs::create_dir_all(&root)?;
