@@ -63,11 +63,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def parse_size(s: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
-
-
 def make_object(server: Server, path: Path, size: int) -> str:
     h = hashlib.sha256()
     with open(path, "wb") as f:
@@ -146,7 +141,7 @@ def one_run(args, server: Server, work: Path, dirs: dict[str, Path], size: int, 
 def main(argv=None) -> int:
     args = parse_args(argv)
     util.install_signal_handlers()
-    size = parse_size(args.size)
+    size = util.parse_size(args.size)
     work = Path(tempfile.mkdtemp(prefix="flowfs-pt-", dir=args.tmp))
     records: list[dict] = []
     try:

@@ -50,11 +50,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def parse_size(s: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
-
-
 def upload(server: Server, work: Path, size: int) -> str:
     path = work / "object.bin"
     h = hashlib.sha256()
@@ -102,7 +97,7 @@ def tasks(args, server: Server, work: Path, name: str, n: int, shared: bool, wan
 def main(argv=None) -> int:
     args = parse_args(argv)
     util.install_signal_handlers()
-    size = parse_size(args.size)
+    size = util.parse_size(args.size)
     work = Path(tempfile.mkdtemp(prefix="flowfs-shared-", dir=args.tmp))
     try:
         server = Server(work).start()

@@ -25,6 +25,12 @@ def log(msg: str) -> None:
     print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
 
 
+def parse_size(s: str) -> int:
+    """A size as the benchmarks' options take it: 256M, 2G, 512K or plain bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
+
+
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "-"

@@ -146,11 +146,10 @@ impl Passthrough {
     }
 
     /// Whether an open of `ino` may be served by passthrough, asked before the core
-    /// opens (`answer` decides with what the open offers). An open for writing is refused
-    /// at once (EBUSY) while the inode's readers read the cache's file: its writes could
-    /// go nowhere else, and refused before the core opens it, an O_TRUNC truncates
-    /// nothing.
-    pub(super) fn plan(&self, ino: u64, write: bool) -> Plan {
+    /// opens (`answer` decides with what the open offers). An open for writing is
+    /// `Refuse`d while the inode's readers read the cache's file: its writes could go
+    /// nowhere else, and refused before the core opens it, an O_TRUNC truncates nothing.
+    fn plan(&self, ino: u64, write: bool) -> Plan {
         let s = self.state.lock();
         match s.inodes.get(&ino) {
             Some(IoMode::Kernel { key, .. }) if write && matches!(key, BackingKey::Cached(_)) => {

@@ -23,12 +23,9 @@ fn fs_with(mock: &Arc<MockClient>, cache: &std::path::Path, heads: MetaHeads) ->
 }
 
 async fn readdir_plus(fs: &Arc<Fs>, ino: u64) -> Vec<flowfs_fs::Attr> {
-    let fh = fs.opendir(ino).expect("opendir");
-    let items = fs.readdir(ino, fh, 0, true).await.expect("readdir");
-    fs.releasedir(fh);
+    let items = crate::common::entries(fs, ino, true).await;
     items
         .into_iter()
-        .filter(|i| i.name != "." && i.name != "..")
         .map(|i| i.attr.expect("readdirplus attr"))
         .collect()
 }

@@ -19,14 +19,8 @@ fn fs_with(mock: &Arc<MockClient>, cache: &std::path::Path, heads: MetaHeads) ->
 
 /// (name, kind) of every entry, from readdirplus.
 async fn kinds(fs: &Arc<Fs>, ino: u64) -> Vec<(String, Kind)> {
-    let fh = fs.opendir(ino).expect("opendir");
-    let items = fs.readdir(ino, fh, 0, true).await.expect("readdir");
-    fs.releasedir(fh);
-    items
-        .into_iter()
-        .filter(|i| i.name != "." && i.name != "..")
-        .map(|i| (i.name, i.kind))
-        .collect()
+    let items = crate::common::entries(fs, ino, true).await;
+    items.into_iter().map(|i| (i.name, i.kind)).collect()
 }
 
 /// A symlink in a directory made by mkdir is one PUT; another mount's listing of that

@@ -52,14 +52,22 @@ pub async fn path_ino(fs: &Arc<Fs>, path: &str) -> Result<u64, FsError> {
     Ok(ino)
 }
 
-pub async fn names(fs: &Arc<Fs>, ino: u64) -> Vec<String> {
+/// The entries of directory `ino` but `.` and `..`, from readdir (`plus`: readdirplus).
+pub async fn entries(fs: &Arc<Fs>, ino: u64, plus: bool) -> Vec<flowfs_fs::DirItem> {
     let fh = fs.opendir(ino).expect("opendir");
-    let items = fs.readdir(ino, fh, 0, false).await.expect("readdir");
+    let items = fs.readdir(ino, fh, 0, plus).await.expect("readdir");
     fs.releasedir(fh);
     items
         .into_iter()
+        .filter(|i| i.name != "." && i.name != "..")
+        .collect()
+}
+
+pub async fn names(fs: &Arc<Fs>, ino: u64) -> Vec<String> {
+    entries(fs, ino, false)
+        .await
+        .into_iter()
         .map(|i| i.name)
-        .filter(|n| n != "." && n != "..")
         .collect()
 }
 
