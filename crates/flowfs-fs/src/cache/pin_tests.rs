@@ -175,3 +175,23 @@ fn other_formats_and_orphans_are_removed_at_open() {
     assert!(g.try_read(0, 1).unwrap().is_none());
     assert_eq!(fs::metadata(g.data_path()).unwrap().len(), CHUNK);
 }
+
+/// No pin while fetched bytes of the entry wait in memory for their first reader: they
+/// were written with `O_DIRECT`, and a copy from memory beats the kernel's read from the
+/// disk (B1). Once read, the entry is pinned.
+#[test]
+fn no_pin_while_fetched_bytes_wait_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = BLOCK_CHUNKS * CHUNK;
+    let data = pattern(one, 223);
+    let cache = DiskCache::open(dir.path(), 1 << 30, 4 << 20).unwrap();
+    let e = cache.entry("b", "k", "\"v1\"", one).unwrap();
+    insert(&cache, &e, 0, aligned(&data));
+    assert!(
+        cache.pin_complete(&e).unwrap().is_none(),
+        "its bytes are in memory"
+    );
+    let got = cache.read(&e, 0, one as usize).unwrap().expect("the bytes");
+    assert_eq!(&got[..], &data[..]);
+    assert!(cache.pin_complete(&e).unwrap().is_some(), "read once");
+}

@@ -14,6 +14,7 @@
 //! files opened for writing and closed unchanged, 46 MiB of 139.)
 
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{Direct, DiskStat, EarlyState, FileWb, Phase, StagedFile, WriteBack};
@@ -51,12 +52,16 @@ impl WriteBack {
         }
         let journal = f.journaled.is_none() && f.phase != Phase::Retired;
         t.direct.insert(ino);
+        self.direct_files.store(t.direct.len(), Ordering::Release);
         Ok(journal)
     }
 
     /// `refresh_direct` of every file with passthrough writers open (before a lookup or
     /// a listing answers with sizes): as many `fstat`s as there are such files.
     pub fn refresh_all_direct(&self) {
+        if self.direct_files.load(Ordering::Acquire) == 0 {
+            return;
+        }
         let inos: Vec<u64> = {
             let t = self.table.lock();
             if t.direct.is_empty() {
@@ -72,6 +77,9 @@ impl WriteBack {
     /// Takes the size and mtime of `ino`'s staging file from the file while passthrough
     /// writers are open (the `fstat` runs outside the table's lock).
     pub fn refresh_direct(&self, ino: u64) -> io::Result<()> {
+        if self.direct_files.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
         let file = {
             let mut t = self.table.lock();
             match t.files.get(&ino) {
@@ -79,6 +87,7 @@ impl WriteBack {
                 _ => {
                     // Its writers are gone (or it left the table): out of the index.
                     t.direct.remove(&ino);
+                    self.direct_files.store(t.direct.len(), Ordering::Release);
                     return Ok(());
                 }
             }
@@ -126,6 +135,7 @@ impl WriteBack {
         }
         if f.direct == Direct::None {
             t.direct.remove(&ino);
+            self.direct_files.store(t.direct.len(), Ordering::Release);
         }
         st.map(|_| ())
     }

@@ -20,6 +20,7 @@ mod transfer;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -245,6 +246,9 @@ pub struct WriteBack {
     /// (direct.rs `fine_timestamps`).
     fine: bool,
     table: Mutex<Table>,
+    /// How many files `Table::direct` holds, so that a lookup or stat with no passthrough
+    /// writer open anywhere takes no lock of the table (set under that lock only).
+    direct_files: AtomicUsize,
     aborts: Aborts,
 }
 
@@ -254,6 +258,7 @@ impl WriteBack {
             fine: direct::fine_timestamps(staging.dir()),
             staging,
             table: Mutex::new(Table::default()),
+            direct_files: AtomicUsize::new(0),
             aborts: Aborts::default(),
         }
     }
