@@ -47,7 +47,8 @@ use super::{BLOCK_CHUNKS, CHUNK};
 const STAMP_EVERY: u64 = 1000;
 
 /// The open files of an entry; while they are open, the entry is in use (a shared lock
-/// on its sidecar's first byte, held by `inuse`).
+/// on its sidecar's first byte, held by `map`'s open file: nothing else of this process
+/// locks through it).
 pub(super) struct Files {
     /// The sidecar: header, use times, chunk words.
     pub(super) map: File,
@@ -55,7 +56,6 @@ pub(super) struct Files {
     pub(super) data: File,
     /// The data file opened with `O_DIRECT`, for fetched bytes.
     direct: Option<File>,
-    _inuse: File,
 }
 
 /// An exclusive lock on the words of chunks `[c0, c1)`: a fetch of them in flight. It
@@ -158,15 +158,10 @@ impl CacheEntry {
             return Ok(f.clone());
         }
         // Opened without the lock (hits take it): two threads may both open; one wins.
-        let (map, inuse, data) = self.open_in_use()?;
+        let (map, data) = self.open_in_use()?;
         let direct = reopen(&data, true).ok();
         let words = persist::read_words(&map, &self.layout, 0, self.layout.chunks)?;
-        let files = Arc::new(Files {
-            map,
-            data,
-            direct,
-            _inuse: inuse,
-        });
+        let files = Arc::new(Files { map, data, direct });
         let mut slot = self.files.lock();
         if let Some(f) = &*slot {
             return Ok(f.clone());
@@ -177,27 +172,30 @@ impl CacheEntry {
         Ok(files)
     }
 
-    /// The entry's sidecar, opened and locked in use, and its data file (sidecar, lock,
-    /// data file). An eviction may remove the entry between the open and the lock: then
-    /// it is opened (made) again. Once the sidecar is locked in use and still in place,
-    /// nobody removes it or its data file, which is opened then.
-    fn open_in_use(&self) -> io::Result<(File, File, File)> {
+    /// The entry's sidecar, opened and locked in use, and its data file. An eviction may
+    /// remove the entry between the open and the lock: then it is opened (made) again.
+    /// Once the sidecar is locked in use and still in place, nobody removes it or its
+    /// data file, which is opened then (unless this call made it).
+    fn open_in_use(&self) -> io::Result<(File, File)> {
         let path = persist::map_path(&self.dir, &self.hash);
         for _ in 0..3 {
-            let (map, tag) = persist::open_entry(&self.dir, &self.hash, &self.ident, self.size)?;
-            let inuse = reopen(&map, false)?;
-            ofd_lock(&inuse, Lock::Shared, INUSE, 1, true)?;
-            if !same_file(&path, &map) {
+            let e = persist::open_entry(&self.dir, &self.hash, &self.ident, self.size)?;
+            ofd_lock(&e.map, Lock::Shared, INUSE, 1, true)?;
+            if !same_file(&path, &e.map) {
                 continue;
             }
-            match persist::open_data(&self.dir, &self.hash, tag, self.size) {
-                Ok(data) => return Ok((map, inuse, data)),
+            let data = match e.data {
+                Some(data) => Ok(data),
+                None => persist::open_data(&self.dir, &self.hash, e.tag, self.size),
+            };
+            match data {
+                Ok(data) => return Ok((e.map, data)),
                 // `flowfs cache clear --force` meanwhile: made again.
-                Err(e) if e.kind() == io::ErrorKind::NotFound && !same_file(&path, &map) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                Err(err) if err.kind() == io::ErrorKind::NotFound && !same_file(&path, &e.map) => {}
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, err));
                 }
-                Err(e) => return Err(e),
+                Err(err) => return Err(err),
             }
         }
         Err(io::Error::other("the cache entry keeps being removed"))

@@ -261,27 +261,45 @@ fn format(f: &File, l: &Layout, ident: &str, tag: u64, full: bool) -> io::Result
     Ok(())
 }
 
+/// An entry's files as `open_entry` finds or makes them.
+pub(super) struct OpenedEntry {
+    /// The sidecar, read-write.
+    pub map: File,
+    /// Names the data file.
+    pub tag: u64,
+    /// The data file, read-write, when this call made the entry (else opened by the
+    /// caller once it holds the entry in use).
+    pub data: Option<File>,
+}
+
 /// The sidecar of an object version and its data file's tag, made (with an empty data
 /// file) if there is none; `Err` of kind `InvalidData` if a sidecar of that name is
-/// another version's (it is left alone).
+/// another version's (it is left alone). An entry made here comes with its files as
+/// made: the sidecar is not opened and read again (a cold object's open cost 10 system
+/// calls more that way).
 pub(super) fn open_entry(
     dir: &Path,
     hash: &str,
     ident: &str,
     size: u64,
-) -> io::Result<(File, u64)> {
+) -> io::Result<OpenedEntry> {
     let path = map_path(dir, hash);
     let l = Layout::new(size);
     let f = match open_rw(&path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            make_entry(dir, hash, ident, &l)?;
-            open_rw(&path)?
-        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match make_entry(dir, hash, ident, &l)? {
+            Some(made) => return Ok(made),
+            // Another process made it first.
+            None => open_rw(&path)?,
+        },
         Err(e) => return Err(e),
     };
     match read_header(&f) {
-        Ok(h) if h.ident == ident && h.layout == l => Ok((f, h.tag)),
+        Ok(h) if h.ident == ident && h.layout == l => Ok(OpenedEntry {
+            map: f,
+            tag: h.tag,
+            data: None,
+        }),
         Ok(_) => Err(invalid("another version's cache file")),
         Err(e) => Err(e),
     }
@@ -289,26 +307,33 @@ pub(super) fn open_entry(
 
 /// Makes an empty entry: its data file (the object's length, all hole) under its own
 /// name, then its sidecar, linked into place last. Another process that made it first
-/// wins; this one's data file goes.
-fn make_entry(dir: &Path, hash: &str, ident: &str, l: &Layout) -> io::Result<()> {
+/// wins (`None`); this one's data file goes.
+fn make_entry(dir: &Path, hash: &str, ident: &str, l: &Layout) -> io::Result<Option<OpenedEntry>> {
     let tag: u64 = rand::random();
     let data = data_path(dir, hash, tag);
     let made = OpenOptions::new()
+        .read(true)
         .write(true)
         .create_new(true)
         .open(&data)
-        .and_then(|f| f.set_len(l.size));
-    match made.and_then(|()| link_sidecar(dir, hash, ident, l, tag, false)) {
-        Ok(true) => Ok(()),
+        .and_then(|f| f.set_len(l.size).map(|()| f));
+    let linked = made.and_then(|f| Ok((f, link_sidecar(dir, hash, ident, l, tag, false)?)));
+    match linked {
+        Ok((data, Some(map))) => Ok(Some(OpenedEntry {
+            map,
+            tag,
+            data: Some(data),
+        })),
         r => {
             let _ = fs::remove_file(&data);
-            r.map(|_| ())
+            r.map(|_| None)
         }
     }
 }
 
 /// Makes the sidecar of the data file with `tag` (made already) under a temporary name
-/// and links it into place; false if the version has a sidecar already.
+/// and links it into place: the sidecar, open read-write; `None` if the version has a
+/// sidecar already.
 fn link_sidecar(
     dir: &Path,
     hash: &str,
@@ -316,14 +341,19 @@ fn link_sidecar(
     l: &Layout,
     tag: u64,
     full: bool,
-) -> io::Result<bool> {
+) -> io::Result<Option<File>> {
     let tmp = tmp_path(dir, hash);
-    let made = File::create(&tmp).and_then(|f| format(&f, l, ident, tag, full));
-    let linked = made.and_then(|()| fs::hard_link(&tmp, map_path(dir, hash)));
+    let made = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|f| format(&f, l, ident, tag, full).map(|()| f));
+    let linked = made.and_then(|f| fs::hard_link(&tmp, map_path(dir, hash)).map(|()| f));
     let _ = fs::remove_file(&tmp);
     match linked {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -349,10 +379,10 @@ pub(super) fn adopt_file(
     let data = data_path(dir, hash, tag);
     fs::hard_link(src, &data)?;
     match link_sidecar(dir, hash, ident, &l, tag, true) {
-        Ok(true) => Ok(true),
+        Ok(Some(_)) => Ok(true),
         r => {
             let _ = fs::remove_file(&data);
-            r
+            r.map(|_| false)
         }
     }
 }
