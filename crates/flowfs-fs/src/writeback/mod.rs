@@ -99,12 +99,11 @@ struct DiskStat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Direct {
     None,
-    /// `writers` passthrough writers are open; `seen`: the file when last looked at;
-    /// `opened`: the file and the generation when the first of them opened.
+    /// `writers` passthrough writers are open; `seen`: the file when last looked at
+    /// (every change up to that look has moved the generation on).
     Writing {
         writers: u32,
         seen: DiskStat,
-        opened: (DiskStat, u64),
     },
 }
 

@@ -75,6 +75,33 @@ async fn fsync_and_close_of_a_passthrough_writer_upload_each_state() {
     assert_eq!(mock.object("f").as_deref(), Some(&b"FIRST"[..]));
 }
 
+/// A passthrough writer that fsyncs and then closes without writing again uploads its
+/// file once, as a writer flowfs serves does (bcftools and samtools outputs in B7 went up
+/// twice: the close was compared with the open, not with the fsync's look).
+#[tokio::test]
+async fn fsync_then_close_without_a_write_uploads_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (_, fh, hints) = fs
+        .create_io(ROOT, "calls.vcf.gz", 0o644, None, true)
+        .await
+        .unwrap();
+    let bytes = data(300 << 10, 7);
+    backing_file(&hints.backing)
+        .write_all_at(&bytes, 0)
+        .unwrap();
+    fs.fsync(fh).await.unwrap();
+    assert_eq!(mock.count(Op::Put), 1);
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(
+        mock.count(Op::Put),
+        1,
+        "the fsync's upload was the final content"
+    );
+    assert!(mock.object("calls.vcf.gz").expect("uploaded")[..] == bytes[..]);
+}
+
 /// An existing object opened for writing is staged (fetched) first; a reader opened
 /// meanwhile is offered the same backing file, as the kernel requires of every open of
 /// one inode served by passthrough.
