@@ -52,9 +52,31 @@ pub fn listen(mountpoint: &Path) -> anyhow::Result<(UnixListener, PathBuf)> {
     if sock.exists() && UnixStream::connect(&sock).is_err() {
         let _ = std::fs::remove_file(&sock);
     }
+    remove_dead_sockets(&runtime_dir());
     let listener =
         UnixListener::bind(&sock).with_context(|| format!("control socket {}", sock.display()))?;
     Ok((listener, sock))
+}
+
+/// Removes the sockets of mounts that died without removing theirs (killed with -9):
+/// nothing listens on them any more (`ECONNREFUSED`). One `connect` per socket in the
+/// directory, at a mount's start; a live mount answers the empty request with an error
+/// line and carries on.
+fn remove_dead_sockets(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "sock") {
+            continue;
+        }
+        if let Err(err) = UnixStream::connect(&path) {
+            if err.raw_os_error() == Some(libc::ECONNREFUSED) {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
 }
 
 /// Sends one command and returns the answer: `NOTE` lines, then `OK` or `ERR why`.
@@ -273,5 +295,20 @@ mod tests {
         let (a, _b) = UnixStream::pair().unwrap();
         // SAFETY: getuid cannot fail.
         assert_eq!(peer_uid(&a), Some(unsafe { libc::getuid() }));
+    }
+
+    /// A socket nobody listens on any more goes; a live one and other files stay.
+    #[test]
+    fn dead_sockets_are_removed_live_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("flowfs-ctl-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (dead, live, other) = (dir.join("a.sock"), dir.join("b.sock"), dir.join("c.txt"));
+        drop(UnixListener::bind(&dead).unwrap()); // its process died: the file stays
+        let _listening = UnixListener::bind(&live).unwrap();
+        std::fs::write(&other, b"x").unwrap();
+        remove_dead_sockets(&dir);
+        let left = (dead.exists(), live.exists(), other.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(left, (false, true, true));
     }
 }
