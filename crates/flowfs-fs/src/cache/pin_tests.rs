@@ -176,22 +176,22 @@ fn other_formats_and_orphans_are_removed_at_open() {
     assert_eq!(fs::metadata(g.data_path()).unwrap().len(), CHUNK);
 }
 
-/// No pin while fetched bytes of the entry wait in memory for their first reader: they
-/// were written with `O_DIRECT`, and a copy from memory beats the kernel's read from the
-/// disk (B1). Once read, the entry is pinned.
+/// A pin taken while fetched bytes of the entry wait in memory for their first reader
+/// says so (the adapter then serves a first open through flowfs: they were written with
+/// `O_DIRECT`, and a copy from memory beats the kernel's read from the disk, B1); once
+/// they are read, a new pin does not.
 #[test]
-fn no_pin_while_fetched_bytes_wait_in_memory() {
+fn a_pin_tells_whether_fetched_bytes_wait_in_memory() {
     let dir = tempfile::tempdir().unwrap();
     let one = BLOCK_CHUNKS * CHUNK;
     let data = pattern(one, 223);
     let cache = DiskCache::open(dir.path(), 1 << 30, 4 << 20).unwrap();
     let e = cache.entry("b", "k", "\"v1\"", one).unwrap();
     insert(&cache, &e, 0, aligned(&data));
-    assert!(
-        cache.pin_complete(&e).unwrap().is_none(),
-        "its bytes are in memory"
-    );
+    let pin = cache.pin_complete(&e).unwrap().expect("complete");
+    assert!(pin.in_memory(), "its bytes are in memory");
     let got = cache.read(&e, 0, one as usize).unwrap().expect("the bytes");
     assert_eq!(&got[..], &data[..]);
-    assert!(cache.pin_complete(&e).unwrap().is_some(), "read once");
+    let again = cache.pin_complete(&e).unwrap().expect("complete");
+    assert!(!again.in_memory(), "read once");
 }

@@ -183,6 +183,8 @@ impl fuser::Filesystem for FuseAdapter {
                 }
                 let direct = plan == Plan::Offer;
                 let (fh, hints) = fs.open_as(ino.0, write, truncate, direct).await?;
+                let key = hints.backing.as_ref().map(|b| b.key());
+                plan_pt.await_compatible(ino.0, key).await;
                 Ok((fs, fh, hints))
             },
             move |r, (fs, fh, hints)| {

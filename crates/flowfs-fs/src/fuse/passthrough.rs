@@ -179,6 +179,25 @@ impl Passthrough {
         }
     }
 
+    /// Waits up to `RELEASE_WAIT` while `ino` is served by the kernel from another file
+    /// than the open offers (`key`): the handles of a process that has closed them but
+    /// whose RELEASE the kernel sends after its `close()` returned. Without it `answer`
+    /// refused such opens at once (`git config` 150 times over, each round renaming
+    /// `config.lock` over `config`: EBUSY in about 1 run of 5).
+    pub(super) async fn await_compatible(&self, ino: u64, key: Option<BackingKey>) {
+        let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
+        loop {
+            let notified = self.released.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let clash = matches!(self.state.lock().inodes.get(&ino),
+                Some(IoMode::Kernel { key: k, .. }) if Some(*k) != key);
+            if !clash || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Answers the open of `ino` (handle `fh`, offered `backing`) as its inode's mode
     /// allows, counting the handle. False: the open was refused with EBUSY (its inode is
     /// served from another file, as the kernel cannot mix), and the caller closes `fh`.
@@ -219,6 +238,8 @@ impl Passthrough {
                 reply.plain(fh, flags);
             }
             None => {
+                // The first open decides the inode's mode (see `first_open_via_flowfs`).
+                let backing = backing.filter(|b| !b.first_open_via_flowfs());
                 let id = register(&mut s, &reply, backing);
                 let mode = match &id {
                     Some((key, id)) => IoMode::Kernel {
