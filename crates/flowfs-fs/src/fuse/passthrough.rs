@@ -163,20 +163,8 @@ impl Passthrough {
 
     /// `plan`, waiting up to `RELEASE_WAIT` for releases while it says `Refuse`.
     pub(super) async fn plan_waiting(&self, ino: u64, write: bool) -> Plan {
-        let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
-        loop {
-            // Registered before the look, so that a release in between is not missed.
-            let notified = self.released.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let plan = self.plan(ino, write);
-            if plan != Plan::Refuse {
-                return plan;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return Plan::Refuse;
-            }
-        }
+        let plan = || Some(self.plan(ino, write)).filter(|p| *p != Plan::Refuse);
+        self.until_released(plan).await.unwrap_or(Plan::Refuse)
     }
 
     /// Waits up to `RELEASE_WAIT` while `ino` is served by the kernel from another file
@@ -185,15 +173,29 @@ impl Passthrough {
     /// refused such opens at once (`git config` 150 times over, each round renaming
     /// `config.lock` over `config`: EBUSY in about 1 run of 5).
     pub(super) async fn await_compatible(&self, ino: u64, key: Option<BackingKey>) {
+        let fits = || {
+            let s = self.state.lock();
+            let clash = matches!(s.inodes.get(&ino),
+                Some(IoMode::Kernel { key: k, .. }) if Some(*k) != key);
+            (!clash).then_some(())
+        };
+        let _ = self.until_released(fits).await;
+    }
+
+    /// `check`'s first answer, asked again at each release, for at most `RELEASE_WAIT`
+    /// (`None`: it never answered).
+    async fn until_released<T>(&self, check: impl Fn() -> Option<T>) -> Option<T> {
         let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
         loop {
+            // Registered before the look, so that a release in between is not missed.
             let notified = self.released.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let clash = matches!(self.state.lock().inodes.get(&ino),
-                Some(IoMode::Kernel { key: k, .. }) if Some(*k) != key);
-            if !clash || tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return;
+            if let Some(t) = check() {
+                return Some(t);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
             }
         }
     }
