@@ -100,14 +100,20 @@ impl DiskCache {
             .read(true)
             .open(format!("/proc/self/fd/{}", files.data.as_raw_fd()))?;
         // The kernel's reads through the pin are not seen here: the whole object counts
-        // as read from the cache once, at its open (`flowfs cache stats`).
-        self.hits
-            .fetch_add(e.size, std::sync::atomic::Ordering::Relaxed);
+        // as read from the cache once, at its open (`flowfs cache stats`). Not while its
+        // fetched bytes wait in memory: such a first open is served by flowfs from there,
+        // and those bytes count as fetched (a later open through this pin of an inode
+        // already passed through is then not counted).
+        let in_memory = !e.mem().is_empty();
+        if !in_memory {
+            self.hits
+                .fetch_add(e.size, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(Some(Pinned {
             data,
             _pin: pin,
             size: e.size,
-            in_memory: !e.mem().is_empty(),
+            in_memory,
         }))
     }
 }

@@ -188,10 +188,13 @@ fn a_pin_tells_whether_fetched_bytes_wait_in_memory() {
     let cache = DiskCache::open(dir.path(), 1 << 30, 4 << 20).unwrap();
     let e = cache.entry("b", "k", "\"v1\"", one).unwrap();
     insert(&cache, &e, 0, aligned(&data));
+    let hits = || cache.hits.load(std::sync::atomic::Ordering::Relaxed);
     let pin = cache.pin_complete(&e).unwrap().expect("complete");
     assert!(pin.in_memory(), "its bytes are in memory");
     let got = cache.read(&e, 0, one as usize).unwrap().expect("the bytes");
     assert_eq!(&got[..], &data[..]);
+    assert_eq!(hits(), 0, "read from memory: fetched, not a hit");
     let again = cache.pin_complete(&e).unwrap().expect("complete");
     assert!(!again.in_memory(), "read once");
+    assert_eq!(hits(), one, "a pin the kernel reads counts the object once");
 }
