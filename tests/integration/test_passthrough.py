@@ -12,6 +12,7 @@ import errno
 import mmap
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -142,6 +143,32 @@ def test_fully_cached_file_is_read_by_the_kernel_from_the_cache(mount, bucket, s
         assert sha256_file(m / "other.bin") == sha256(other)
         rest = f.read()
     assert head + rest == ref
+
+
+def _resident(path) -> int:
+    """Bytes of `path` in the page cache (util-linux fincore)."""
+    r = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                       capture_output=True, text=True, timeout=30, check=True)
+    return int(r.stdout.split()[0])
+
+
+def test_a_file_read_cold_is_in_the_page_cache_for_the_kernel(mount, bucket, s3, work_dir):
+    """A cold read writes the fetched bytes into the cache's data file through the page
+    cache, so the next open, passed through to that file, is read from memory. Written
+    with O_DIRECT they had to come back from the disk: B3's second read of a 2 GiB
+    object took 4.1 s against 1.9 s."""
+    data = payload(12 * MiB + 4321, "pt-warm")
+    s3.put_object(Bucket=bucket, Key="pt-warm/ref.fa", Body=data)
+    cache = work_dir / "pt-warm-cache"
+    m = mount(bucket, "pt-warm", cache_dir=cache, log_level="info")
+    assert sha256_file(m / "ref.fa") == sha256(data)
+    _until_passed_through(m, m / "ref.fa")
+    files = [p for p in (cache / "objects").iterdir() if p.suffix == ".bytes"]
+    assert len(files) == 1, files
+    whole = -(-len(data) // 4096) * 4096
+    assert _resident(files[0]) == whole, f"{_resident(files[0])} of {whole} bytes in the page cache"
+    with open(m / "ref.fa", "rb") as f:
+        assert sha256(f.read()) == sha256(data)
 
 
 def test_writer_is_refused_while_the_cache_file_is_passed_through(mount, bucket, s3):

@@ -1,8 +1,8 @@
-//! Page-aligned byte buffers for downloaded ranges.
+//! Page-aligned byte buffers for downloaded ranges, reused from a pool.
 //!
-//! A body collected into one of these can be written to the disk cache with `O_DIRECT`,
-//! which skips the page cache: on small VMs, filling page-cache pages costs more CPU than
-//! the whole download (see docs/BENCHMARKS.md).
+//! They were aligned for `O_DIRECT` writes to the disk cache, which it no longer makes
+//! (the kernel reads complete cache files itself and should find them in memory); the
+//! alignment costs nothing and keeps whole-page copies. The pool is what matters (below).
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-/// Alignment of the start of every buffer, enough for `O_DIRECT` on Linux file systems.
+/// Alignment of the start of every buffer: a page.
 pub const ALIGN: usize = 4096;
 
 /// Most bytes of freed buffers kept for reuse. A fresh allocation of part size is mapped

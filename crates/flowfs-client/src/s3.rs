@@ -268,8 +268,8 @@ impl ObjectClient for S3Client {
             .send()
             .await
             .map_err(|e| map_err(key, e))?;
-        // Each piece in an aligned buffer of its own: the disk cache writes it with
-        // O_DIRECT while the next one is still arriving.
+        // Each piece in a buffer of its own: the disk cache writes it while the next one
+        // is still arriving.
         let mut body = out.body;
         let (mut i, mut from) = (0, start);
         let mut buf = AlignedBuf::with_capacity((cuts[0] - start) as usize);

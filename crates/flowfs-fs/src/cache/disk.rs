@@ -1,4 +1,4 @@
-//! The system calls the cache makes on its disk: statvfs, hole punching, syncfs.
+//! The system calls the cache makes on its disk: statvfs, hole punching, writeback, syncfs.
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -38,6 +38,24 @@ pub(super) fn punch_hole(f: &File, off: u64, len: u64) {
             len as libc::off_t,
         );
     }
+}
+
+/// Starts the disk write of `[off, off + len)` of `f`, just written through the page
+/// cache, without waiting for it: the pages stay cached (the kernel serves passthrough
+/// reads from them) and the disk work is spread over the fetch instead of piling up as
+/// dirty pages for the `syncfs` at the end (a 1 GiB cold read then made the unmount take
+/// 2.2 s, where it took 0.5-1.3 s with `O_DIRECT` writes). Best effort: the end's
+/// `syncfs` is what makes them durable.
+pub(super) fn start_writeback(f: &File, off: u64, len: usize) {
+    // SAFETY: sync_file_range on an fd we own; no memory is passed.
+    unsafe {
+        libc::sync_file_range(
+            f.as_raw_fd(),
+            off as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
 }
 
 /// Makes what was written on the file system of `dir` durable.

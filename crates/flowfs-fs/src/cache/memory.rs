@@ -38,6 +38,12 @@ impl Ranges {
         self.0.lock().is_empty()
     }
 
+    /// Drops every range; their length.
+    fn clear(&self) -> u64 {
+        let gone = std::mem::take(&mut *self.0.lock());
+        gone.values().map(|b| b.data.len() as u64).sum()
+    }
+
     /// Drops the range at `off`; its length (0 if none).
     fn remove(&self, off: u64) -> u64 {
         self.0
@@ -129,6 +135,13 @@ impl MemBudget {
             }
         }
         true
+    }
+
+    /// Drops every range of `e`: the kernel reads its data file itself from now on (a
+    /// pin), and they would wait for a reader that never comes until the budget pushed
+    /// them out.
+    pub fn forget(&self, e: &CacheEntry) {
+        self.used.fetch_sub(e.mem().clear(), Ordering::Relaxed);
     }
 
     /// Bytes `[off, off + len)` of `e` if memory holds all of them.

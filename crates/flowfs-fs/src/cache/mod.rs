@@ -19,10 +19,11 @@
 //! `objects/evict.lock` (one eviction at a time); `objects/usage` (the directory's byte
 //! count). All of them die with their process.
 //!
-//! Fetched ranges are written with `O_DIRECT` (no page-cache pages for the data file) and
-//! also kept in memory, within a small budget, until the reader has taken them: a cold
-//! read then costs one copy out of the download buffer instead of a write into new
-//! page-cache pages and a read back from them.
+//! Fetched ranges are written through the page cache (the kernel reads a complete data
+//! file itself, FUSE passthrough, and finds the bytes in memory; with `O_DIRECT` it read
+//! them back from the disk, entry.rs `write`) and also kept in memory, within a small
+//! budget, until the reader has taken them: a cold read then costs one copy out of the
+//! download buffer, not a read back from the data file.
 //!
 //! One job per file: this one is the public face and the wiring; `index.rs` the choice
 //! of victims (pure data); `evict.rs` eviction; `entry.rs` an entry (its files, fetches
@@ -62,7 +63,7 @@ use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -98,8 +99,6 @@ pub struct DiskCache {
     /// One eviction of this process at a time.
     evicting: Mutex<()>,
     mem: MemBudget,
-    /// Cleared once the cache's file system refuses `O_DIRECT` (tmpfs).
-    direct_ok: AtomicBool,
     /// Bytes read from the cache and fetched into it, not yet added to `objects/usage`.
     hits: AtomicU64,
     fetched: AtomicU64,
@@ -129,7 +128,6 @@ impl DiskCache {
             inner: Mutex::new(HashMap::new()),
             evicting: Mutex::new(()),
             mem: MemBudget::new(mem_cap),
-            direct_ok: AtomicBool::new(true),
             hits: AtomicU64::new(0),
             fetched: AtomicU64::new(0),
             open: RwLock::new(true),
@@ -275,7 +273,7 @@ impl DiskCache {
                 "another process held these chunks too long".into(),
             )),
             Some(lock) => e
-                .write(lock, off, data, &self.direct_ok)
+                .write(lock, off, data)
                 .and_then(|()| e.set_present(lock, c0, c1))
                 .map_err(|err| FsError::Io(format!("cache write: {err}"))),
         };

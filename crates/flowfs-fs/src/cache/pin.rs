@@ -35,9 +35,6 @@ pub struct Pinned {
     /// The sidecar, opened for this pin alone: its shared lock on `PIN` is the pin.
     _pin: File,
     size: u64,
-    /// Fetched bytes of the entry waited in memory for their first reader when it was
-    /// pinned (`in_memory`).
-    in_memory: bool,
 }
 
 impl Pinned {
@@ -49,15 +46,6 @@ impl Pinned {
     /// The object's size, which is the data file's length.
     pub fn size(&self) -> u64 {
         self.size
-    }
-
-    /// Whether fetched bytes of the entry waited in memory for their first reader (a
-    /// sibling's prefetch) when it was pinned: those were written with `O_DIRECT`, so the
-    /// kernel would read them back from the disk, where flowfs copies them from memory.
-    /// A first open is better served by flowfs then: B1 (a cold copy of 300 prefetched
-    /// 1 MiB files) took 1.8 s with passthrough from such pins against 1.4 s without.
-    pub fn in_memory(&self) -> bool {
-        self.in_memory
     }
 }
 
@@ -84,7 +72,7 @@ impl DiskCache {
         let Ok(files) = e.files() else {
             return Ok(None);
         };
-        let pin = reopen(&files.map, false)?;
+        let pin = reopen(&files.map)?;
         if !ofd_lock(&pin, Lock::Shared, PIN, 1, false)? {
             return Ok(None);
         }
@@ -100,20 +88,14 @@ impl DiskCache {
             .read(true)
             .open(format!("/proc/self/fd/{}", files.data.as_raw_fd()))?;
         // The kernel's reads through the pin are not seen here: the whole object counts
-        // as read from the cache once, at its open (`flowfs cache stats`). Not while its
-        // fetched bytes wait in memory: such a first open is served by flowfs from there,
-        // and those bytes count as fetched (a later open through this pin of an inode
-        // already passed through is then not counted).
-        let in_memory = !e.mem().is_empty();
-        if !in_memory {
-            self.hits
-                .fetch_add(e.size, std::sync::atomic::Ordering::Relaxed);
-        }
+        // as read from the cache once, at its open (`flowfs cache stats`).
+        self.hits
+            .fetch_add(e.size, std::sync::atomic::Ordering::Relaxed);
+        self.mem.forget(e);
         Ok(Some(Pinned {
             data,
             _pin: pin,
             size: e.size,
-            in_memory,
         }))
     }
 }

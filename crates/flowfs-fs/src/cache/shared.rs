@@ -47,14 +47,11 @@ pub(super) fn ofd_lock(f: &File, kind: Lock, start: u64, len: u64, wait: bool) -
 }
 
 /// A new open file of the same file as `f` (its own OFD locks, its own flags).
-pub(super) fn reopen(f: &File, direct: bool) -> io::Result<File> {
-    let mut opts = OpenOptions::new();
-    opts.read(true).write(true);
-    if direct {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.custom_flags(libc::O_DIRECT);
-    }
-    opts.open(format!("/proc/self/fd/{}", f.as_raw_fd()))
+pub(super) fn reopen(f: &File) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/fd/{}", f.as_raw_fd()))
 }
 
 /// Counters of the whole directory, in `objects/usage` (three `u64`s): the bytes of

@@ -109,7 +109,7 @@ fn bytes_written_but_not_marked_are_never_served() {
     let b = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let ea = a.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
     let lock = a.lock_fetch(&ea, 0, 2, false).unwrap().unwrap();
-    ea.write(&lock, 0, &aligned(&data), &a.direct_ok).unwrap();
+    ea.write(&lock, 0, &data).unwrap();
     drop(lock); // killed here
     let eb = b.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
     assert!(eb.try_read(0, 10).unwrap().is_none());

@@ -62,14 +62,6 @@ impl Backing {
         }
     }
 
-    /// Whether an open that no other open of its inode constrains is better served by
-    /// flowfs: a cache file whose freshly fetched bytes flowfs still holds in memory
-    /// (`Pinned::in_memory`). Opens of an inode the kernel already serves from this file
-    /// still get it: every open of one inode must be served the same way.
-    pub fn first_open_via_flowfs(&self) -> bool {
-        matches!(self, Backing::Cached { pin, .. } if pin.in_memory())
-    }
-
     /// Which file it is.
     pub fn key(&self) -> BackingKey {
         match self {

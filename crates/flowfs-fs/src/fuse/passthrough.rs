@@ -240,8 +240,7 @@ impl Passthrough {
                 reply.plain(fh, flags);
             }
             None => {
-                // The first open decides the inode's mode (see `first_open_via_flowfs`).
-                let backing = backing.filter(|b| !b.first_open_via_flowfs());
+                // The first open decides the inode's mode.
                 let id = register(&mut s, &reply, backing);
                 let mode = match &id {
                     Some((key, id)) => IoMode::Kernel {

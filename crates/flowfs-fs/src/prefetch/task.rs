@@ -108,8 +108,9 @@ impl Prefetcher {
         let mut sink = |i: usize, data: Bytes| {
             let (c0, c1, f) = todo[i].clone();
             self.cache.offer(&obj.entry, c0 * CHUNK, data.clone(), &f);
-            // The O_DIRECT write waits for the disk: not on an async worker, where it
-            // would hold up every FUSE request behind it.
+            // The cache write is blocking file I/O (it may wait for the disk under dirty
+            // page throttling): not on an async worker, where it would hold up every
+            // FUSE request behind it.
             let (me, entry, lock) = (self.clone(), obj.entry.clone(), lock.clone());
             stores.push(tokio::task::spawn_blocking(move || {
                 if let Err(e) = me.cache.store(&entry, lock.as_deref(), c0 * CHUNK, &data) {
