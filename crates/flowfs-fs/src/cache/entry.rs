@@ -111,7 +111,7 @@ impl CacheEntry {
         &self.mem
     }
 
-    #[cfg(test)]
+    /// The entry's sidecar.
     pub(super) fn map_path(&self) -> PathBuf {
         persist::map_path(&self.dir, &self.hash)
     }

@@ -138,7 +138,9 @@ impl DiskCache {
         emptied.dedup();
         for i in emptied {
             let s = &found[i];
-            remove_unused(&map_path(&self.root, &s.hash), &s.layout);
+            if remove_unused(&map_path(&self.root, &s.hash), &s.layout) {
+                self.changes.note(&self.usage, None);
+            }
         }
         freed
     }
@@ -150,6 +152,7 @@ impl DiskCache {
         let hot = self.inner.lock().get(&s.hash).cloned();
         let taken = hot.as_ref().map(|e| e.take_block(b));
         let path = map_path(&self.root, &s.hash);
+        self.changes.note(&self.usage, Some(&path));
         let freed = match punch_block(&path, &s.layout, b) {
             Ok(n) => n,
             Err(err) => {

@@ -46,6 +46,7 @@
 pub mod admin;
 mod bitmap;
 mod disk;
+mod durable;
 mod entry;
 mod evict;
 mod fetch;
@@ -99,6 +100,8 @@ pub struct DiskCache {
     /// One eviction of this process at a time.
     evicting: Mutex<()>,
     mem: MemBudget,
+    /// What this process changed, made durable at its end (durable.rs).
+    changes: durable::Changes,
     /// Bytes read from the cache and fetched into it, not yet added to `objects/usage`.
     hits: AtomicU64,
     fetched: AtomicU64,
@@ -128,6 +131,7 @@ impl DiskCache {
             inner: Mutex::new(HashMap::new()),
             evicting: Mutex::new(()),
             mem: MemBudget::new(mem_cap),
+            changes: durable::Changes::default(),
             hits: AtomicU64::new(0),
             fetched: AtomicU64::new(0),
             open: RwLock::new(true),
@@ -279,6 +283,7 @@ impl DiskCache {
         };
         e.drop_inflight(c0, end.div_ceil(CHUNK));
         let added = r?;
+        self.changes.note(&self.usage, Some(&e.map_path()));
         self.usage.add(added as i64);
         self.fetched.fetch_add(added, Ordering::Relaxed);
         drop(open);
@@ -342,17 +347,23 @@ impl DiskCache {
     }
 
     /// The cache's end, at unmount: nothing of this process writes to the directory
-    /// afterwards; the last process on it makes it durable and marks it clean (trusted
-    /// after a reboot). Idempotent.
+    /// afterwards; what it changed is made durable (durable.rs), and the last process on
+    /// it marks it clean (trusted after a reboot). Idempotent.
     pub fn close(&self) {
         let mut open = self.open.write();
         if !*open {
             return;
         }
         *open = false;
+        // Evictions of this process stop here too (they hold `open` for reading).
         self.flush_counts();
+        self.changes.sync(&self.root, &self.usage);
         if persist::alone(&self.lock) {
-            disk::sync_fs(&self.root);
+            if self.usage.get_at(shared::UNSYNCED) > 0 {
+                // A process killed before it made its changes durable.
+                disk::sync_fs(&self.root);
+                self.usage.set_at(shared::UNSYNCED, 0);
+            }
             persist::mark_clean(&self.root);
         }
         crate::dirlock::unlock(&self.lock);

@@ -175,6 +175,10 @@ fn start(dir: &Path, usage: &Usage) -> io::Result<()> {
         }
     }
     usage.set(used);
+    if !same_boot {
+        // Counts of processes of an earlier boot (durable.rs): nothing of theirs is pending.
+        usage.set_at(super::shared::UNSYNCED, 0);
+    }
     Ok(())
 }
 

@@ -54,11 +54,12 @@ pub(super) fn reopen(f: &File) -> io::Result<File> {
         .open(format!("/proc/self/fd/{}", f.as_raw_fd()))
 }
 
-/// Counters of the whole directory, in `objects/usage` (three `u64`s): the bytes of
+/// Counters of the whole directory, in `objects/usage` (four `u64`s): the bytes of
 /// object data it holds, as every process counts them (a store adds what it made present,
 /// an eviction takes off what it freed and corrects the count with what it found on disk:
 /// a process killed between a store and its count leaves it wrong until then), and the
-/// bytes read from the cache and fetched into it since the directory was made or cleared.
+/// bytes read from the cache and fetched into it since the directory was made or cleared,
+/// and the processes whose changes are not yet durable (`UNSYNCED`, durable.rs).
 ///
 /// Every process maps the file shared and changes the counters with atomic operations on
 /// the mapping (one physical page for all of them): no system call per store or per
@@ -80,7 +81,7 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above.
 unsafe impl Sync for Mapping {}
 
-const SLOTS: u64 = 3;
+const SLOTS: u64 = 4;
 
 impl Mapping {
     fn new(file: &File) -> Option<Mapping> {
@@ -127,6 +128,8 @@ impl Drop for Mapping {
 pub(super) const USED: u64 = 0;
 pub(super) const HITS: u64 = 1;
 pub(super) const FETCHED: u64 = 2;
+/// Processes that changed the directory and have not made that durable (durable.rs).
+pub(super) const UNSYNCED: u64 = 3;
 
 impl Usage {
     pub fn open(dir: &Path) -> io::Result<Usage> {
@@ -185,11 +188,16 @@ impl Usage {
 
     /// Sets the byte count (a process alone on the directory, after counting it).
     pub fn set(&self, v: u64) {
+        self.set_at(USED, v);
+    }
+
+    /// Sets a slot (a process alone on the directory).
+    pub fn set_at(&self, slot: u64, v: u64) {
         if let Some(m) = &self.map {
-            m.slot(USED).store(v, Ordering::Release);
+            m.slot(slot).store(v, Ordering::Release);
             return;
         }
-        let _ = self.file.write_all_at(&v.to_le_bytes(), USED * 8);
+        let _ = self.file.write_all_at(&v.to_le_bytes(), slot * 8);
     }
 }
 
