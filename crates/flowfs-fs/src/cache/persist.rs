@@ -187,7 +187,7 @@ pub(super) fn mark_clean(dir: &Path) {
     let _ = fs::write(dir.join("state"), format!("{} clean", boot_id()));
 }
 
-fn boot_id() -> String {
+pub(super) fn boot_id() -> String {
     fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()

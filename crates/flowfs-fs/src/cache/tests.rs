@@ -471,7 +471,7 @@ fn each_process_counts_until_it_synced_its_changes() {
     assert_eq!(unsynced(&b), 1);
     assert!(state(dir.path()).ends_with(" dirty"), "b is still on it");
     b.close();
-    assert_eq!(state(dir.path()), format!("{} clean", persist_boot()));
+    assert_eq!(state(dir.path()), format!("{} clean", persist::boot_id()));
     let c = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     assert_eq!(unsynced(&c), 0);
 }
@@ -492,11 +492,4 @@ fn a_writer_killed_before_its_sync_is_synced_by_the_last_process() {
     b.close();
     assert_eq!(b.usage.get_at(shared::UNSYNCED), 0);
     assert!(state(dir.path()).ends_with(" clean"));
-}
-
-fn persist_boot() -> String {
-    fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .unwrap()
-        .trim()
-        .to_string()
 }
