@@ -5,7 +5,7 @@
 //! vouches for, the words an eviction cleared before punching. That was one `syncfs` of
 //! the cache's file system, which also waits for every other program's dirty data there:
 //! a mount that had read nothing took 6.0 s to unmount with 2.3 GiB of another program's
-//! writes pending on the disk (and a test's teardown 30 s in the full suite). Now each
+//! writes pending on the disk. Now each
 //! process syncs the entries it changed itself (`fdatasync` of their two files) and the
 //! directory, and counts itself in `objects/usage` (`UNSYNCED`) from its first change to
 //! that sync: a process killed in between leaves the count up, and only then does the
