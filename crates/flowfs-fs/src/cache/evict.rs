@@ -138,9 +138,8 @@ impl DiskCache {
         emptied.dedup();
         for i in emptied {
             let s = &found[i];
-            if remove_unused(&map_path(&self.root, &s.hash), &s.layout) {
-                self.changes.note(&self.usage, None);
-            }
+            self.changes.note(&self.usage, None);
+            remove_unused(&map_path(&self.root, &s.hash), &s.layout);
         }
         freed
     }
@@ -152,6 +151,7 @@ impl DiskCache {
         let hot = self.inner.lock().get(&s.hash).cloned();
         let taken = hot.as_ref().map(|e| e.take_block(b));
         let path = map_path(&self.root, &s.hash);
+        // Noted before the change: a process killed after it is still counted.
         self.changes.note(&self.usage, Some(&path));
         let freed = match punch_block(&path, &s.layout, b) {
             Ok(n) => n,

@@ -1,6 +1,6 @@
 //! Fetched ranges kept in memory until a reader has taken them, within a budget: a cold
-//! read then costs one copy out of the download buffer instead of a write into new
-//! page-cache pages and a read back from them.
+//! read then costs one copy out of the download buffer, not a read back from the data
+//! file (whose write may not even have happened yet).
 //!
 //! Each entry owns its ranges (`Ranges`, behind its own lock); `MemBudget` owns the
 //! count of bytes in memory and the order in which ranges go when it is over budget.

@@ -276,14 +276,17 @@ impl DiskCache {
             None => Err(FsError::Io(
                 "another process held these chunks too long".into(),
             )),
-            Some(lock) => e
-                .write(lock, off, data)
-                .and_then(|()| e.set_present(lock, c0, c1))
-                .map_err(|err| FsError::Io(format!("cache write: {err}"))),
+            Some(lock) => {
+                // Noted before the bytes and words change: a process killed after it is
+                // still counted as not synced (durable.rs).
+                self.changes.note(&self.usage, Some(&e.map_path()));
+                e.write(lock, off, data)
+                    .and_then(|()| e.set_present(lock, c0, c1))
+                    .map_err(|err| FsError::Io(format!("cache write: {err}")))
+            }
         };
         e.drop_inflight(c0, end.div_ceil(CHUNK));
         let added = r?;
-        self.changes.note(&self.usage, Some(&e.map_path()));
         self.usage.add(added as i64);
         self.fetched.fetch_add(added, Ordering::Relaxed);
         drop(open);
