@@ -7,8 +7,8 @@ operation (s3proxy's operation names: HEAD, GET_RANGE, LIST, PUT, UPLOAD_PART, .
   slowdown        503 SlowDown with an S3 XML error body (the request is not forwarded)
   internal        500 InternalError with an S3 XML error body (not forwarded)
   reset           TCP reset before any response (not forwarded)
-  reset_mid_body  object GETs: the status, headers and part of the body, then a TCP reset
-                  (a GET whose body is too short to cut, or another operation, goes through)
+  reset_mid_body  object GETs and listings: the status, headers and part of the body, then
+                  a TCP reset (a body too short to cut, or another operation, goes through)
   stall           the request waits `stall_seconds` (2 s by default), then goes through
   lost_response   forwarded (the server does it), then a TCP reset instead of the answer
 
@@ -331,7 +331,7 @@ class _FaultHandler(_Handler):
         super()._proxy()
 
     def _fault_reset_mid_body(self, op, bucket, key, frac) -> None:
-        if op not in P.OBJECT_GETS:
+        if op not in P.OBJECT_GETS and op != P.LIST:
             super()._proxy()
             return
         self._cut_limit_frac = frac

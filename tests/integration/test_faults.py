@@ -23,6 +23,7 @@ import time
 import pytest
 
 import faultproxy as F
+import s3proxy as P
 from conftest import create_bucket
 from fault_helpers import (
     MOUNT_EXTRA,
@@ -286,3 +287,24 @@ def test_outage_server_stopped_and_started(own_server):
     problems = bounded(lambda: _run_outage(m, s3, bucket, Outage("server-restart", None, server)), 420,
                        "the outage scenario")
     assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------------ the mount itself
+
+
+def test_mount_under_faults_retries_cut_listings(mount, bucket, s3, fault_proxy):
+    """Issue 26: with the faults on from the start (every kind, and every listing body cut
+    mid-way at 60 %), `flowfs mount` must come up and serve, not exit at once calling the
+    server "not S3" for an answer the network broke off. Five mounts, the first requests
+    of each (the bucket check, the root listing) under the faults."""
+    s3.put_object(Bucket=bucket, Key="probe.txt", Body=b"probe\n")
+    rates = F.mix(slowdown=0.20, internal=0.02, reset=0.05, stall=0.02)
+    rates[P.LIST] = {F.RESET_MID_BODY: 0.6}
+    fault_proxy.set_faults(rates)
+    for i in range(5):
+        m = mount(bucket, proxy=fault_proxy, extra=MOUNT_EXTRA)
+        got = bounded(lambda: (m / "probe.txt").read_bytes(), 120, f"read through mount {i}")
+        assert got == b"probe\n"
+        r = bounded(m.unmount, 200, f"unmount {i}")
+        assert r.returncode == 0, r.stderr
+    assert fault_proxy.injected(F.RESET_MID_BODY, op=P.LIST) > 0, fault_proxy.fault_summary()

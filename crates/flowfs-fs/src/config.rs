@@ -48,6 +48,9 @@ pub struct FsConfig {
     pub dir_mode: u16,
     /// Which listings HEAD their objects for the attributes in their metadata.
     pub meta_heads: MetaHeads,
+    /// `--durability local`: the close of a written file fsyncs its staged bytes and
+    /// journal record before it returns (a power loss then loses no closed file).
+    pub local_durability: bool,
 }
 
 impl FsConfig {
@@ -79,6 +82,7 @@ impl FsConfig {
             file_mode: 0o644,
             dir_mode: 0o755,
             meta_heads: MetaHeads::Marked,
+            local_durability: false,
         }
     }
 }

@@ -49,6 +49,10 @@ pub enum FsError {
     /// ENOSPC: the local disk (staging) is full.
     #[error("no space left on the local disk: {0}")]
     NoSpace(String),
+    /// EFBIG: a length past what the staging disk's file system can hold (ext4: 16 TiB;
+    /// stress-ng's fsize stressor expects it, issue 26).
+    #[error("file too large: {0}")]
+    TooBig(String),
     /// EIO: the store or the local disk failed otherwise.
     #[error("I/O error: {0}")]
     Io(String),
@@ -72,6 +76,7 @@ impl FsError {
             FsError::Stale => libc::ESTALE,
             FsError::AccessDenied(_) => libc::EACCES,
             FsError::NoSpace(_) => libc::ENOSPC,
+            FsError::TooBig(_) => libc::EFBIG,
             FsError::Io(_) => libc::EIO,
         }
     }
@@ -93,6 +98,7 @@ impl From<std::io::Error> for FsError {
         // A full staging disk (or quota) is the one local failure a task can act on.
         match e.raw_os_error() {
             Some(libc::ENOSPC) | Some(libc::EDQUOT) => FsError::NoSpace(e.to_string()),
+            Some(libc::EFBIG) => FsError::TooBig(e.to_string()),
             _ => FsError::Io(e.to_string()),
         }
     }
@@ -106,10 +112,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_local_disk_is_enospc_other_disk_errors_eio() {
+    fn a_full_local_disk_is_enospc_a_too_long_file_efbig_other_disk_errors_eio() {
         for (os, want) in [
             (libc::ENOSPC, libc::ENOSPC),
             (libc::EDQUOT, libc::ENOSPC),
+            (libc::EFBIG, libc::EFBIG),
             (libc::EIO, libc::EIO),
             (libc::EROFS, libc::EIO),
         ] {

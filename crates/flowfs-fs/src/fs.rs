@@ -7,6 +7,7 @@
 mod attrs;
 mod direct;
 mod ends;
+mod locks;
 mod namespace;
 mod open;
 mod remote;
@@ -37,6 +38,7 @@ use attrs::MetaWrites;
 pub use attrs::{Attr, AttrChanges, DirItem};
 use direct::Access;
 pub use direct::{Backing, BackingKey};
+use locks::InodeLocks;
 use remote::{batched, percent_encode};
 pub use status::{Failure, PendingFile, Recovery, Status};
 
@@ -109,13 +111,15 @@ pub struct Fs {
     wb: WriteBack,
     /// Keys recovered from the journal of a mount that died.
     recovered: Mutex<Vec<String>>,
-    /// Serializes the download of remote files that are opened for modification.
-    fill: tokio::sync::Mutex<()>,
+    /// Per inode: one download of an object opened for modification at a time.
+    fills: InodeLocks,
     /// Held shared by each upload, exclusively by a directory rename: an upload below a
     /// directory that moves must neither land nor start while its objects are copied.
     dir_moves: tokio::sync::RwLock<()>,
     /// chmod, chown and utimens of objects already in the bucket, on their way there.
     meta_writes: MetaWrites,
+    /// Per inode: a rename, an unlink and a metadata rewrite never overlap.
+    keys: InodeLocks,
 }
 
 fn valid_name(name: &str) -> Result<()> {
@@ -157,9 +161,10 @@ impl Fs {
             slots: UploadSlots::new(cfg.max_uploads),
             wb: WriteBack::new(staging),
             recovered: Mutex::new(Vec::new()),
-            fill: tokio::sync::Mutex::new(()),
+            fills: InodeLocks::default(),
             dir_moves: tokio::sync::RwLock::new(()),
             meta_writes: MetaWrites::default(),
+            keys: InodeLocks::default(),
             started: SystemTime::now(),
             cfg,
             client,

@@ -225,6 +225,18 @@ pub struct MountOptions {
         help_heading = "Mount options"
     )]
     pub passthrough: String,
+    /// What a close() of a written file waits for: bucket (nothing; the file is safe on
+    /// local disk against a crash of flowfs, in the bucket once uploaded) or local (its
+    /// staged bytes and journal record are fsynced first, so that a power loss or reboot
+    /// before the upload loses nothing the next mount cannot upload)
+    #[arg(
+        long,
+        value_name = "WHAT",
+        default_value = "bucket",
+        value_parser = ["bucket", "local"],
+        help_heading = "Mount options"
+    )]
+    pub durability: String,
     /// FUSE worker threads
     #[arg(
         long,

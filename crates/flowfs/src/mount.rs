@@ -83,6 +83,7 @@ pub(crate) fn fs_config(opts: &MountOptions, bucket: &str, prefix: &str) -> Resu
         "never" => MetaHeads::Never,
         _ => MetaHeads::Marked,
     };
+    cfg.local_durability = opts.durability == "local";
     Ok(cfg)
 }
 

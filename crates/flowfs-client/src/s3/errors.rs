@@ -15,7 +15,9 @@ where
     E: ProvideErrorMetadata,
 {
     match err {
-        SdkError::ResponseError(ctx) if ctx.raw().status().as_u16() < 500 => {
+        SdkError::ResponseError(ctx)
+            if ctx.raw().status().as_u16() < 500 && foreign_body(ctx.raw().body().bytes()) =>
+        {
             Some(ClientError::NotS3(format!(
                 "HTTP {} with a body that is not S3 XML",
                 ctx.raw().status().as_u16()
@@ -31,6 +33,19 @@ where
         }
         _ => None,
     }
+}
+
+/// Whether a body that could not be read as the answer is some other server's page: it
+/// was read whole and is not S3 XML. A body cut short by the network (an S3 answer
+/// broken off mid-way, or one never read) is a transport fault to retry: through a
+/// proxy that cuts 5 % of bodies `flowfs mount` gave up at once (issue 26).
+fn foreign_body(body: Option<&[u8]>) -> bool {
+    let Some(b) = body.filter(|b| !b.is_empty()) else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&b[..b.len().min(512)]);
+    let s3 = ["<ListBucketResult", "<Error>", "<?xml"];
+    !s3.iter().any(|tag| text.contains(tag))
 }
 
 /// One place that turns an SDK failure into the kind the file system acts on.
@@ -95,6 +110,18 @@ fn classify(what: &str, status: u16, code: &str, detail: &str) -> ClientError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_whole_body_that_is_not_s3_xml_is_foreign() {
+        assert!(foreign_body(Some(b"<html><body>It works</body></html>")));
+        assert!(foreign_body(Some(b"hello")));
+        // Cut short: the start of an S3 answer, or nothing at all.
+        let cut = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=";
+        assert!(!foreign_body(Some(cut)));
+        assert!(!foreign_body(Some(b"<ListBucketResult><Name>b</Na")));
+        assert!(!foreign_body(Some(b"")));
+        assert!(!foreign_body(None));
+    }
 
     #[test]
     fn status_codes_map_to_kinds() {

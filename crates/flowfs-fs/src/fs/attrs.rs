@@ -175,6 +175,13 @@ impl Fs {
         if !c.any() {
             return Ok(());
         }
+        if let Some(m) = c.mtime {
+            // What a passthrough writer wrote before this utimens is taken in first, so
+            // that its close does not take the time of that write for a later change
+            // (GNU tar sets the mtime on the open file before close: issue 26).
+            self.refresh_direct(Some(ino));
+            self.wb.set_mtime(ino, m);
+        }
         let rewrite = {
             let mut t = self.inodes.lock();
             let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
@@ -187,14 +194,16 @@ impl Fs {
             p.atime = c.atime.or(p.atime);
             if let Some(m) = c.mtime {
                 p.mtime = Some(m);
-                self.wb.set_mtime(ino, m);
             }
             p.ctime = Some(SystemTime::now());
             n.entry.set_posix(Some(p));
             let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
-            // A directory rewrites its marker, if it has one (a HEAD tells).
+            // A directory rewrites its marker, if it has one (a HEAD tells). An object
+            // rewrites its metadata unless an upload to come carries them (one in flight
+            // is compared with them at its end, `finish_upload`): a staged file already
+            // uploaded and still open (fchmod after fsync) has none to come.
             let durable = (e.kind == Kind::Dir && ino != ROOT)
-                || (e.etag.is_some() && self.wb.stat(ino).is_none());
+                || (e.etag.is_some() && !self.wb.carries_attrs(ino));
             Self::listing_put(&mut t, parent, &name, Some(e));
             durable && !self.cfg.read_only
         };
@@ -220,6 +229,11 @@ impl Fs {
     /// One HEAD (the object's other metadata, which a copy with REPLACE would drop, and
     /// the version to change) and one copy onto itself, conditional on that version.
     async fn rewrite_once(&self, ino: u64) -> std::result::Result<(), ClientError> {
+        // The key is read and written while no rename or unlink of the node runs, and
+        // while no directory above it moves (key first: a directory's rename holds its
+        // own key, then the moves).
+        let _key = self.keys.hold(ino).await;
+        let _moves = self.dir_moves.read().await;
         let (key, posix) = {
             let t = self.inodes.lock();
             // A staged file's coming upload carries them too; an upload landing first

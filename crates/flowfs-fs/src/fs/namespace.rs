@@ -259,6 +259,8 @@ impl Fs {
     pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
+        // A metadata rewrite landing after the delete would bring the object back.
+        let _key = self.keys.hold(ino).await;
         let key = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
@@ -306,6 +308,8 @@ impl Fs {
     pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
+        // A rewrite of its marker landing after the delete would bring it back.
+        let _key = self.keys.hold(ino).await;
         let path = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
@@ -377,7 +381,7 @@ impl Fs {
             return self.truncate_staged(ino, &staged, size);
         }
         // As a writer of its own, released at once: that queues the upload.
-        let staged = self.open_staged(ino, true, size == 0).await?;
+        let staged = self.open_staged(ino, true, size).await?;
         let fh = self.open_local(ino, staged.clone(), Access::Write);
         let r = self.truncate_staged(ino, &staged, size);
         self.release(fh)?;

@@ -103,7 +103,8 @@ impl Fs {
         truncate: bool,
         direct: bool,
     ) -> Result<(u64, OpenHints)> {
-        let staged = self.open_staged(ino, true, truncate).await?;
+        let keep = if truncate { 0 } else { u64::MAX };
+        let staged = self.open_staged(ino, true, keep).await?;
         let access = if direct {
             Access::Direct
         } else {
@@ -161,9 +162,19 @@ impl Fs {
             .get(&fh)
             .cloned()
             .ok_or(FsError::BadHandle)?;
-        if let Handle::Local { ino, staged, .. } = h {
+        if let Handle::Local {
+            ino,
+            staged,
+            access,
+        } = h
+        {
             if let Some(e) = self.wb.error(ino, &staged) {
                 return Err(FsError::Io(e));
+            }
+            if self.cfg.local_durability && access.writes() {
+                // What was written is on the disk, and the record that uploads it after
+                // a crash, before close() returns.
+                staged.sync_local()?;
             }
         }
         Ok(())

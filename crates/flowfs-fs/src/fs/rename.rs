@@ -28,6 +28,14 @@ impl Fs {
         if noreplace && target.is_some() {
             return Err(FsError::Exists);
         }
+        // No metadata rewrite of the source or the target lands on either name while
+        // the source moves (taken in inode order: two renames never wait on each other).
+        let (first, second) = (ino.min(target.unwrap_or(0)), ino.max(target.unwrap_or(0)));
+        let _first = match first {
+            0 => None,
+            i => Some(self.keys.hold(i).await),
+        };
+        let _second = self.keys.hold(second).await;
         let (kind, old_path, new_path) = self.rename_paths(ino, newparent, newname)?;
         let replaced_remote = match target {
             Some(tino) => self.rename_clear_target(kind, tino, &new_path).await?,

@@ -12,19 +12,29 @@ use crate::writeback::{Durability, Finished, Note, Released, UploadFailure, Uplo
 const FIRST_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
 const LAST_RETRY: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// The attributes an upload sent with the object, and whether an early multipart
+/// upload's metadata copy succeeded (`stamped`).
+struct Carried {
+    posix: Posix,
+    stamped: bool,
+}
+
 impl Fs {
-    /// Opens `ino`'s staged content as a handle (`write`: a writer), staging it first:
-    /// the object is downloaded unless the caller is about to replace it (`truncate`).
+    /// Opens `ino`'s staged content as a handle (`write`: a writer), staging it first
+    /// with the object's first `keep` bytes: all of them (`u64::MAX`), none for a caller
+    /// about to replace it (O_TRUNC), the bytes a truncation keeps. Only the bytes kept
+    /// are fetched (`truncate -s 4096` of a 256 MiB object fetched it whole, issue 26).
     pub(super) async fn open_staged(
         self: &Arc<Self>,
         ino: u64,
         write: bool,
-        truncate: bool,
+        keep: u64,
     ) -> Result<Arc<StagedFile>> {
         if let Some(f) = self.wb.open(ino, write) {
             return Ok(f);
         }
-        let _guard = self.fill.lock().await;
+        // One download per object; opens of other files never wait for it.
+        let _guard = self.fills.hold(ino).await;
         if let Some(f) = self.wb.open(ino, write) {
             return Ok(f);
         }
@@ -39,14 +49,15 @@ impl Fs {
                 n.entry.shown_mtime(),
             )
         };
+        let kept = size.min(keep);
         let file = self.wb.staging().create()?;
-        if size > 0 && !truncate {
+        if kept > 0 {
             let etag = etag.filter(|e| !e.is_empty());
             let r = download_into(
                 &self.client,
                 &self.key(&path),
                 etag.as_deref(),
-                size,
+                kept,
                 self.cfg.part_size,
                 self.prefetch.gets(),
                 &file.file,
@@ -57,11 +68,13 @@ impl Fs {
                 return Err(e.into());
             }
         }
-        if let Err(e) = file.file.set_len(size) {
+        if let Err(e) = file.file.set_len(kept) {
             file.discard();
             return Err(e.into());
         }
-        Ok(self.wb.install(ino, file, (size, mtime), write))
+        // A staged prefix is already a change the bucket lacks.
+        let durable = kept == size;
+        Ok(self.wb.install(ino, file, (kept, mtime), write, durable))
     }
 
     /// Sets the length of `ino`'s staged content (O_TRUNC, ftruncate), journaled.
@@ -330,11 +343,11 @@ impl Fs {
             if !carried {
                 (r, stamped) = self.stamp_early(&key, &metadata, r, job.size).await;
             }
-            let mtime = r.as_ref().ok().and(written.mtime);
-            // Before the upload counts as done (and wakes fsync and unmount), so that an
-            // unmount waits for the rewrite this may call for.
-            let rewrite = r.is_ok() && self.after_upload_attrs(ino, &written, stamped);
-            let fin = self.finish_upload(ino, &job, &key, r, mtime);
+            let carried = Carried {
+                posix: written,
+                stamped,
+            };
+            let (fin, rewrite) = self.finish_upload(ino, &job, &key, r, &carried);
             if rewrite {
                 let fs = self.clone();
                 tokio::spawn(async move { fs.rewrite_meta(ino).await });
@@ -392,21 +405,20 @@ impl Fs {
         Some((job, key, metadata, posix))
     }
 
-    /// After an upload that `written` went with: a chmod, chown or utimens that came
+    /// After an upload that `carried` went with: a chmod, chown or utimens that came
     /// while it was under way (`write; touch -d` closes, which starts the upload, then
     /// sets the time), which the upload did not carry, goes to the bucket as a metadata
-    /// rewrite. So does a failed `stamp_early` (`stamped` false).
+    /// rewrite. So does a failed `stamp_early`. Decided under the namespace lock that
+    /// `change_attrs` takes, in the same step as the upload's end: a chmod between a
+    /// separate look and that end was carried by neither (issue 26).
     /// Returns whether the caller must start that rewrite's task.
-    fn after_upload_attrs(&self, ino: u64, written: &Posix, stamped: bool) -> bool {
-        let stale = {
-            let t = self.inodes.lock();
-            let Some(n) = t.get(ino) else {
-                return false;
-            };
-            let mut now = self.full_posix(&n.entry);
-            now.atime = written.atime;
-            now != *written || !stamped
+    fn after_upload_attrs(&self, t: &Inodes, ino: u64, carried: &Carried) -> bool {
+        let Some(n) = t.get(ino) else {
+            return false;
         };
+        let mut now = self.full_posix(&n.entry);
+        now.atime = carried.posix.atime;
+        let stale = now != carried.posix || !carried.stamped;
         stale && self.meta_writes.start(ino)
     }
 
@@ -469,16 +481,21 @@ impl Fs {
         (r, true)
     }
 
-    /// Records the end of an upload and brings the node in step with it.
+    /// Records the end of an upload and brings the node in step with it; also says
+    /// whether a metadata rewrite must follow (`after_upload_attrs`), decided before the
+    /// upload counts as done (and wakes fsync and unmount), so that an unmount waits for
+    /// that rewrite too.
     fn finish_upload(
         &self,
         ino: u64,
         job: &UploadJob,
         key: &str,
         r: std::result::Result<String, ClientError>,
-        mtime: Option<SystemTime>,
-    ) -> Finished {
+        carried: &Carried,
+    ) -> (Finished, bool) {
         let mut t = self.inodes.lock();
+        let mtime = r.as_ref().ok().and(carried.posix.mtime);
+        let rewrite = r.is_ok() && self.after_upload_attrs(&t, ino, carried);
         let named = t.path(ino).map(|p| self.key(&p)).as_deref() == Some(key);
         let result = match &r {
             Ok(_) => Ok(()),
@@ -519,7 +536,7 @@ impl Fs {
                         .adopt(&self.cfg.bucket, key, &etag, job.size, file.data_path());
                 }
                 file.discard();
-                return fin;
+                return (fin, rewrite);
             }
         }
         drop(t);
@@ -527,7 +544,7 @@ impl Fs {
             // Not under the namespace lock: the record's removal is disk I/O.
             let _ = self.journal(ino);
         }
-        fin
+        (fin, rewrite)
     }
 
     /// A handle on a staged file is closed: queue its upload, or give the staged copy up

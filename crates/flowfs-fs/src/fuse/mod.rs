@@ -18,16 +18,16 @@ use std::task::{Context, Waker};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode,
-    OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request,
 };
 use tokio::runtime::Handle;
 use tracing::{Instrument, Span};
 
 use crate::error::{FsError, Result};
 use crate::fs::{AttrChanges, Fs};
-use passthrough::{Created, Passthrough, Plan};
+use passthrough::{Access, Created, Passthrough, Plan};
 use reply::{answer, file_type, open_flags, span, to_fuse, utf8, About, Replies};
 
 /// Answers the kernel's FUSE requests with the methods of `Fs`.
@@ -116,9 +116,13 @@ impl fuser::Filesystem for FuseAdapter {
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         self.init_passthrough(config);
+        // ATOMIC_O_TRUNC: an open with O_TRUNC arrives as such. Without it the kernel
+        // opens without the flag, then truncates: the open staged the whole object
+        // first (`echo x > f` of a 256 MiB object fetched 256 MiB, issue 26).
         for flag in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
         ] {
             if config.capabilities().contains(flag) {
                 let _ = config.add_capabilities(flag);
@@ -168,14 +172,15 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let truncate = flags.0 & libc::O_TRUNC != 0;
-        let write = !matches!(flags.acc_mode(), OpenAccMode::O_RDONLY) || truncate;
+        let access = Access::of(flags.0);
+        let write = access != Access::Read;
         let pt = self.pt.clone();
         let plan_pt = self.pt.clone();
         self.run(
             span("open", About::Ino(ino.0)),
             reply,
             |fs| async move {
-                let plan = plan_pt.plan_waiting(ino.0, write).await;
+                let plan = plan_pt.plan_waiting(ino.0, access).await;
                 if plan == Plan::Refuse {
                     return Err(FsError::Busy(
                         "opened for writing while read from the cache's file",
@@ -558,13 +563,16 @@ impl fuser::Filesystem for FuseAdapter {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let span = span("create", About::Entry(parent.0, name));
         let owner = Some((req.uid(), req.gid()));
         let (name, ttl) = (utf8(name), self.ttl);
-        let (direct, pt) = (self.pt.enabled(), self.pt.clone());
+        // A new file opened for reading and writing may be mapped: through flowfs
+        // (passthrough.rs `Access::ReadWrite`).
+        let direct = self.pt.enabled() && Access::of(flags) != Access::ReadWrite;
+        let pt = self.pt.clone();
         self.run(
             span,
             reply,

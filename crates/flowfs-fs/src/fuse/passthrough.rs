@@ -61,6 +61,35 @@ pub(super) struct Passthrough {
     released: tokio::sync::Notify,
 }
 
+/// How an open uses the file, as far as passthrough is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    Read,
+    /// Write only (O_WRONLY): such a descriptor can never be mapped (mmap needs read
+    /// access), so every change it makes is a `write` while it is open.
+    Write,
+    /// O_RDWR: the descriptor may be mapped shared and writable. Through passthrough the
+    /// kernel maps the staged file itself, so `msync` never reaches flowfs and pages
+    /// written after `close()` (the mapping outlives the descriptor) change a file
+    /// flowfs has already uploaded, then handed to the cache (issue 26: lost at unmount,
+    /// 5 of 5 files). Served through flowfs, the kernel sends msync as fsync and the
+    /// release only after `munmap`. So such an open starts its inode's mode through
+    /// flowfs; only an inode already served from its staged file by another open takes
+    /// it the same way (the kernel allows no mix).
+    ReadWrite,
+}
+
+impl Access {
+    /// From the flags of open or create.
+    pub(super) fn of(flags: i32) -> Access {
+        match flags & libc::O_ACCMODE {
+            libc::O_RDONLY if flags & libc::O_TRUNC == 0 => Access::Read,
+            libc::O_RDWR => Access::ReadWrite,
+            _ => Access::Write,
+        }
+    }
+}
+
 /// What an open may be, before the core opens it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Plan {
@@ -149,21 +178,27 @@ impl Passthrough {
     /// opens (`answer` decides with what the open offers). An open for writing is
     /// `Refuse`d while the inode's readers read the cache's file: its writes could go
     /// nowhere else, and refused before the core opens it, an O_TRUNC truncates nothing.
-    fn plan(&self, ino: u64, write: bool) -> Plan {
+    /// An open for reading and writing starts its inode's mode through flowfs: see
+    /// `Access::ReadWrite`.
+    fn plan(&self, ino: u64, access: Access) -> Plan {
         let s = self.state.lock();
         match s.inodes.get(&ino) {
-            Some(IoMode::Kernel { key, .. }) if write && matches!(key, BackingKey::Cached(_)) => {
+            Some(IoMode::Kernel { key, .. })
+                if access != Access::Read && matches!(key, BackingKey::Cached(_)) =>
+            {
                 Plan::Refuse
             }
             Some(IoMode::Flowfs { .. }) => Plan::Flowfs,
-            _ if s.usage == Use::Off => Plan::Flowfs,
+            // Served from one file already: every open of the inode must be too.
+            Some(IoMode::Kernel { .. }) => Plan::Offer,
+            _ if s.usage == Use::Off || access == Access::ReadWrite => Plan::Flowfs,
             _ => Plan::Offer,
         }
     }
 
     /// `plan`, waiting up to `RELEASE_WAIT` for releases while it says `Refuse`.
-    pub(super) async fn plan_waiting(&self, ino: u64, write: bool) -> Plan {
-        let plan = || Some(self.plan(ino, write)).filter(|p| *p != Plan::Refuse);
+    pub(super) async fn plan_waiting(&self, ino: u64, access: Access) -> Plan {
+        let plan = || Some(self.plan(ino, access)).filter(|p| *p != Plan::Refuse);
         self.until_released(plan).await.unwrap_or(Plan::Refuse)
     }
 

@@ -312,21 +312,26 @@ impl WriteBack {
         Some(f.file.clone())
     }
 
-    /// Makes `file` (just filled with the object's `size` bytes, which the bucket holds,
-    /// last changed at `mtime`) `ino`'s staged file and counts a handle on it; if another
-    /// open staged `ino` meanwhile, that one is used and `file` is removed.
+    /// Makes `file` (just filled with `size` bytes of the object, last changed at
+    /// `mtime`: all of them when `durable`, else a prefix, a change the bucket lacks)
+    /// `ino`'s staged file and counts a handle on it; if another open staged `ino`
+    /// meanwhile, that one is used and `file` is removed.
     pub fn install(
         &self,
         ino: u64,
         file: Arc<StagedFile>,
         (size, mtime): (u64, SystemTime),
         write: bool,
+        durable: bool,
     ) -> Arc<StagedFile> {
         let mut t = self.table.lock();
-        let f = t
-            .files
-            .entry(ino)
-            .or_insert_with(|| FileWb::new(file.clone(), size, true, mtime));
+        let f = t.files.entry(ino).or_insert_with(|| {
+            // The bucket holds a version either way (a rename or unlink must deal
+            // with it); a prefix is one generation past it.
+            let mut f = FileWb::new(file.clone(), size, true, mtime);
+            f.gen += u64::from(!durable);
+            f
+        });
         count_open(f, write);
         let chosen = f.file.clone();
         drop(t);
@@ -384,6 +389,20 @@ impl WriteBack {
             f.mtime = mtime;
             f.ctime = SystemTime::now();
         }
+    }
+
+    /// Whether an upload still to come, or in flight, takes `ino`'s attributes to the
+    /// bucket: it is staged with changes the bucket lacks, or queued, or uploading.
+    pub fn carries_attrs(&self, ino: u64) -> bool {
+        self.table
+            .lock()
+            .files
+            .get(&ino)
+            .is_some_and(|f| match f.phase {
+                Phase::Queued | Phase::Uploading { .. } => true,
+                Phase::Retired => false,
+                Phase::Idle | Phase::Failed { .. } => f.dirty(),
+            })
     }
 
     /// Size and times of `ino`'s staged content, if it has any.

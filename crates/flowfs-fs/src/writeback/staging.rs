@@ -99,6 +99,23 @@ impl StagedFile {
         let _ = fs::remove_file(&self.rec);
     }
 
+    /// Makes the staged bytes and the journal record (if there is one) survive a power
+    /// loss: `fdatasync` of the data, `fsync` of the record and of the directory that
+    /// names both (`--durability local`).
+    pub fn sync_local(&self) -> io::Result<()> {
+        self.file.sync_data()?;
+        let _j = self.journal.lock();
+        match File::open(&self.rec) {
+            Ok(rec) => rec.sync_all()?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        match self.rec.parent() {
+            Some(dir) => File::open(dir)?.sync_all(),
+            None => Ok(()),
+        }
+    }
+
     /// Drops the staging file and its record once its content is durable or deleted
     /// (handles still open keep reading and writing the unlinked file).
     pub fn discard(&self) {

@@ -208,3 +208,34 @@ async fn a_passthrough_writer_that_changes_nothing_uploads_nothing() {
     assert!(fs.flush_all().await.is_empty());
     assert_eq!(mock.object("same.txt").as_deref(), Some(&b"UNchanged"[..]));
 }
+
+/// GNU tar writes a file, sets its mtime on the open descriptor, then closes it. With a
+/// passthrough writer the write is unseen when the utimens comes: the close took the
+/// staged file's own time (that of the write) for a later change and uploaded it,
+/// losing the mtime (issue 26: every file of an extracted tree failed `tar --compare`).
+#[tokio::test]
+async fn a_utimens_before_the_close_of_a_passthrough_writer_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (a, fh, hints) = fs.create_io(ROOT, "f", 0o644, None, true).await.unwrap();
+    backing_file(&hints.backing)
+        .write_all_at(&[b'x'; 100], 0)
+        .unwrap();
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    let c = flowfs_fs::AttrChanges {
+        mtime: Some(old),
+        atime: Some(old),
+        ..Default::default()
+    };
+    fs.setattr_with(a.ino, None, c, Some(fh)).await.unwrap();
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("f").as_deref(), Some(&[b'x'; 100][..]));
+    let m = mock.metadata("f").expect("object");
+    assert_eq!(
+        m.get("mtime").map(String::as_str),
+        Some("1500000000"),
+        "{m:?}"
+    );
+    assert_eq!(fs.getattr(a.ino).await.unwrap().mtime, old);
+}

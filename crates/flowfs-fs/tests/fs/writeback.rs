@@ -391,3 +391,59 @@ fn a_recovery_the_store_refuses_for_good_is_set_aside_not_retried_forever() {
     assert_eq!(rt.block_on(fs.recover()), (vec![], vec![]));
     assert_eq!(mock.count(Op::Put), puts, "not tried again");
 }
+
+/// `truncate -s 4096` of an object in the bucket stages only the bytes it keeps (it
+/// fetched the whole object first, issue 26); the object then holds exactly them, and a
+/// truncation that grows the file still fetches all it keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_of_an_object_fetches_only_the_bytes_it_keeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = crate::common::setup(dir.path(), "");
+    let body = crate::common::data(8 << 20, 3);
+    mock.insert("big", body.clone());
+    mock.insert("grow", body[..1000].to_vec());
+    let a = fs.lookup(ROOT, "big").await.unwrap();
+    let none = flowfs_fs::AttrChanges::default();
+    let attr = fs
+        .setattr_with(a.ino, Some(4096), none, None)
+        .await
+        .unwrap();
+    assert_eq!(attr.size, 4096);
+    assert_eq!(mock.get_bytes(), 4096, "only the bytes kept are fetched");
+    let g = fs.lookup(ROOT, "grow").await.unwrap();
+    fs.setattr_with(g.ino, Some(5000), none, None)
+        .await
+        .unwrap();
+    assert_eq!(mock.get_bytes(), 4096 + 1000);
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("big").as_deref(), Some(&body[..4096]));
+    let mut grown = body[..1000].to_vec();
+    grown.resize(5000, 0);
+    assert_eq!(mock.object("grow").as_deref(), Some(&grown[..]));
+    // A remount reads what the bucket holds.
+    let later = crate::common::fs_on(&mock, tempfile::tempdir().unwrap().path(), "");
+    assert_eq!(later.lookup(ROOT, "big").await.unwrap().size, 4096);
+}
+
+/// A length past what the staging disk's file system can hold is EFBIG, not EIO
+/// (stress-ng's fsize stressor, issue 26); the file keeps what it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncate_past_the_local_file_size_limit_is_efbig() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = crate::common::setup(dir.path(), "");
+    let (a, fh) = fs.create(ROOT, "f", 0o644).await.unwrap();
+    fs.write(fh, 0, b"kept").unwrap();
+    let huge = 1u64 << 62;
+    let none = flowfs_fs::AttrChanges::default();
+    let e = fs
+        .setattr_with(a.ino, Some(huge), none, Some(fh))
+        .await
+        .expect_err("no file system here holds 4 EiB");
+    assert_eq!(e.errno(), libc::EFBIG, "{e}");
+    let e = fs.fallocate(fh, huge, 1).await.expect_err("fallocate");
+    assert_eq!(e.errno(), libc::EFBIG, "{e}");
+    assert_eq!(fs.getattr(a.ino).await.unwrap().size, 4);
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("f").as_deref(), Some(&b"kept"[..]));
+}

@@ -65,6 +65,7 @@ pub fn all() -> Vec<Behaviour> {
         behaviour!(lists::pagination_without_delimiter),
         behaviour!(lists::list_after_is_start_after),
         behaviour!(lists::list_after_inside_a_common_prefix),
+        behaviour!(lists::control_bytes_and_plus_in_keys_list_back_exactly),
         behaviour!(writes::delete_of_missing_key_succeeds),
         behaviour!(writes::delete_removes_the_object),
         behaviour!(writes::multipart_round_trip),
