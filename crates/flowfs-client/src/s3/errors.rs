@@ -16,7 +16,7 @@ where
 {
     match err {
         SdkError::ResponseError(ctx)
-            if ctx.raw().status().as_u16() < 500 && foreign_body(ctx.raw().body().bytes()) =>
+            if ctx.raw().status().as_u16() < 500 && foreign_body(ctx.raw()) =>
         {
             Some(ClientError::NotS3(format!(
                 "HTTP {} with a body that is not S3 XML",
@@ -36,13 +36,25 @@ where
 }
 
 /// Whether a body that could not be read as the answer is some other server's page: it
-/// was read whole and is not S3 XML. A body cut short by the network (an S3 answer
-/// broken off mid-way, or one never read) is a transport fault to retry: through a
-/// proxy that cuts 5 % of bodies `flowfs mount` gave up at once (issue 26).
-fn foreign_body(body: Option<&[u8]>) -> bool {
+/// was read whole (as long as its Content-Length says) and is not S3 XML. A body cut
+/// short by the network (an S3 answer broken off mid-way, or one never read) is a
+/// transport fault to retry: through a proxy that cut 5 % of bodies, `flowfs mount`
+/// gave up at once (issue 26).
+fn foreign_body(raw: &aws_sdk_s3::config::http::HttpResponse) -> bool {
+    let length = raw
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.parse::<usize>().ok());
+    foreign(raw.body().bytes(), length)
+}
+
+fn foreign(body: Option<&[u8]>, length: Option<usize>) -> bool {
     let Some(b) = body.filter(|b| !b.is_empty()) else {
         return false;
     };
+    if length.is_some_and(|n| b.len() < n) {
+        return false;
+    }
     let text = String::from_utf8_lossy(&b[..b.len().min(512)]);
     let s3 = ["<ListBucketResult", "<Error>", "<?xml"];
     !s3.iter().any(|tag| text.contains(tag))
@@ -113,14 +125,17 @@ mod tests {
 
     #[test]
     fn only_a_whole_body_that_is_not_s3_xml_is_foreign() {
-        assert!(foreign_body(Some(b"<html><body>It works</body></html>")));
-        assert!(foreign_body(Some(b"hello")));
-        // Cut short: the start of an S3 answer, or nothing at all.
+        let page = b"<html><body>It works</body></html>";
+        assert!(foreign(Some(page), Some(page.len())));
+        assert!(foreign(Some(b"hello"), None));
+        // Cut short: shorter than its Content-Length, the start of an S3 answer, or
+        // nothing at all.
+        assert!(!foreign(Some(b"<?x"), Some(476)));
+        assert!(!foreign(Some(&page[..10]), Some(page.len())));
         let cut = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=";
-        assert!(!foreign_body(Some(cut)));
-        assert!(!foreign_body(Some(b"<ListBucketResult><Name>b</Na")));
-        assert!(!foreign_body(Some(b"")));
-        assert!(!foreign_body(None));
+        assert!(!foreign(Some(cut), None));
+        assert!(!foreign(Some(b""), Some(0)));
+        assert!(!foreign(None, Some(476)));
     }
 
     #[test]
