@@ -380,7 +380,7 @@ class LocalDisk(Tool):
 
 # ====================================================================== registry
 
-TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "flowfs-nopt", "flowfs-base", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
+TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "flowfs-nopt", "flowfs-durable", "flowfs-base", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
               "geesefs", "mountpoint-s3"]
 
 
@@ -405,6 +405,13 @@ def make_tools(names: list[str], flowfs_bin: str) -> list[Tool]:
             # The same build without FUSE passthrough: what passthrough changes, in one run.
             t = FlowFS("flowfs-nopt", exe=flowfs_bin, extra=("--passthrough", "off"),
                        note="flowfs with --passthrough off")
+            if not os.access(flowfs_bin, os.X_OK):
+                t.unavailable = f"flowfs binary not found at {flowfs_bin} (cargo build --release)"
+            out.append(t)
+        elif n == "flowfs-durable":
+            # The same build with --durability local: what fsyncing each closed file costs.
+            t = FlowFS("flowfs-durable", exe=flowfs_bin, extra=("--durability", "local"),
+                       note="flowfs with --durability local")
             if not os.access(flowfs_bin, os.X_OK):
                 t.unavailable = f"flowfs binary not found at {flowfs_bin} (cargo build --release)"
             out.append(t)

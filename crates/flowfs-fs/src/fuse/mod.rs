@@ -8,6 +8,7 @@
 //! `reply::answer`: the one place that maps an `FsError` to its errno and logs it, at
 //! debug level, inside that span.
 
+mod opens;
 mod passthrough;
 mod reply;
 
@@ -18,17 +19,17 @@ use std::task::{Context, Waker};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    FileHandle, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, Request,
 };
 use tokio::runtime::Handle;
 use tracing::{Instrument, Span};
 
 use crate::error::{FsError, Result};
 use crate::fs::{AttrChanges, Fs};
-use passthrough::{Access, Created, Passthrough, Plan};
-use reply::{answer, file_type, open_flags, span, to_fuse, utf8, About, Replies};
+use passthrough::Passthrough;
+use reply::{answer, file_type, span, to_fuse, utf8, About, Replies};
 
 /// Answers the kernel's FUSE requests with the methods of `Fs`.
 pub struct FuseAdapter {
@@ -86,48 +87,9 @@ impl FuseAdapter {
     }
 }
 
-impl FuseAdapter {
-    /// Asks the kernel for passthrough, if it is on. The backing files may be on a
-    /// stacked file system (overlayfs, in a container): depth 2, the kernel's maximum,
-    /// allows that (and keeps the mount from being stacked under another).
-    fn init_passthrough(&self, config: &mut KernelConfig) {
-        if !self.pt.enabled() {
-            return;
-        }
-        let flag = InitFlags::FUSE_PASSTHROUGH;
-        if !config.capabilities().contains(flag) {
-            return self
-                .pt
-                .unavailable("the kernel does not offer it; it needs Linux 6.9");
-        }
-        if config.set_max_stack_depth(2).is_err() || config.add_capabilities(flag).is_err() {
-            self.pt.unavailable("the kernel refused its stacking depth");
-        }
-    }
-}
-
 impl fuser::Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Large requests: fewer round trips for sequential I/O.
-        if let Err(max) = config.set_max_readahead(1 << 20) {
-            let _ = config.set_max_readahead(max);
-        }
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
-        self.init_passthrough(config);
-        // ATOMIC_O_TRUNC: an open with O_TRUNC arrives as such. Without it the kernel
-        // opens without the flag, then truncates: the open staged the whole object
-        // first (`echo x > f` of a 256 MiB object fetched 256 MiB, issue 26).
-        for flag in [
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
-        ] {
-            if config.capabilities().contains(flag) {
-                let _ = config.add_capabilities(flag);
-            }
-        }
+        self.negotiate(config);
         Ok(())
     }
 
@@ -171,34 +133,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let truncate = flags.0 & libc::O_TRUNC != 0;
-        let access = Access::of(flags.0);
-        let write = access != Access::Read;
-        let pt = self.pt.clone();
-        let plan_pt = self.pt.clone();
-        self.run(
-            span("open", About::Ino(ino.0)),
-            reply,
-            |fs| async move {
-                let plan = plan_pt.plan_waiting(ino.0, access).await;
-                if plan == Plan::Refuse {
-                    return Err(FsError::Busy(
-                        "opened for writing while read from the cache's file",
-                    ));
-                }
-                let direct = plan == Plan::Offer;
-                let (fh, hints) = fs.open_as(ino.0, write, truncate, direct).await?;
-                let key = hints.backing.as_ref().map(|b| b.key());
-                plan_pt.await_compatible(ino.0, key).await;
-                Ok((fs, fh, hints))
-            },
-            move |r, (fs, fh, hints)| {
-                let b = hints.backing.as_ref();
-                if !pt.answer(ino.0, r, FileHandle(fh), open_flags(&hints), b) {
-                    let _ = fs.release(fh);
-                }
-            },
-        );
+        self.open_file(ino.0, flags.0, reply);
     }
 
     fn read(
@@ -566,29 +501,8 @@ impl fuser::Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let span = span("create", About::Entry(parent.0, name));
         let owner = Some((req.uid(), req.gid()));
-        let (name, ttl) = (utf8(name), self.ttl);
-        // A new file opened for reading and writing may be mapped: through flowfs
-        // (passthrough.rs `Access::ReadWrite`).
-        let direct = self.pt.enabled() && Access::of(flags) != Access::ReadWrite;
-        let pt = self.pt.clone();
-        self.run(
-            span,
-            reply,
-            |fs| async move {
-                let (a, fh, hints) = fs.create_io(parent.0, &name?, mode, owner, direct).await?;
-                Ok((fs, a, fh, hints))
-            },
-            move |reply, (fs, a, fh, hints)| {
-                let attr = to_fuse(&a);
-                let r = Created { reply, ttl, attr };
-                let (flags, b) = (FopenFlags::empty(), hints.backing.as_ref());
-                if !pt.answer(a.ino, r, FileHandle(fh), flags, b) {
-                    let _ = fs.release(fh);
-                }
-            },
-        );
+        self.create_file(parent.0, name, (mode, flags), owner, reply);
     }
 
     fn fallocate(
