@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults demo bench bench-quick bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults test-realworld demo bench bench-quick bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -52,6 +52,13 @@ test-faults: setup workflow-deps build
 	FLOWFS_FAULTS_FULL=1 FLOWFS_CRASH_ROUNDS=$${FLOWFS_CRASH_ROUNDS:-20} $(PYTHON) -m pytest -v \
 		tests/integration/test_faults.py tests/integration/test_workflow_faults.py \
 		tests/integration/test_crash_mix.py
+
+# The real-tools suite in full (tests/integration/test_realworld.py): sh, tar, rsync, git,
+# pip, sqlite3, mmap and O_APPEND writers, stress-ng, dbench and fs_mark on real mounts
+# against local runs, passthrough on and off, again after a remount with an empty cache.
+# `make test` runs all of it but dbench and fs_mark. About 2 minutes on 2 cores.
+test-realworld: setup build
+	FLOWFS_REALWORLD_FULL=1 $(PYTHON) -m pytest tests/integration/test_realworld.py -v --durations=0
 
 demo: setup build
 	bash scripts/demo.sh

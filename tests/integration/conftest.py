@@ -81,6 +81,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "mount" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.needs_flowfs)
+    # The slow real-tools cases run only when asked for: `make test-realworld`
+    # (FLOWFS_REALWORLD_FULL=1) or a -m expression that names the marker.
+    if os.environ.get("FLOWFS_REALWORLD_FULL") != "1" and "realworld_full" not in (config.option.markexpr or ""):
+        slow = [i for i in items if i.get_closest_marker("realworld_full")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [i for i in items if not i.get_closest_marker("realworld_full")]
 
 
 # ------------------------------------------------------------------ session-level pieces

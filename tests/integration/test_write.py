@@ -9,6 +9,7 @@ import hashlib
 import mmap
 import os
 import stat
+import subprocess
 import threading
 import time
 
@@ -662,19 +663,24 @@ def test_overwrite_and_truncate_fetch_only_what_they_keep(mount, bucket, s3, pro
     and truncated after), and so did `truncate -s 4096`. Now the overwrite fetches nothing
     and the truncation the 4 KiB it keeps (at most one part); the bucket holds the result."""
     big = payload(64 * MiB, "o-trunc")
-    for key in ("a.bin", "b.bin"):
+    for key in ("a.bin", "b.bin", "c.bin"):
         s3.put_object(Bucket=bucket, Key=key, Body=big)
     m = mount(bucket, proxy=proxy, extra=["--passthrough", pt])
     with open(m / "a.bin", "w") as f:  # the shell's `>`: O_WRONLY|O_CREAT|O_TRUNC
         f.write("hello\n")
     assert proxy.get_bytes == 0, proxy.stats.summary()
-    os.truncate(m / "b.bin", 4096)
+    os.truncate(m / "b.bin", 4096)  # truncate(2) of a path
     assert proxy.get_bytes <= 4096 + 8 * MiB, proxy.stats.summary()
     assert os.stat(m / "b.bin").st_size == 4096
+    # coreutils: open(O_WRONLY), then ftruncate: fetched whole at the open before.
+    subprocess.run(["truncate", "-s", "5000", m / "c.bin"], check=True, timeout=60)
+    assert proxy.get_bytes <= 2 * (5000 + 8 * MiB), proxy.stats.summary()
+    assert os.stat(m / "c.bin").st_size == 5000
     r = m.unmount()
     assert r.returncode == 0, r.stderr
     assert object_bytes(s3, bucket, "a.bin") == b"hello\n"
     assert object_bytes(s3, bucket, "b.bin") == big[:4096]
+    assert object_bytes(s3, bucket, "c.bin") == big[:5000]
 
 
 @pytest.mark.parametrize("pt", ["auto", "off"])

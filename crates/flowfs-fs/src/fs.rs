@@ -13,6 +13,7 @@ mod open;
 mod remote;
 mod rename;
 mod status;
+mod unstaged;
 mod upload;
 
 use std::collections::{BTreeMap, HashMap};
@@ -76,6 +77,9 @@ enum Handle {
         reader: Arc<Reader>,
         _backing: Option<Backing>,
     },
+    /// A writer of an object not staged yet (opened without O_TRUNC): it reads the
+    /// bucket through `reader` until its first change stages the object (unstaged.rs).
+    Unstaged { ino: u64, reader: Arc<Reader> },
     /// A file whose content is staged on local disk.
     Local {
         ino: u64,

@@ -373,6 +373,11 @@ impl Fs {
     /// truncate(2) and ftruncate(2): the staged content gets its new length; without an
     /// open writer it is uploaded as a file closed just now would be.
     async fn truncate(self: &Arc<Self>, ino: u64, size: u64, fh: Option<u64>) -> Result<()> {
+        if let Some(fh) = fh.filter(|fh| self.needs_stage(*fh)) {
+            // An ftruncate is its writer's first change: only what it keeps is fetched.
+            let staged = self.stage(fh, size).await?;
+            return self.truncate_staged(ino, &staged, size);
+        }
         let writer = fh.and_then(|fh| match self.files.lock().get(&fh) {
             Some(Handle::Local { staged, access, .. }) if access.writes() => Some(staged.clone()),
             _ => None,

@@ -6,18 +6,29 @@ use super::*;
 
 impl Fs {
     /// Opens a file; returns the handle and what the kernel may skip for it.
+    /// A writer's object is staged at the open (see `open_as` for the lazy way).
     pub async fn open(
         self: &Arc<Self>,
         ino: u64,
         write: bool,
         truncate: bool,
     ) -> Result<(u64, OpenHints)> {
-        self.open_as(ino, write, truncate, false).await
+        let (fh, hints) = self.open_as(ino, write, truncate, false).await?;
+        if self.needs_stage(fh) {
+            if let Err(e) = self.stage(fh, u64::MAX).await {
+                let _ = self.release(fh);
+                return Err(e);
+            }
+        }
+        Ok((fh, hints))
     }
 
-    /// `open`; `direct`: the caller can have the kernel serve the handle itself from the
-    /// local file offered in `OpenHints::backing` (FUSE passthrough), and a writer is
-    /// counted as one whose writes flowfs will not see (`begin_direct`).
+    /// Opens a file; `direct`: the caller can have the kernel serve the handle itself from
+    /// the local file offered in `OpenHints::backing` (FUSE passthrough), and a writer is
+    /// counted as one whose writes flowfs will not see (`begin_direct`). A writer of an
+    /// object not staged yet, opened without O_TRUNC, stages it only at its first change
+    /// (unstaged.rs; the caller of `write` asks `needs_stage` first); it is offered no
+    /// backing file.
     pub async fn open_as(
         self: &Arc<Self>,
         ino: u64,
@@ -103,6 +114,11 @@ impl Fs {
         truncate: bool,
         direct: bool,
     ) -> Result<(u64, OpenHints)> {
+        if !truncate {
+            if let Some(fh) = self.open_unstaged(ino)? {
+                return Ok((fh, OpenHints::default()));
+            }
+        }
         let keep = if truncate { 0 } else { u64::MAX };
         let staged = self.open_staged(ino, true, keep).await?;
         let access = if direct {
@@ -184,7 +200,7 @@ impl Fs {
     pub fn release(self: &Arc<Self>, fh: u64) -> Result<()> {
         let h = self.files.lock().remove(&fh).ok_or(FsError::BadHandle)?;
         match h {
-            Handle::Remote { ino, reader, .. } => {
+            Handle::Remote { ino, reader, .. } | Handle::Unstaged { ino, reader } => {
                 self.prefetch.close(&reader);
                 self.close_node(ino);
             }
@@ -207,6 +223,17 @@ impl Fs {
     pub async fn read(self: &Arc<Self>, fh: u64, off: u64, len: u32) -> Result<Bytes> {
         match self.handle(fh)? {
             Handle::Remote { reader, .. } => self.prefetch.read(&reader, off, len).await,
+            // Staged by another handle meanwhile: its writes are what this one reads.
+            Handle::Unstaged { ino, .. } if self.wb.stat(ino).is_some() => {
+                let staged = self.stage(fh, u64::MAX).await?;
+                Ok(Bytes::from(self.wb.read(
+                    ino,
+                    &staged,
+                    off,
+                    len as usize,
+                )?))
+            }
+            Handle::Unstaged { reader, .. } => self.prefetch.read(&reader, off, len).await,
             Handle::Local { ino, staged, .. } => {
                 let data = self.wb.read(ino, &staged, off, len as usize)?;
                 Ok(Bytes::from(data))

@@ -186,7 +186,8 @@ impl Fs {
     pub async fn fsync(self: &Arc<Self>, fh: u64) -> Result<()> {
         let (ino, staged) = match self.handle(fh)? {
             Handle::Local { ino, staged, .. } => (ino, staged),
-            Handle::Remote { .. } => return Ok(()),
+            // Nothing changed through it: nothing of it to make durable.
+            Handle::Remote { .. } | Handle::Unstaged { .. } => return Ok(()),
         };
         // What a passthrough writer wrote so far is what must become durable.
         self.refresh_direct(Some(ino));
@@ -600,6 +601,9 @@ impl Fs {
 
     /// Extends a file (fallocate mode 0); space is not reserved in object storage.
     pub async fn fallocate(self: &Arc<Self>, fh: u64, off: u64, len: u64) -> Result<()> {
+        if self.needs_stage(fh) {
+            self.stage(fh, u64::MAX).await?;
+        }
         let (ino, staged) = match self.handle(fh)? {
             Handle::Local {
                 ino,

@@ -450,6 +450,12 @@ impl fuser::Filesystem for FuseAdapter {
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if self.fs.needs_stage(fh.0) {
+            // The writer's first change: its object is staged first (a download).
+            let (data, span) = (data.to_vec(), span("write", About::Handle(ino.0, fh.0)));
+            let op = |fs: Arc<Fs>| async move { fs.write_staging(fh.0, offset, data).await };
+            return self.run(span, reply, op, |r, n| r.written(n));
+        }
         let _span = span("write", About::Handle(ino.0, fh.0)).entered();
         // Local disk only: answered on this thread. It may start the early upload of
         // parts the writer has left behind, which runs on the runtime.

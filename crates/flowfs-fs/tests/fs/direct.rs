@@ -102,15 +102,16 @@ async fn fsync_then_close_without_a_write_uploads_once() {
     assert!(mock.object("calls.vcf.gz").expect("uploaded")[..] == bytes[..]);
 }
 
-/// An existing object opened for writing is staged (fetched) first; a reader opened
-/// meanwhile is offered the same backing file, as the kernel requires of every open of
-/// one inode served by passthrough.
+/// An existing object staged by a writer (`Fs::open` stages at once): a passthrough
+/// writer and a reader opened meanwhile are offered the same backing file, as the kernel
+/// requires of every open of one inode served by passthrough.
 #[tokio::test]
 async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     mock.insert("in.txt", &b"hello world"[..]);
     let ino = crate::common::path_ino(&fs, "in.txt").await.unwrap();
+    let (pre, _) = fs.open(ino, true, false).await.unwrap();
     let (wfh, w) = fs.open_as(ino, true, false, true).await.unwrap();
     let (rfh, r) = fs.open_as(ino, false, false, true).await.unwrap();
     let (w, r) = (w.backing.expect("writer"), r.backing.expect("reader"));
@@ -121,6 +122,7 @@ async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
     w.file().write_all_at(b"HELLO", 0).unwrap();
     fs.release(rfh).unwrap();
     fs.release(wfh).unwrap();
+    fs.release(pre).unwrap();
     assert!(fs.flush_all().await.is_empty());
     assert_eq!(mock.object("in.txt").as_deref(), Some(&b"HELLO world"[..]));
 }
@@ -197,14 +199,18 @@ async fn a_passthrough_writer_that_changes_nothing_uploads_nothing() {
     let (mock, fs) = setup(dir.path(), "");
     mock.insert("same.txt", &b"unchanged"[..]);
     let ino = crate::common::path_ino(&fs, "same.txt").await.unwrap();
+    let (pre, _) = fs.open(ino, true, false).await.unwrap();
     let (fh, h) = fs.open_as(ino, true, false, true).await.unwrap();
     assert!(h.backing.is_some());
     fs.release(fh).unwrap();
+    fs.release(pre).unwrap();
     assert!(fs.flush_all().await.is_empty());
     assert_eq!(mock.count(Op::Put), 0, "an unchanged file went up again");
+    let (pre, _) = fs.open(ino, true, false).await.unwrap();
     let (fh, h) = fs.open_as(ino, true, false, true).await.unwrap();
     backing_file(&h.backing).write_all_at(b"UN", 0).unwrap();
     fs.release(fh).unwrap();
+    fs.release(pre).unwrap();
     assert!(fs.flush_all().await.is_empty());
     assert_eq!(mock.object("same.txt").as_deref(), Some(&b"UNchanged"[..]));
 }
@@ -238,4 +244,60 @@ async fn a_utimens_before_the_close_of_a_passthrough_writer_is_kept() {
         "{m:?}"
     );
     assert_eq!(fs.getattr(a.ino).await.unwrap().mtime, old);
+}
+
+/// An existing object opened for writing without O_TRUNC is fetched only at its first
+/// change (it was fetched whole at the open, issue 26): an open that never changes it
+/// fetches nothing and uploads nothing, reads go to the bucket, an `ftruncate` fetches
+/// what it keeps, a write stages the whole object. Such a writer is offered no backing.
+#[tokio::test]
+async fn an_existing_object_opened_for_writing_is_fetched_at_its_first_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let body = data(3 << 20, 9);
+    for k in ["touched", "cut", "patched"] {
+        mock.insert(k, body.clone());
+    }
+    let none = flowfs_fs::AttrChanges::default();
+    let ino = crate::common::path_ino(&fs, "touched").await.unwrap();
+    let (fh, h) = fs.open_as(ino, true, false, true).await.unwrap();
+    assert!(h.backing.is_none());
+    assert_eq!(fs.read(fh, 100, 10).await.unwrap()[..], body[100..110]);
+    fs.fsync(fh).await.unwrap();
+    fs.release(fh).unwrap();
+    assert!(
+        mock.get_bytes() < 1 << 20,
+        "{} bytes for a read of 10",
+        mock.get_bytes()
+    );
+    let before = mock.get_bytes();
+    let ino = crate::common::path_ino(&fs, "cut").await.unwrap();
+    let (fh, _) = fs.open_as(ino, true, false, true).await.unwrap();
+    fs.setattr_with(ino, Some(4096), none, Some(fh))
+        .await
+        .unwrap();
+    fs.release(fh).unwrap();
+    assert_eq!(
+        mock.get_bytes() - before,
+        4096,
+        "ftruncate fetches what it keeps"
+    );
+    let ino = crate::common::path_ino(&fs, "patched").await.unwrap();
+    let (fh, _) = fs.open_as(ino, true, false, true).await.unwrap();
+    assert!(fs.needs_stage(fh));
+    fs.stage(fh, u64::MAX).await.unwrap();
+    assert!(!fs.needs_stage(fh));
+    fs.write(fh, 1, b"XY").unwrap();
+    assert_eq!(
+        fs.read(fh, 0, 4).await.unwrap()[..],
+        [body[0], b'X', b'Y', body[3]]
+    );
+    fs.release(fh).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.count(Op::Put) + mock.count(Op::CompleteMultipart), 2);
+    assert_eq!(mock.object("touched").as_deref(), Some(&body[..]));
+    assert_eq!(mock.object("cut").as_deref(), Some(&body[..4096]));
+    let mut patched = body.clone();
+    patched[1..3].copy_from_slice(b"XY");
+    assert_eq!(mock.object("patched").as_deref(), Some(&patched[..]));
 }

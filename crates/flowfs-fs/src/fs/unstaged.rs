@@ -1,0 +1,94 @@
+//! Writers of an object not staged yet. An open for writing without `O_TRUNC` used to
+//! download the whole object at the open, whether or not the writer changed anything
+//! (`touch`, an `O_RDWR` open that only reads) and however little it kept (coreutils'
+//! `truncate -s 4096` opens, then `ftruncate`s: 1 GiB fetched for 4 KiB kept, issue 26).
+//! Such a handle now reads the bucket until its first change, which stages the object
+//! with the bytes that change keeps: all of them for a write or `fallocate`, the first
+//! `n` for an `ftruncate` to `n`.
+
+use super::*;
+
+impl Fs {
+    /// A writer handle of `ino` that stages nothing yet, if the object is worth leaving in
+    /// the bucket until a change (not staged here already, not empty). `None`: stage now.
+    pub(super) fn open_unstaged(&self, ino: u64) -> Result<Option<u64>> {
+        if self.wb.stat(ino).is_some() {
+            return Ok(None);
+        }
+        let (key, etag, size) = {
+            let mut t = self.inodes.lock();
+            let path = t.path(ino).ok_or(FsError::NotFound)?;
+            let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
+            let etag = n.entry.etag.clone().filter(|e| !e.is_empty());
+            if n.entry.size == 0 || etag.is_none() {
+                return Ok(None);
+            }
+            n.opened();
+            (self.key(&path), etag, n.entry.size)
+        };
+        let reader = match self
+            .prefetch
+            .open(key, etag.as_deref().map(String::from), size)
+        {
+            Ok(r) => Arc::new(r),
+            Err(e) => {
+                self.close_node(ino);
+                return Err(e);
+            }
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        (self.files.lock()).insert(fh, Handle::Unstaged { ino, reader });
+        Ok(Some(fh))
+    }
+
+    /// Whether `fh` is a writer that must stage its object before a write.
+    pub fn needs_stage(&self, fh: u64) -> bool {
+        matches!(self.files.lock().get(&fh), Some(Handle::Unstaged { .. }))
+    }
+
+    /// Stages the object of writer `fh` with its first `keep` bytes (`u64::MAX`: all),
+    /// unless it is staged already, and makes `fh` a writer of the staged file.
+    pub async fn stage(self: &Arc<Self>, fh: u64, keep: u64) -> Result<Arc<StagedFile>> {
+        let (ino, reader) = match self.handle(fh)? {
+            Handle::Unstaged { ino, reader } => (ino, reader),
+            Handle::Local { staged, .. } => return Ok(staged),
+            Handle::Remote { .. } => return Err(FsError::BadHandle),
+        };
+        let staged = self.open_staged(ino, true, keep).await?;
+        let swapped = {
+            let mut files = self.files.lock();
+            match files.get_mut(&fh) {
+                Some(h @ Handle::Unstaged { .. }) => {
+                    let access = Access::Write;
+                    let staged = staged.clone();
+                    *h = Handle::Local {
+                        ino,
+                        staged,
+                        access,
+                    };
+                    true
+                }
+                _ => false,
+            }
+        };
+        if swapped {
+            self.prefetch.close(&reader);
+            return Ok(staged);
+        }
+        // Another change of `fh` staged it first, or `fh` was closed meanwhile: the
+        // writer counted above goes as a handle of its own would.
+        let extra = self.open_local(ino, staged, Access::Write);
+        self.release(extra)?;
+        match self.handle(fh)? {
+            Handle::Local { staged, .. } => Ok(staged),
+            _ => Err(FsError::BadHandle),
+        }
+    }
+
+    /// A write that must stage first (`needs_stage`): the object staged whole, then the
+    /// write as any other.
+    pub async fn write_staging(self: &Arc<Self>, fh: u64, off: u64, data: Vec<u8>) -> Result<u32> {
+        self.stage(fh, u64::MAX).await?;
+        self.write(fh, off, &data)
+    }
+}
