@@ -77,16 +77,7 @@ impl Fs {
             n.opened();
             (etag, n.entry.size, keep)
         };
-        let reader = match self
-            .prefetch
-            .open(key, etag.as_deref().map(String::from), size)
-        {
-            Ok(r) => Arc::new(r),
-            Err(e) => {
-                self.close_node(ino);
-                return Err(e);
-            }
-        };
+        let reader = self.open_reader(ino, key, etag, size)?;
         let backing = direct.then(|| self.cached_backing(&reader)).flatten();
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let handle = Handle::Remote {
@@ -143,6 +134,27 @@ impl Fs {
             ..OpenHints::default()
         };
         Ok((fh, hints))
+    }
+
+    /// The reader of an open of `ino` (counted open in its node): the object version
+    /// `etag` of `size` bytes at `key`. A failure takes the node's count back.
+    pub(super) fn open_reader(
+        &self,
+        ino: u64,
+        key: String,
+        etag: Option<Arc<str>>,
+        size: u64,
+    ) -> Result<Arc<Reader>> {
+        match self
+            .prefetch
+            .open(key, etag.as_deref().map(String::from), size)
+        {
+            Ok(r) => Ok(Arc::new(r)),
+            Err(e) => {
+                self.close_node(ino);
+                Err(e)
+            }
+        }
     }
 
     pub(super) fn handle(&self, fh: u64) -> Result<Handle> {

@@ -26,16 +26,7 @@ impl Fs {
             n.opened();
             (self.key(&path), etag, n.entry.size)
         };
-        let reader = match self
-            .prefetch
-            .open(key, etag.as_deref().map(String::from), size)
-        {
-            Ok(r) => Arc::new(r),
-            Err(e) => {
-                self.close_node(ino);
-                return Err(e);
-            }
-        };
+        let reader = self.open_reader(ino, key, etag, size)?;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         (self.files.lock()).insert(fh, Handle::Unstaged { ino, reader });
         Ok(Some(fh))
