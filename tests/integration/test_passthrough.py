@@ -76,6 +76,9 @@ def test_mtime_follows_passthrough_writes_and_utime(mount, bucket):
 
 
 def test_append_and_mmap_writes_through_passthrough(mount, bucket, s3):
+    """Appends of a task's log (each open after the first finds the file staged, or stages
+    it at its first write) and writes through a shared mapping of an `O_RDWR` file, which
+    passthrough never serves (SEMANTICS, *FUSE passthrough*): both land whole."""
     m = mount(bucket, "pt-mm", log_level="info")
     log = m / "log.txt"
     lines = [f"line {i}\n".encode() for i in range(1000)]
@@ -98,7 +101,7 @@ def test_append_and_mmap_writes_through_passthrough(mount, bucket, s3):
     assert r.returncode == 0, r.stderr
     assert object_bytes(s3, bucket, "pt-mm/log.txt") == want
     got = object_bytes(s3, bucket, "pt-mm/mm.bin")
-    assert got is not None and sha256(got) == sha256(mm_data), "mmap writes through passthrough"
+    assert got is not None and sha256(got) == sha256(mm_data), "mmap writes of an O_RDWR file"
 
 
 def test_kill_9_while_a_passthrough_writer_is_open_loses_nothing(mount, bucket, s3):
