@@ -380,6 +380,12 @@ class LocalDisk(Tool):
 
 # ====================================================================== registry
 
+# Mount options of the flowfs variants: (extra arguments, note).
+FLOWFS_VARIANTS = {
+    "flowfs-nopt": (("--passthrough", "off"), "flowfs with --passthrough off"),
+    "flowfs-durable": (("--durability", "local"), "flowfs with --durability local"),
+}
+
 TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "flowfs-nopt", "flowfs-durable", "flowfs-base", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
               "geesefs", "mountpoint-s3"]
 
@@ -401,17 +407,11 @@ def make_tools(names: list[str], flowfs_bin: str) -> list[Tool]:
             if not os.access(flowfs_bin, os.X_OK):
                 t.unavailable = f"flowfs binary not found at {flowfs_bin} (cargo build --release)"
             out.append(t)
-        elif n == "flowfs-nopt":
-            # The same build without FUSE passthrough: what passthrough changes, in one run.
-            t = FlowFS("flowfs-nopt", exe=flowfs_bin, extra=("--passthrough", "off"),
-                       note="flowfs with --passthrough off")
-            if not os.access(flowfs_bin, os.X_OK):
-                t.unavailable = f"flowfs binary not found at {flowfs_bin} (cargo build --release)"
-            out.append(t)
-        elif n == "flowfs-durable":
-            # The same build with --durability local: what fsyncing each closed file costs.
-            t = FlowFS("flowfs-durable", exe=flowfs_bin, extra=("--durability", "local"),
-                       note="flowfs with --durability local")
+        elif n in FLOWFS_VARIANTS:
+            # The same build with other mount options, in the same run: what an option
+            # changes (flowfs-nopt: passthrough off; flowfs-durable: --durability local).
+            extra, note = FLOWFS_VARIANTS[n]
+            t = FlowFS(n, exe=flowfs_bin, extra=extra, note=note)
             if not os.access(flowfs_bin, os.X_OK):
                 t.unavailable = f"flowfs binary not found at {flowfs_bin} (cargo build --release)"
             out.append(t)

@@ -73,6 +73,17 @@ def _problems_report(problems: list[str]) -> None:
         pytest.fail("\n\n".join(problems), pytrace=False)
 
 
+def _same_mounted_and_after_remount(mount, m, bucket, s3, pt, work_dir, want, tag: str) -> None:
+    """(a), (b) and (c) for a tree `want` (the local run's): the mount shows it, the bucket
+    holds exactly its keys after the unmount, and a remount with an empty cache shows it."""
+    problems: list[str] = []
+    _check(problems, want, tree_state(m.path), f"passthrough {pt}, mounted")
+    m2 = remount(mount, m, bucket, P, pt, work_dir, tag)
+    _bucket(problems, s3, bucket, want, "after unmount")
+    _check(problems, want, tree_state(m2.path), f"passthrough {pt}, after remount with an empty cache")
+    _problems_report(problems)
+
+
 def wdir(root: Path) -> Path:
     """ROOT/w, made by mkdir. Tests write below a directory made by mkdir, not in the mount's
     root: flowfs reads the metadata (mode, mtime) of a listed object only in a directory with
@@ -114,12 +125,7 @@ def test_minimal_repro_temp_file_touch_chmod_mv(mount, bucket, s3, work_dir, pt)
     assert want["d/f"] == Entry("file", 0o755, T0, 6, sha256(b"hello\n")), want
     m = mount(bucket, P, extra=pt_args(pt))
     must(["sh", "-ec", REPRO], out, "repro-mount", timeout=60, cwd=m.path)
-    problems: list[str] = []
-    _check(problems, want, tree_state(m.path), f"passthrough {pt}, mounted")
-    m2 = remount(mount, m, bucket, P, pt, work_dir, "repro")
-    _bucket(problems, s3, bucket, want, "after unmount")
-    _check(problems, want, tree_state(m2.path), f"passthrough {pt}, after remount with an empty cache")
-    _problems_report(problems)
+    _same_mounted_and_after_remount(mount, m, bucket, s3, pt, work_dir, want, "repro")
 
 
 RENAME_200 = r"""
@@ -152,12 +158,7 @@ def test_temp_write_utime_chmod_rename_200_times(mount, bucket, s3, work_dir, pt
     want = tree_state(local)
     m = mount(bucket, P, extra=pt_args(pt))
     py(RENAME_200, out, "rename200-mount", str(m.path), timeout=300)
-    problems: list[str] = []
-    _check(problems, want, tree_state(m.path), f"passthrough {pt}, mounted")
-    m2 = remount(mount, m, bucket, P, pt, work_dir, "rename200")
-    _bucket(problems, s3, bucket, want, "after unmount")
-    _check(problems, want, tree_state(m2.path), f"passthrough {pt}, after remount with an empty cache")
-    _problems_report(problems)
+    _same_mounted_and_after_remount(mount, m, bucket, s3, pt, work_dir, want, "rename200")
 
 
 # ------------------------------------------------------------------ the shared test tree
@@ -501,12 +502,7 @@ def test_utime_of_an_open_writer_before_close_is_kept(mount, bucket, s3, work_di
     assert want["w/u.bin"].mtime == T0
     m = mount(bucket, P, extra=pt_args(pt))
     py(UTIME_OPEN, out, "utime-mount", str(wdir(m.path) / "u.bin"), timeout=120)
-    problems: list[str] = []
-    _check(problems, want, tree_state(m.path), f"passthrough {pt}, mounted")
-    m2 = remount(mount, m, bucket, P, pt, work_dir, "utime")
-    _bucket(problems, s3, bucket, want, "after unmount")
-    _check(problems, want, tree_state(m2.path), f"passthrough {pt}, after remount with an empty cache")
-    _problems_report(problems)
+    _same_mounted_and_after_remount(mount, m, bucket, s3, pt, work_dir, want, "utime")
 
 
 # ------------------------------------------------------------------ 7. O_APPEND, pip, sqlite3
