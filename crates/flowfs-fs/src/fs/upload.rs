@@ -186,6 +186,10 @@ impl Fs {
     pub async fn fsync(self: &Arc<Self>, fh: u64) -> Result<()> {
         let (ino, staged) = match self.handle(fh)? {
             Handle::Local { ino, staged, .. } => (ino, staged),
+            // The file was staged through another handle: fsync is of the file.
+            Handle::Unstaged { ino, .. } if self.wb.stat(ino).is_some() => {
+                (ino, self.stage(fh, u64::MAX).await?)
+            }
             // Nothing changed through it: nothing of it to make durable.
             Handle::Remote { .. } | Handle::Unstaged { .. } => return Ok(()),
         };

@@ -301,3 +301,22 @@ async fn an_existing_object_opened_for_writing_is_fetched_at_its_first_change() 
     patched[1..3].copy_from_slice(b"XY");
     assert_eq!(mock.object("patched").as_deref(), Some(&patched[..]));
 }
+
+/// fsync is of the file, not of the descriptor: a writer that has changed nothing yet
+/// waits for what another handle wrote, as it did when every writer staged at its open.
+#[tokio::test]
+async fn fsync_of_an_unstaged_writer_makes_the_file_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    mock.insert("shared", &b"old content"[..]);
+    let ino = crate::common::path_ino(&fs, "shared").await.unwrap();
+    let (lazy, _) = fs.open_as(ino, true, false, false).await.unwrap();
+    assert!(fs.needs_stage(lazy));
+    let (eager, _) = fs.open(ino, true, false).await.unwrap();
+    fs.write(eager, 0, b"NEW").unwrap();
+    fs.fsync(lazy).await.unwrap();
+    assert_eq!(mock.object("shared").as_deref(), Some(&b"NEW content"[..]));
+    fs.release(eager).unwrap();
+    fs.release(lazy).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+}
