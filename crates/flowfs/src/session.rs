@@ -187,7 +187,12 @@ fn session(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Re
     result.map_err(|e| anyhow!("FUSE session: {e}"))?;
     // Files left in the journal make the process fail too (seen by a --foreground caller).
     match ending.outcome() {
-        Some(Err(e)) => bail!("{e}"),
+        Some(Err(e)) => {
+            // In the log too: a daemon's stderr is gone, and the files named are the
+            // operator's to recover.
+            tracing::error!("{e}");
+            bail!("{e}")
+        }
         _ => Ok(()),
     }
 }

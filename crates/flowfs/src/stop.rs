@@ -225,13 +225,15 @@ pub fn spawn_signal_task(ending: Arc<Ending>) {
                 _ = int.recv() => {}
                 r = async { running.as_mut().expect("guarded").await }, if running.is_some() => {
                     running = None;
+                    if matches!(r, Ok(Ok(()))) || mount_type(&ending.dir).is_none() {
+                        // The session's end logs the outcome: logging it here raced the
+                        // runtime's shutdown and was sometimes lost.
+                        break;
+                    }
                     match r {
-                        Ok(Ok(())) => break,
                         Ok(Err(e)) => tracing::error!("{e}"),
                         Err(e) => tracing::error!("{e}"),
-                    }
-                    if mount_type(&ending.dir).is_none() {
-                        break;
+                        Ok(Ok(())) => {}
                     }
                     continue;
                 }
