@@ -233,7 +233,7 @@ impl Fs {
                 size: target.len() as u64,
                 mtime: SystemTime::now(),
                 etag: None,
-                target: Some(target.to_string()),
+                target: Some(target.into()),
                 posix: Some(Box::new(self.new_posix(0o120_777, owner))),
             };
             let ino = t.new_node(parent, name, e.clone());

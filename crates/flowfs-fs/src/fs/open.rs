@@ -3,6 +3,7 @@
 //! close.
 
 use super::*;
+use std::ops::Bound::{Excluded, Included, Unbounded};
 
 impl Fs {
     /// Opens a file; returns the handle and what the kernel may skip for it.
@@ -267,7 +268,12 @@ impl Fs {
                 return;
             };
             let in_order = last.is_some_and(|lo| {
-                lo < name && l.entries.range(lo..name.clone()).take(6).count() <= 5
+                lo < name
+                    && l.entries
+                        .range::<str, _>((Included(lo.as_str()), Excluded(name.as_str())))
+                        .take(6)
+                        .count()
+                        <= 5
             });
             if !in_order {
                 return;
@@ -277,7 +283,7 @@ impl Fs {
             let mut bytes = 0u64;
             let window_end = l
                 .entries
-                .range(name.clone()..)
+                .range::<str, _>((Included(name.as_str()), Unbounded))
                 .enumerate()
                 .find(|(i, (_, e))| {
                     bytes += e.size;
@@ -286,11 +292,15 @@ impl Fs {
                 .map(|(_, (k, _))| k.clone());
             let from = prefetched_to.filter(|f| *f > name).unwrap_or(name.clone());
             let mut out = Vec::new();
-            for (k, e) in l.entries.range(from.clone()..) {
-                if *k == from || window_end.as_ref().is_some_and(|w| k > w) {
-                    continue;
+            for (k, e) in l
+                .entries
+                .range::<str, _>((Excluded(from.as_str()), Unbounded))
+            {
+                if window_end.as_ref().is_some_and(|w| k > w) {
+                    // Keys come in order: the rest lie beyond the window too.
+                    break;
                 }
-                p.set_prefetched_to(k.clone());
+                p.set_prefetched_to(k.to_string());
                 if e.kind == Kind::File && e.size > 0 && e.size <= self.cfg.part_size {
                     out.push((join(&dir, k), e.clone()));
                 }

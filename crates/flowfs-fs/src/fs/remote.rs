@@ -112,7 +112,7 @@ pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
     }
     if let Some(t) = meta.metadata.get(SYMLINK_META) {
         e.kind = Kind::Symlink;
-        e.target = Some(percent_decode(t));
+        e.target = Some(percent_decode(t).into());
     }
     e
 }
@@ -306,7 +306,7 @@ impl Fs {
                 |e: &Entry| (e.kind == Kind::Symlink && e.target.is_some()) || e.posix.is_some();
             candidates.retain(|(name, _)| {
                 let node = t.child(ino, name).and_then(|c| t.get(c)).map(|n| &n.entry);
-                let listed_before = before.as_ref().and_then(|l| l.entries.get(name));
+                let listed_before = before.as_ref().and_then(|l| l.entries.get(name.as_str()));
                 let Some(listed) = entries.get_mut(name) else {
                     return false;
                 };

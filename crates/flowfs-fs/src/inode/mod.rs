@@ -46,7 +46,7 @@ pub struct Entry {
     /// Shared, not copied, between a listing and the node made from it (an ETag is 34
     /// bytes and a million files are seen twice: issue 15).
     pub etag: Option<Arc<str>>,
-    pub target: Option<String>,
+    pub target: Option<Box<str>>,
     /// The POSIX attributes its metadata holds (`Some(Posix::default())` when it holds
     /// none), or what this mount gave a node it made; `None` while unknown (a listing
     /// tells no metadata), which shows the mount's defaults. Boxed: most entries have
@@ -111,7 +111,8 @@ impl Entry {
 #[derive(Debug, Clone)]
 pub struct Listing {
     pub at: Instant,
-    pub entries: Arc<BTreeMap<String, Entry>>,
+    /// Keyed by the same allocation the node made from an entry takes as its name.
+    pub entries: Arc<BTreeMap<Arc<str>, Entry>>,
 }
 
 /// What a directory's listing is asked to tell of its objects' metadata.
@@ -152,14 +153,11 @@ impl Default for Inodes {
 
 impl Inodes {
     pub fn new() -> Inodes {
+        node::Stamp::start();
+        let mut root = Node::new(ROOT, "".into(), Entry::dir(SystemTime::now()), None);
+        root.looked_up();
         let mut nodes = HashMap::new();
-        nodes.insert(
-            ROOT,
-            Box::new(Node {
-                lookups: 1,
-                ..Node::new(ROOT, "", Entry::dir(SystemTime::now()), None)
-            }),
-        );
+        nodes.insert(ROOT, Box::new(root));
         Inodes {
             nodes,
             children: HashMap::new(),
@@ -228,35 +226,43 @@ impl Inodes {
 
     /// Records what is known of `parent/name` and returns its inode; a name whose kind
     /// changed gets a new inode, since the kernel cannot change the type of one.
-    pub fn upsert(&mut self, parent: u64, name: &str, entry: &Entry, at: Option<Instant>) -> u64 {
-        if let Some(ino) = self.child(parent, name) {
+    /// `name` may be a listing's key, which a new node then shares.
+    pub fn upsert<N: AsRef<str> + Into<Arc<str>>>(
+        &mut self,
+        parent: u64,
+        name: N,
+        entry: &Entry,
+        at: Option<Instant>,
+    ) -> u64 {
+        if let Some(ino) = self.child(parent, name.as_ref()) {
             if let Some(n) = self.nodes.get_mut(&ino) {
                 if n.entry.kind == entry.kind {
                     // A node this mount owns keeps its own view until it is given up, and
                     // a listing taken before the node was last confirmed (an upload that
                     // landed while the LIST ran) does not replace the newer view.
-                    let newer = match (n.validated, at) {
+                    let newer = match (n.validated(), at) {
                         (Some(v), Some(a)) => a >= v,
                         (Some(_), None) => true,
                         (None, _) => false,
                     };
                     if newer {
                         n.entry.refresh(entry);
-                        n.validated = at;
+                        n.set_validated(at);
                     }
                     return ino;
                 }
             }
-            self.detach(parent, name);
+            self.detach(parent, name.as_ref());
         }
         let ino = self.next;
         self.next += 1;
+        let name: Arc<str> = name.into();
+        if let Some(p) = self.nodes.get_mut(&parent) {
+            p.remove_negative(&name);
+        }
         self.nodes
             .insert(ino, Box::new(Node::new(parent, name, entry.clone(), at)));
         self.link(ino);
-        if let Some(p) = self.nodes.get_mut(&parent) {
-            p.remove_negative(name);
-        }
         ino
     }
 
@@ -308,7 +314,7 @@ impl Inodes {
         let (parent, name) = (node.parent, node.name.clone());
         if self.child(parent, &name) == Some(ino) {
             // Names this mount created stay known until they are removed.
-            if node.validated.is_none() {
+            if node.validated().is_none() {
                 return;
             }
             self.unlink_name(parent, &name, Some(ino));
@@ -385,7 +391,7 @@ impl Inodes {
         let is_dir = |e: Option<&Entry>| e.is_some_and(|e| e.kind == Kind::Dir);
         let added = is_dir(e.as_ref());
         let old = match e {
-            Some(e) => entries.insert(name.to_string(), e),
+            Some(e) => entries.insert(name.into(), e),
             None => entries.remove(name),
         };
         *subdirs =
@@ -443,7 +449,7 @@ mod tests {
 
     fn listing_of(n: usize) -> Listing {
         let entries = (0..n)
-            .map(|i| (format!("f{i}"), Entry::dir(SystemTime::UNIX_EPOCH)))
+            .map(|i| (format!("f{i}").into(), Entry::dir(SystemTime::UNIX_EPOCH)))
             .collect();
         Listing {
             at: Instant::now(),
@@ -456,7 +462,7 @@ mod tests {
         let mut t = Inodes::new();
         let per = MAX_LISTED / 4;
         let dirs: Vec<u64> = (0..6)
-            .map(|i| t.upsert(ROOT, &format!("d{i}"), &Entry::dir(SystemTime::now()), None))
+            .map(|i| t.upsert(ROOT, format!("d{i}"), &Entry::dir(SystemTime::now()), None))
             .collect();
         for &d in &dirs {
             t.set_listing(d, Some(listing_of(per)));
