@@ -52,6 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--flowfs-cache-size", default=None, help="passed to flowfs mount --cache-size")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # development only
     ap.add_argument("--keep", action="store_true", help="keep the work dir (for debugging)")
+    ap.add_argument("--latency", default="0",
+                    help="comma-separated ms the proxy adds before every tool request (e.g. 0,20: S3's "
+                         "first-byte latency); each workload runs at each, labelled WORKLOAD@MSms")
     return ap.parse_args(argv)
 
 
@@ -62,7 +65,13 @@ def main(argv=None) -> int:
     sizes = TINY if args.tiny else QUICK if quick else FULL
     runs = args.runs or (1 if quick else 3)
     wl = args.workloads or ",".join(QUICK_WORKLOADS if quick else WORKLOADS)
-    workloads = [w.strip().upper() for w in wl.split(",") if w.strip()]
+    workloads = [w.strip().upper().replace("B1S", "B1s") for w in wl.split(",") if w.strip()]
+    try:
+        latencies = [float(x) for x in args.latency.split(",") if x.strip()] or [0.0]
+    except ValueError:
+        raise SystemExit(f"--latency takes milliseconds separated by commas (e.g. 0,20), not {args.latency!r}")
+    if any(ms < 0 or ms > 10_000 for ms in latencies):
+        raise SystemExit(f"--latency: each value must be 0-10000 ms, not {args.latency!r}")
     for w in workloads:
         if w not in WORKLOADS:
             raise SystemExit(f"unknown workload {w}; known: {','.join(WORKLOADS)}")
@@ -88,7 +97,7 @@ def main(argv=None) -> int:
     records: list[dict] = []
     meta = {"started": dt.datetime.now().isoformat(timespec="seconds"), "mode": "quick" if quick else "full",
             "runs": runs, "command": command, "machine": report.machine(), "sizes": sizes.describe(), "tools": {},
-            "flowfs_commit": git_commit(), "server_storage": args.server_storage}
+            "flowfs_commit": git_commit(), "server_storage": args.server_storage, "latencies_ms": latencies}
     work = Path(tempfile.mkdtemp(prefix="flowfs-bench-", dir=args.tmp))
     t_start = time.monotonic()
     interrupted = False
@@ -133,6 +142,8 @@ def main(argv=None) -> int:
         if any(w != "B7" for w in workloads):
             util.log(f"generating the data set in {work}")
             ctx.data.generate()
+            if "B1s" in workloads:
+                ctx.data.generate_small()
             util.log("uploading the data set (s5cmd, direct)")
             upload_dataset(ctx, s5.path)
         if "B7" in workloads:
@@ -158,35 +169,38 @@ def main(argv=None) -> int:
                     t.unavailable = f"setup failed: {e}"
 
         # ---------------------------------------------------------------- the runs
-        payload = {"B1": sizes.b1_files * sizes.b1_size, "B3": sizes.big,
+        payload = {"B1": sizes.b1_files * sizes.b1_size, "B1s": sizes.b1s_files * sizes.b1s_size, "B3": sizes.big,
                    "B4": sizes.b4_reads * sizes.b4_size, "B5": sizes.b5_files * sizes.b5_size, "B6": sizes.big}
         if ctx.data.tar.exists():
             payload["B2"] = ctx.data.tar.stat().st_size
         util.log("measuring")
-        for run in range(1, runs + 1):
-            for w in workloads:
-                # interleaved: every tool once per workload per run; the order rotates per run
-                order = [t for t in tools if t.supports(w)]
-                k = (run - 1) % len(order) if order else 0
-                order = order[k:] + order[:k]
-                for t in order:
-                    if t.unavailable:
-                        variants = ["cold", "warm"] if w == "B3" else [""]
-                        recs = []
-                        for v in variants:
-                            rec = new_record(w, v, t, run)
-                            rec["error"] = (t.unavailable if t.unavailable.startswith("skipped")
-                                            else f"unavailable: {t.unavailable}")
-                            rec["skipped"] = t.unavailable.startswith("skipped")
-                            recs.append(rec)
-                    else:
-                        recs = measure(ctx, t, w, run)
-                    for rec in recs:
-                        rec["payload_bytes"] = payload.get(w)
-                        if rec.get("wall_s") and payload.get(w) and not rec.get("error"):
-                            rec["mib_s"] = round(payload[w] / (1 << 20) / rec["wall_s"], 1)
-                        records.append(rec)
-                        progress(rec, run, runs)
+        for ms, run, w in ((ms, run, w) for ms in latencies for run in range(1, runs + 1) for w in workloads):
+            server.set_latency(ms)
+            # interleaved: every tool once per workload per run; the order rotates per run
+            order = [t for t in tools if t.supports(w)]
+            k = (run - 1) % len(order) if order else 0
+            order = order[k:] + order[:k]
+            for t in order:
+                if t.unavailable:
+                    variants = ["cold", "warm"] if w == "B3" else [""]
+                    recs = []
+                    for v in variants:
+                        rec = new_record(w, v, t, run)
+                        rec["error"] = (t.unavailable if t.unavailable.startswith("skipped")
+                                        else f"unavailable: {t.unavailable}")
+                        rec["skipped"] = t.unavailable.startswith("skipped")
+                        recs.append(rec)
+                else:
+                    recs = measure(ctx, t, w, run)
+                for rec in recs:
+                    rec["latency_ms"] = ms
+                    if ms:
+                        rec["workload"] = f"{w}@{ms:g}ms"
+                    rec["payload_bytes"] = payload.get(w)
+                    if rec.get("wall_s") and payload.get(w) and not rec.get("error"):
+                        rec["mib_s"] = round(payload[w] / (1 << 20) / rec["wall_s"], 1)
+                    records.append(rec)
+                    progress(rec, run, runs)
             save(json_path, meta, records)
     except KeyboardInterrupt:
         interrupted = True

@@ -20,6 +20,11 @@ RATIO_FIELDS = ["wall_s", "tool_cpu_s", "server_cpu_s", "peak_rss_mib", "request
 MiB = 1 << 20
 
 
+def baseline_of(workload: str) -> str:
+    """The tool whose figures the × columns divide by (`B7@20ms` is B7 at 20 ms latency)."""
+    return OTHER_BASELINES.get(workload.split("@")[0], BASELINE)
+
+
 def label(rec: dict) -> str:
     return rec["workload"] + (f" {rec['variant']}" if rec.get("variant") else "")
 
@@ -37,7 +42,7 @@ def add_ratios(records: list[dict]) -> None:
     (for B7: / the local-disk run's value)."""
     base = {}
     for r in records:
-        if r["tool"] == OTHER_BASELINES.get(r["workload"], BASELINE) and not r.get("error"):
+        if r["tool"] == baseline_of(r["workload"]) and not r.get("error"):
             base[(r["workload"], r.get("variant", ""), r["run"])] = r
     for r in records:
         b = base.get((r["workload"], r.get("variant", ""), r["run"]))
@@ -146,7 +151,7 @@ def markdown_table(rows: list[dict]) -> str:
             continue
         wall = f"{r['wall_s']:.2f} ({r['wall_min']:.2f}–{r['wall_max']:.2f})"
         xw = "-" if r["x_wall_s"] is None else f"{r['x_wall_s']:.2f}"
-        base = r["tool"] == OTHER_BASELINES.get(r["workload"], BASELINE)
+        base = r["tool"] == baseline_of(r["workload"])
         traffic = f"{_mib(r['bytes_down'])} / {_mib(r['bytes_up'])}"
         if r["x_bytes"] is not None and not base:
             traffic += f" ({r['x_bytes']:.2f}×)"

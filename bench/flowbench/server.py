@@ -157,6 +157,13 @@ class Server:
     def counts(self) -> dict:
         return self._proxy_get("/__proxy__/stats")
 
+    def set_latency(self, ms: float) -> None:
+        """Every request a tool sends waits `ms` in the proxy before it goes on (S3's
+        first-byte latency); the driver's own requests go direct and never wait."""
+        got = self._proxy_get(f"/__proxy__/latency?ms={ms}")
+        if abs(got.get("latency_ms", -1) - ms) > 1e-6:
+            raise RuntimeError(f"the proxy did not take latency {ms} ms: {got.get('latency_ms')}")
+
     # ------------------------------------------------------------ direct (uncounted) bucket access
     def list_keys(self, prefix: str) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -35,11 +35,14 @@ class Sizes:
     b4_size: int
     b5_files: int
     b5_size: int
+    b1s_files: int = 10_000
+    b1s_size: int = 64 << 10
     chunk: int = MiB
 
     def describe(self) -> dict[str, str]:
         return {
             "B1": f"{self.b1_files} × {util.fmt_bytes(self.b1_size)} objects, cold copy of the prefix",
+            "B1s": f"{self.b1s_files} × {util.fmt_bytes(self.b1s_size)} objects, cold copy of the prefix",
             "B2": f"tar of the B1 files ({util.fmt_bytes(self.b1_files * (self.b1_size + 512))}) streamed into tar -x",
             "B3": f"one {util.fmt_bytes(self.big)} object read sequentially, cold then warm",
             "B4": f"{self.b4_reads} random {util.fmt_bytes(self.b4_size)} preads in a {util.fmt_bytes(self.big)} object (cold)",
@@ -49,11 +52,14 @@ class Sizes:
 
 
 FULL = Sizes(b1_files=2000, b1_size=MiB, big=2 << 30, b4_reads=200, b4_size=64 << 10, b5_files=1000, b5_size=400)
-QUICK = Sizes(b1_files=200, b1_size=MiB, big=256 * MiB, b4_reads=200, b4_size=64 << 10, b5_files=200, b5_size=400)
+QUICK = Sizes(b1_files=200, b1_size=MiB, big=256 * MiB, b4_reads=200, b4_size=64 << 10, b5_files=200, b5_size=400,
+              b1s_files=1000)
 
-TINY = Sizes(b1_files=20, b1_size=MiB, big=32 * MiB, b4_reads=50, b4_size=64 << 10, b5_files=40, b5_size=400)
+TINY = Sizes(b1_files=20, b1_size=MiB, big=32 * MiB, b4_reads=50, b4_size=64 << 10, b5_files=40, b5_size=400,
+             b1s_files=50)
 
-WORKLOADS = ["B1", "B2", "B3", "B4", "B5", "B6", "B7"]
+# B1s (issue 27): many small files, where the per-file cost and the store's latency decide.
+WORKLOADS = ["B1", "B1s", "B2", "B3", "B4", "B5", "B6", "B7"]
 QUICK_WORKLOADS = ["B1", "B2", "B3", "B4", "B5", "B6"]  # B7 (a pipeline per tool) only when asked
 
 
@@ -81,6 +87,7 @@ class Dataset:
     root: Path
     sizes: Sizes
     b1_manifest: dict[str, str] = field(default_factory=dict)  # name -> sha256
+    b1s_manifest: dict[str, str] = field(default_factory=dict)
     b5_manifest: dict[str, str] = field(default_factory=dict)
     big_chunks: list[str] = field(default_factory=list)  # sha256 of each 1 MiB chunk of big.bin
     b4_offsets: list[int] = field(default_factory=list)
@@ -89,6 +96,10 @@ class Dataset:
     @property
     def b1_dir(self) -> Path:
         return self.root / "b1"
+
+    @property
+    def b1s_dir(self) -> Path:
+        return self.root / "b1s"
 
     @property
     def b5_dir(self) -> Path:
@@ -138,6 +149,16 @@ class Dataset:
             (self.b5_dir / name).write_bytes(data)
             self.b5_manifest[name] = hashlib.sha256(data).hexdigest()
 
+    def generate_small(self) -> None:
+        """B1s's files (made only when B1s runs: 10,000 files take a while to make and upload)."""
+        rng = random.Random(20261127)
+        self.b1s_dir.mkdir(parents=True, exist_ok=True)
+        for i in range(self.sizes.b1s_files):
+            name = f"s{i:05d}.bin"
+            data = rng.randbytes(self.sizes.b1s_size)
+            (self.b1s_dir / name).write_bytes(data)
+            self.b1s_manifest[name] = hashlib.sha256(data).hexdigest()
+
     def sample_every(self) -> int:
         return max(1, len(self.big_chunks) // 32)
 
@@ -147,15 +168,19 @@ def upload_dataset(ctx: Ctx, s5cmd: str) -> None:
     d = ctx.data
     env = ctx.server.env(endpoint=ctx.server.direct_endpoint)
     base = [s5cmd, "--endpoint-url", ctx.server.direct_endpoint]
-    for args in (["cp", f"{d.b1_dir}/*", "s3://bench/b1/"],
-                 ["cp", str(d.tar), "s3://bench/b2/many.tar"],
-                 ["cp", str(d.big), "s3://bench/b3/big.bin"]):
+    uploads = [["cp", f"{d.b1_dir}/*", "s3://bench/b1/"],
+               ["cp", str(d.tar), "s3://bench/b2/many.tar"],
+               ["cp", str(d.big), "s3://bench/b3/big.bin"]]
+    if d.b1s_manifest:
+        uploads.append(["cp", f"{d.b1s_dir}/*", "s3://bench/b1s/"])
+    for args in uploads:
         r = util.run(base + args, env=env, timeout=3600, secrets_=ctx.server.secrets)
         if r.returncode != 0:
             raise RuntimeError(f"upload failed: s5cmd {' '.join(args)}: {r.stderr.strip()[-800:]}")
-    keys = ctx.server.list_keys("b1/")
-    if len(keys) != len(d.b1_manifest):
-        raise RuntimeError(f"upload check: {len(keys)} of {len(d.b1_manifest)} B1 objects in the bucket")
+    for prefix, manifest in (("b1/", d.b1_manifest), ("b1s/", d.b1s_manifest)):
+        keys = ctx.server.list_keys(prefix)
+        if len(keys) != len(manifest):
+            raise RuntimeError(f"upload check: {len(keys)} of {len(manifest)} objects under {prefix} in the bucket")
 
 
 def import_into_juicefs(ctx: Ctx, tool: JuiceFS) -> None:
@@ -168,6 +193,8 @@ def import_into_juicefs(ctx: Ctx, tool: JuiceFS) -> None:
                  ["mkdir", "-p", str(h.path / "b2"), str(h.path / "b3")],
                  ["cp", str(d.tar), str(h.path / "b2" / "many.tar")],
                  ["cp", str(d.big), str(h.path / "b3" / "big.bin")]]
+        if d.b1s_manifest:
+            steps.append(["cp", "-r", str(d.b1s_dir), str(h.path / "b1s")])
         for cmd in steps:
             r = util.run(cmd, timeout=3600)
             if r.returncode != 0:
@@ -369,7 +396,7 @@ def poll(ctx: Ctx, check, interval: float = 0.1) -> float | None:
 def measure(ctx: Ctx, tool: Tool, workload: str, run: int) -> list[dict]:
     from .b7 import b7
 
-    fn = {"B1": b1, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7}[workload]
+    fn = {"B1": b1, "B1s": b1s, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7}[workload]
     variants = ["cold", "warm"] if workload == "B3" else [""]
     try:
         return fn(ctx, tool, run)
@@ -388,27 +415,36 @@ def measure(ctx: Ctx, tool: Tool, workload: str, run: int) -> list[dict]:
 
 
 def b1(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
-    rec = new_record("B1", "", tool, run)
+    return copy_prefix(ctx, tool, run, "B1", "b1", ctx.data.b1_manifest)
+
+
+def b1s(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
+    return copy_prefix(ctx, tool, run, "B1s", "b1s", ctx.data.b1s_manifest)
+
+
+def copy_prefix(ctx: Ctx, tool: Tool, run: int, workload: str, prefix: str, manifest: dict[str, str]) -> list[dict]:
+    """A cold copy of every object under `prefix`: `cp -r` from a mount, the copier's own command."""
+    rec = new_record(workload, "", tool, run)
     dest = fresh_scratch(ctx)
     if isinstance(tool, CliTool):
         util.drop_caches()
         w = Window(ctx)
-        r = run_tool(ctx, tool.get_prefix(ctx, "b1/", dest / "b1"), tool)
+        r = run_tool(ctx, tool.get_prefix(ctx, f"{prefix}/", dest / prefix), tool)
         w.close(rec)
         ok = cli_result(rec, r)
     else:
-        with mounted(ctx, tool, f"r{run}-b1") as h:
+        with mounted(ctx, tool, f"r{run}-{prefix}") as h:
             rec["mount_s"] = round(h.mount_s, 3)
             util.drop_caches()
             w = Window(ctx, h)
-            r = util.run(["cp", "-r", str(h.path / "b1"), str(dest)], timeout=ctx.timeout, on_timeout=h.abort)
+            r = util.run(["cp", "-r", str(h.path / prefix), str(dest)], timeout=ctx.timeout, on_timeout=h.abort)
             w.close(rec)
             rec["wall_s"], rec["client_cpu_s"] = round(r.wall_s, 3), round(r.cpu_s, 3)
             ok = r.returncode == 0 and not r.timed_out
             if not ok:
                 rec["error"] = "timed out" if r.timed_out else f"cp -r exit {r.returncode}: {r.stderr.strip()[-500:]}"
     if ok:
-        rec["verified"], rec["notes"] = verify_dir(dest / "b1", ctx.data.b1_manifest)
+        rec["verified"], rec["notes"] = verify_dir(dest / prefix, manifest)
     return [rec]
 
 

@@ -215,7 +215,14 @@ class _Handler(BaseHTTPRequestHandler):
         stats = self.server.stats
         if self.path.startswith("/__proxy__/reset"):
             stats.reset()
-        body = json.dumps(stats.snapshot()).encode()
+        if self.path.startswith("/__proxy__/latency"):
+            # /__proxy__/latency?ms=N: every request from now on waits N ms before it is
+            # forwarded (the benchmark's S3-like first-byte latency).
+            q = parse_qs(urlsplit(self.path).query)
+            self.server.latency_s = max(0.0, float(q.get("ms", ["0"])[0]) / 1000)
+        snap = stats.snapshot()
+        snap["latency_ms"] = self.server.latency_s * 1000
+        body = json.dumps(snap).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -269,6 +276,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _proxy(self) -> None:
         if self._control():
             return
+        if self.server.latency_s:
+            # Before the request goes upstream, as a distant server's first byte comes late;
+            # a sleeping thread costs no CPU, so the proxy adds no work for it.
+            time.sleep(self.server.latency_s)
         op, bucket, key = classify(self.command, self.path, self.headers)
         has_body = bool(self.headers.get("Content-Length") not in (None, "0")
                         or "chunked" in (self.headers.get("Transfer-Encoding") or "").lower())
@@ -361,6 +372,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, addr, upstream: tuple[str, int], stats: Stats):
         self.upstream = upstream
         self.stats = stats
+        self.latency_s = 0.0
         super().__init__(addr, _Handler)
 
 

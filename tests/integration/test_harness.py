@@ -65,6 +65,31 @@ def test_proxy_round_trip_and_counts(seaweed, proxy, bucket):
     assert (rec.bucket, rec.key, rec.status) == (bucket, "dir/obj one+&=.bin", 200)
 
 
+def test_proxy_latency_delays_every_request_until_set_back(seaweed, proxy, bucket):
+    """bench/run.py --latency: every request waits the set time in the proxy, then goes on."""
+    import json
+    import time
+    import urllib.request
+
+    def control(ms: float) -> dict:
+        with urllib.request.urlopen(f"{proxy.endpoint}/__proxy__/latency?ms={ms}", timeout=10) as r:
+            return json.loads(r.read())
+
+    c = seaweed.client(proxy.endpoint)
+    c.put_object(Bucket=bucket, Key="lat.txt", Body=b"x")
+    assert control(150)["latency_ms"] == 150
+    try:
+        t0 = time.monotonic()
+        for _ in range(3):
+            assert c.get_object(Bucket=bucket, Key="lat.txt")["Body"].read() == b"x"
+        assert time.monotonic() - t0 >= 0.45
+    finally:
+        assert control(0)["latency_ms"] == 0
+    t0 = time.monotonic()
+    c.head_object(Bucket=bucket, Key="lat.txt")
+    assert time.monotonic() - t0 < 0.15
+
+
 def test_proxy_counts_list_pages(seaweed, proxy, bucket):
     c = seaweed.client(proxy.endpoint)
     for i in range(5):
