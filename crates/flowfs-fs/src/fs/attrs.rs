@@ -317,7 +317,7 @@ impl Fs {
                 mtime: SystemTime::now(),
                 etag: None,
                 target: None,
-                posix: Some(Box::new(posix)),
+                posix: Some(Arc::new(posix)),
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {

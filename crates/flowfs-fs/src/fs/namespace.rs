@@ -66,7 +66,7 @@ impl Fs {
                 mtime: SystemTime::now(),
                 etag: None,
                 target: None,
-                posix: Some(Box::new(
+                posix: Some(Arc::new(
                     self.new_posix(crate::meta::S_IFREG | mode & 0o7777, owner),
                 )),
             };
@@ -234,7 +234,7 @@ impl Fs {
                 mtime: SystemTime::now(),
                 etag: None,
                 target: Some(target.into()),
-                posix: Some(Box::new(self.new_posix(0o120_777, owner))),
+                posix: Some(Arc::new(self.new_posix(0o120_777, owner))),
             };
             let ino = t.new_node(parent, name, e.clone());
             if let Some(n) = t.get_mut(ino) {

@@ -133,7 +133,7 @@ impl Fs {
                 n.reconfirm();
                 // Its ctime is now, as Linux file systems show (in memory only: the copy
                 // keeps the metadata it had). Unknown attributes stay unknown.
-                if let Some(p) = n.entry.posix.as_deref_mut() {
+                if let Some(p) = n.entry.posix.as_mut().map(Arc::make_mut) {
                     p.ctime = Some(SystemTime::now());
                 }
                 n.entry.clone()

@@ -50,10 +50,11 @@ pub struct Entry {
     pub target: Option<Box<str>>,
     /// The POSIX attributes its metadata holds (`Some(Posix::default())` when it holds
     /// none), or what this mount gave a node it made; `None` while unknown (a listing
-    /// tells no metadata), which shows the mount's defaults. Boxed: most entries have
-    /// none, and inline it cost every entry 80 bytes, a listing's and its node's both
-    /// (issue 15: 366 -> 451 bytes per file seen at a million, over the 400 MiB target).
-    pub posix: Option<Box<Posix>>,
+    /// tells no metadata), which shows the mount's defaults. Behind a pointer: most
+    /// entries have none, and inline it cost every entry 80 bytes, a listing's and its
+    /// node's both (issue 15: 366 -> 451 bytes per file seen at a million, over the 400 MiB
+    /// target). Shared (`Arc`) by a listing's entry and the node made from it.
+    pub posix: Option<Arc<Posix>>,
 }
 
 impl Entry {
@@ -89,12 +90,12 @@ impl Entry {
 
     /// Sets (or forgets) its attributes.
     pub fn set_posix(&mut self, p: Option<Posix>) {
-        self.posix = p.map(Box::new);
+        self.posix = p.map(Arc::new);
     }
 
     /// Its attributes to change, made (all unknown) if there were none.
     pub fn posix_mut(&mut self) -> &mut Posix {
-        self.posix.get_or_insert_with(Box::default)
+        Arc::make_mut(self.posix.get_or_insert_with(Arc::default))
     }
 
     pub fn dir(mtime: SystemTime) -> Entry {
