@@ -3,6 +3,7 @@
 
 #![warn(missing_docs)]
 
+mod budget;
 mod cache;
 mod config;
 mod dirlock;

@@ -26,10 +26,10 @@ mod warm;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::budget::GetBudget;
 use bytes::Bytes;
 use flowfs_client::ObjectClient;
 use parking_lot::Mutex;
-use tokio::sync::Semaphore;
 
 use crate::cache::{CacheEntry, DiskCache, Fetch, Pinned, CHUNK};
 use crate::config::FsConfig;
@@ -42,8 +42,9 @@ pub use warm::Warmer;
 pub(crate) struct Prefetcher {
     client: Arc<dyn ObjectClient>,
     cache: Arc<DiskCache>,
-    /// GETs in flight at once (`--max-concurrency`), held until their pieces are on disk.
-    gets: Arc<Semaphore>,
+    /// GETs in flight at once (`--max-concurrency`, a share by size), held until their
+    /// pieces are on disk.
+    gets: GetBudget,
     bucket: String,
     part_size: u64,
     max_readahead: u64,
@@ -77,7 +78,7 @@ impl Prefetcher {
         Prefetcher {
             client,
             cache,
-            gets: Arc::new(Semaphore::new(cfg.max_gets.max(1))),
+            gets: GetBudget::new(cfg.max_gets, cfg.part_size),
             bucket: cfg.bucket.clone(),
             part_size: cfg.part_size,
             max_readahead: cfg.max_readahead,
@@ -88,7 +89,7 @@ impl Prefetcher {
 
     /// The GET permits: a whole-object download for writing (writeback/transfer.rs)
     /// counts against the same `--max-concurrency` as reads.
-    pub(crate) fn gets(&self) -> &Arc<Semaphore> {
+    pub(crate) fn gets(&self) -> &GetBudget {
         &self.gets
     }
 

@@ -99,11 +99,11 @@ impl Prefetcher {
         };
         *done = a;
         let todo = &pieces[a..b];
-        let _permit = (self.gets.acquire())
-            .await
-            .map_err(|e| FsError::Io(e.to_string()))?;
         let start = todo[0].0 * CHUNK;
         let cuts: Vec<u64> = todo.iter().map(|p| (p.1 * CHUNK).min(obj.size)).collect();
+        let _permit = (self.gets.acquire(cuts[cuts.len() - 1] - start))
+            .await
+            .map_err(|e| FsError::Io(e.to_string()))?;
         let mut stores = Vec::with_capacity(todo.len());
         let mut sink = |i: usize, data: Bytes| {
             let (c0, c1, f) = todo[i].clone();

@@ -14,6 +14,8 @@ use bytes::Bytes;
 use flowfs_client::{AlignedBuf, ClientError, CompletedPart, ObjectClient};
 use tokio::sync::Semaphore;
 
+use crate::budget::GetBudget;
+
 use super::staging::note_upload;
 
 /// Bytes of small files (one PUT each) held in memory by uploads at once, over the mount.
@@ -297,7 +299,7 @@ pub async fn download_into(
     etag: Option<&str>,
     size: u64,
     part_size: u64,
-    gets: &Arc<Semaphore>,
+    gets: &GetBudget,
     file: &File,
 ) -> Result<(), ClientError> {
     let mut set = tokio::task::JoinSet::new();
@@ -312,7 +314,7 @@ pub async fn download_into(
         );
         set.spawn(async move {
             let _p = gets
-                .acquire_owned()
+                .acquire(end - off)
                 .await
                 .map_err(|e| ClientError::Other(e.to_string()))?;
             client
