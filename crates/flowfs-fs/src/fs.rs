@@ -77,6 +77,9 @@ enum Handle {
         reader: Arc<Reader>,
         _backing: Option<Backing>,
     },
+    /// A reader of an empty object: nothing to fetch, so no cache entry either (making
+    /// one costs five file system calls in the cache dir; issue 27).
+    Empty { ino: u64 },
     /// A writer of an object not staged yet (opened without O_TRUNC): it reads the
     /// bucket through `reader` until its first change stages the object (unstaged.rs).
     Unstaged { ino: u64, reader: Arc<Reader> },

@@ -78,13 +78,18 @@ impl Fs {
             n.opened();
             (etag, n.entry.size, keep)
         };
-        let reader = self.open_reader(ino, key, etag, size)?;
-        let backing = direct.then(|| self.cached_backing(&reader)).flatten();
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        let handle = Handle::Remote {
-            ino,
-            reader,
-            _backing: backing.clone(),
+        let (handle, backing) = if size == 0 {
+            (Handle::Empty { ino }, None)
+        } else {
+            let reader = self.open_reader(ino, key, etag, size)?;
+            let backing = direct.then(|| self.cached_backing(&reader)).flatten();
+            let handle = Handle::Remote {
+                ino,
+                reader,
+                _backing: backing.clone(),
+            };
+            (handle, backing)
         };
         (self.files.lock()).insert(fh, handle);
         self.prefetch_siblings(ino);
@@ -217,6 +222,7 @@ impl Fs {
                 self.prefetch.close(&reader);
                 self.close_node(ino);
             }
+            Handle::Empty { ino } => self.close_node(ino),
             Handle::Local {
                 ino,
                 staged,
@@ -236,6 +242,7 @@ impl Fs {
     pub async fn read(self: &Arc<Self>, fh: u64, off: u64, len: u32) -> Result<Bytes> {
         match self.handle(fh)? {
             Handle::Remote { reader, .. } => self.prefetch.read(&reader, off, len).await,
+            Handle::Empty { .. } => Ok(Bytes::new()),
             // Staged by another handle meanwhile: its writes are what this one reads.
             Handle::Unstaged { ino, .. } if self.wb.stat(ino).is_some() => {
                 let staged = self.stage(fh, u64::MAX).await?;

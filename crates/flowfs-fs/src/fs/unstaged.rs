@@ -43,7 +43,7 @@ impl Fs {
         let (ino, reader) = match self.handle(fh)? {
             Handle::Unstaged { ino, reader } => (ino, reader),
             Handle::Local { staged, .. } => return Ok(staged),
-            Handle::Remote { .. } => return Err(FsError::BadHandle),
+            Handle::Remote { .. } | Handle::Empty { .. } => return Err(FsError::BadHandle),
         };
         let staged = self.open_staged(ino, true, keep).await?;
         let swapped = {

@@ -191,7 +191,7 @@ impl Fs {
                 (ino, self.stage(fh, u64::MAX).await?)
             }
             // Nothing changed through it: nothing of it to make durable.
-            Handle::Remote { .. } | Handle::Unstaged { .. } => return Ok(()),
+            Handle::Remote { .. } | Handle::Empty { .. } | Handle::Unstaged { .. } => return Ok(()),
         };
         // What a passthrough writer wrote so far is what must become durable.
         self.refresh_direct(Some(ino));

@@ -301,3 +301,29 @@ async fn a_cold_copy_of_small_files_costs_a_round_trip_per_many_files() {
         "{n} files took {took:?} of 20 ms round trips"
     );
 }
+
+/// An empty object is read with no request and no cache entry: making one cost five file
+/// system calls in the cache dir per file (issue 27's per-file path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_object_is_read_without_a_request_or_a_cache_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "p");
+    mock.insert("p/empty", Vec::new());
+    let ino = path_ino(&fs, "empty").await.unwrap();
+    mock.reset_counts();
+    assert_eq!(read_all(&fs, ino).await, Vec::<u8>::new());
+    assert_eq!(read_all(&fs, ino).await, Vec::<u8>::new());
+    assert_eq!(mock.count(Op::Get), 0);
+    let objects = dir.path().join("objects");
+    // The cache's own files (lock, usage, state) are there from its start.
+    let cached: Vec<String> = std::fs::read_dir(&objects)
+        .into_iter()
+        .flat_map(|d| d.flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".bytes") || n.ends_with(".map"))
+        .collect();
+    assert!(
+        cached.is_empty(),
+        "cache files for an empty object: {cached:?}"
+    );
+}
