@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults test-realworld demo bench bench-quick bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -66,6 +66,13 @@ demo: setup build
 # Benchmarks against the peers (docs/BENCHMARKS.md); the suite installs the peers itself.
 bench: setup workflow-deps build
 	$(PYTHON) bench/run.py --doc
+
+# Issue 27: the many-small-files workloads at 0 ms and at S3's 20 ms first-byte latency
+# (the counting proxy waits before each request), flowfs against s5cmd (always in a run);
+# RUNS=3 by default.
+bench-latency: setup build
+	$(PYTHON) bench/run.py --workloads B1,B1s,B2,B4 --latency 0,20 --runs $(or $(RUNS),3) \
+		--tools $(or $(BENCH_TOOLS),flowfs)
 
 # BENCH_TOOLS=a,b limits the peers (CI: flowfs and the mounting peers, not the copy CLIs).
 bench-quick: setup build
