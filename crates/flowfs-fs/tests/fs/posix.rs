@@ -193,3 +193,42 @@ async fn a_directorys_nlink_counts_its_subdirectories() {
     fs.rmdir(b, "x").await.unwrap();
     assert_eq!(fs.getattr(b).await.unwrap().nlink, 2);
 }
+
+/// SEMANTICS, *Names that cannot be shown*: keys with an empty component, a `.` or `..`
+/// component, or a component over 255 bytes are left out of listings; `a//b` still makes
+/// `a` a directory, which looks empty but is not (rmdir: ENOTEMPTY); a lookup of a name
+/// over 255 bytes is ENAMETOOLONG.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_cannot_be_names_are_left_out_and_still_count_as_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let long = "x".repeat(256);
+    mock.insert("ok", b"1".to_vec());
+    mock.insert("a//b", b"2".to_vec());
+    mock.insert("/x", b"3".to_vec());
+    mock.insert("d/./e", b"4".to_vec());
+    mock.insert("d/../e", b"5".to_vec());
+    mock.insert("d/f", b"6".to_vec());
+    mock.insert(&format!("d/{long}"), b"7".to_vec());
+    let mut root = names(&fs, ROOT).await;
+    root.sort();
+    assert_eq!(
+        root,
+        ["a", "d", "ok"],
+        "the root shows what a name can show"
+    );
+    let a = fs.lookup(ROOT, "a").await.unwrap().ino;
+    assert!(names(&fs, a).await.is_empty(), "a//b is not reachable");
+    assert!(matches!(fs.rmdir(ROOT, "a").await, Err(FsError::NotEmpty)));
+    assert_eq!(mock.object("a//b").as_deref(), Some(&b"2"[..]));
+    let d = fs.lookup(ROOT, "d").await.unwrap().ino;
+    assert_eq!(
+        names(&fs, d).await,
+        ["f"],
+        "., .. and a 256-byte component are left out"
+    );
+    assert!(matches!(
+        fs.lookup(d, &long).await,
+        Err(FsError::NameTooLong)
+    ));
+}
