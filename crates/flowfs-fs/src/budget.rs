@@ -10,8 +10,10 @@ use std::sync::Arc;
 
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 
+use crate::cache::CHUNK;
+
 /// The size of a share: the cache's chunk, the smallest GET there is.
-const UNIT: u64 = 64 << 10;
+const UNIT: u64 = CHUNK;
 /// How many small GETs may run per part-sized one (s5cmd's 64 workers at the default 16).
 const SMALL_PER_PART: usize = 4;
 

@@ -225,15 +225,18 @@ pub fn spawn_signal_task(ending: Arc<Ending>) {
                 _ = int.recv() => {}
                 r = async { running.as_mut().expect("guarded").await }, if running.is_some() => {
                     running = None;
-                    if matches!(r, Ok(Ok(()))) || mount_type(&ending.dir).is_none() {
-                        // The session's end logs the outcome: logging it here raced the
-                        // runtime's shutdown and was sometimes lost.
-                        break;
-                    }
-                    match r {
-                        Ok(Err(e)) => tracing::error!("{e}"),
-                        Err(e) => tracing::error!("{e}"),
-                        Ok(Ok(())) => {}
+                    let failed = match r {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    match failed {
+                        // Unmounted: the session's end logs the outcome (logging it here
+                        // raced the runtime's shutdown and was sometimes lost).
+                        None => break,
+                        Some(_) if mount_type(&ending.dir).is_none() => break,
+                        // Still mounted (busy): the mount goes on, so say why here.
+                        Some(e) => tracing::error!("{e}"),
                     }
                     continue;
                 }
