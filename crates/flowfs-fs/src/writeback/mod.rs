@@ -14,6 +14,7 @@
 mod direct;
 mod early;
 mod report;
+mod spares;
 mod staging;
 mod transfer;
 

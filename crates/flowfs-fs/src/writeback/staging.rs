@@ -19,6 +19,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::spares::{Spares, SPARE_EXT};
 use crate::dirlock::{open_lock, private_name, try_lock};
 
 /// The local file behind a staged file: its data, its journal record and the waiters
@@ -40,6 +41,8 @@ pub struct StagedFile {
     /// remove a newer file created under the old name (git's `config.lock` renamed to
     /// `config` and created again failed its next rename with ENOENT in CI).
     pub(super) naming: Arc<tokio::sync::Mutex<()>>,
+    /// The staging directory's reusable record files (spares.rs).
+    spares: Arc<Spares>,
 }
 
 impl std::fmt::Debug for StagedFile {
@@ -92,11 +95,12 @@ impl StagedFile {
     }
 
     pub(super) fn write_record(&self, bucket: &str, key: &str, rec: &Record) -> io::Result<()> {
-        write_record(&self.rec, bucket, key, rec)
+        self.spares
+            .write(&self.rec, record_text(bucket, key, rec).as_bytes())
     }
 
     pub(super) fn remove_record(&self) {
-        let _ = fs::remove_file(&self.rec);
+        self.spares.remove(&self.rec);
     }
 
     /// Makes the staged bytes and the journal record (if there is one) survive a power
@@ -120,7 +124,7 @@ impl StagedFile {
     /// (handles still open keep reading and writing the unlinked file).
     pub fn discard(&self) {
         let _j = self.journal.lock();
-        let _ = fs::remove_file(&self.rec);
+        self.spares.remove(&self.rec);
         let _ = fs::remove_file(&self.data);
     }
 }
@@ -131,6 +135,7 @@ pub struct Staging {
     dir: PathBuf,
     _lock: File,
     next: AtomicU64,
+    spares: Arc<Spares>,
 }
 
 /// What a journal record says of its file beside its key.
@@ -145,15 +150,13 @@ pub struct Record {
 
 /// `bucket`, `key`, `symlink` or `file`, then a line `meta NAME VALUE` per metadata
 /// entry. Records of earlier versions end after the key (or `symlink`).
-fn write_record(path: &Path, bucket: &str, key: &str, rec: &Record) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
+fn record_text(bucket: &str, key: &str, rec: &Record) -> String {
     let kind = if rec.symlink { "symlink" } else { "file" };
     let mut text = format!("{bucket}\n{key}\n{kind}\n");
     for (k, v) in &rec.metadata {
         text.push_str(&format!("meta {k} {v}\n"));
     }
-    fs::write(&tmp, text)?;
-    fs::rename(tmp, path)
+    text
 }
 
 /// The lines after the key of a record (see `write_record`).
@@ -190,13 +193,23 @@ fn whole_note(rec: &Path) -> PathBuf {
     rec.with_extension(format!("w{}.mpu", NEXT.fetch_add(1, Ordering::Relaxed)))
 }
 
-/// Removes a staging directory of a dead mount once nothing but its lock is left in it.
+/// Removes a staging directory of a dead mount once nothing but its lock and spare
+/// record files are left in it.
 fn remove_if_done(dir: &Path) {
-    let busy = fs::read_dir(dir).map_or(true, |r| r.flatten().any(|f| f.file_name() != "lock"));
-    if !busy {
-        let _ = fs::remove_file(dir.join("lock"));
-        let _ = fs::remove_dir(dir);
+    let spare = |p: &Path| p.extension().is_some_and(|e| e == SPARE_EXT);
+    let Ok(files) = fs::read_dir(dir) else {
+        return;
+    };
+    let files: Vec<PathBuf> = files.flatten().map(|f| f.path()).collect();
+    if files.iter().any(|p| !spare(p) && !p.ends_with("lock")) {
+        return;
     }
+    for p in files.iter().filter(|p| spare(p)) {
+        let _ = fs::remove_file(p);
+    }
+    let _ = fs::remove_file(dir.join("lock"));
+    // Fails, leaving the directory, if anything was added meanwhile.
+    let _ = fs::remove_dir(dir);
 }
 
 /// A multipart upload that a dead mount left open (an early upload of a file it was
@@ -293,6 +306,7 @@ impl Staging {
             return Err(io::Error::other("cannot lock the staging directory"));
         }
         Ok(Staging {
+            spares: Arc::new(Spares::new(&dir)),
             dir,
             _lock: lock,
             next: AtomicU64::new(1),
@@ -317,6 +331,7 @@ impl Staging {
             done: Notify::new(),
             journal: Mutex::new(()),
             naming: Arc::default(),
+            spares: self.spares.clone(),
         }))
     }
 

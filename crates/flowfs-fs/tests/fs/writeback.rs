@@ -339,6 +339,63 @@ fn a_record_without_data_is_removed_by_the_next_mount() {
     );
 }
 
+/// Records are written into reused spare files (writeback/spares.rs): a dead mount's
+/// directory holding spares beside a record is recovered like any other, and removed
+/// once its record is done, spares and all.
+#[test]
+fn a_dead_staging_directory_with_spare_records_is_recovered_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let rt = current_thread();
+    let fs = mount_in(&rt, &mock, dir.path());
+    rt.block_on(async {
+        // Two records at once, then none: two spares (one would be reused at once).
+        let (_, a) = fs.create(ROOT, "a.txt", 0o644).await.unwrap();
+        let (_, b) = fs.create(ROOT, "b.txt", 0o644).await.unwrap();
+        for fh in [a, b] {
+            fs.write(fh, 0, b"uploaded").unwrap();
+            fs.fsync(fh).await.unwrap(); // durable: its record becomes a spare
+            fs.release(fh).unwrap();
+        }
+        mock.set_latency(Duration::from_secs(3600)); // the next upload never ends
+        let (_, fh) = fs.create(ROOT, "second.txt", 0o644).await.unwrap();
+        fs.write(fh, 0, b"journaled").unwrap();
+        fs.release(fh).unwrap();
+    });
+    drop(rt);
+    drop(fs);
+    let dead: Vec<_> = std::fs::read_dir(dir.path().join("staging"))
+        .unwrap()
+        .flatten()
+        .map(|d| d.path())
+        .collect();
+    assert_eq!(dead.len(), 1);
+    let exts: Vec<String> = std::fs::read_dir(&dead[0])
+        .unwrap()
+        .flatten()
+        .filter_map(|f| Some(f.path().extension()?.to_string_lossy().into_owned()))
+        .collect();
+    assert!(exts.iter().any(|e| e == "spare"), "{exts:?}");
+    assert_eq!(exts.iter().filter(|e| *e == "rec").count(), 1, "{exts:?}");
+    mock.set_latency(Duration::ZERO);
+    let rt = current_thread();
+    let fs = mount_in(&rt, &mock, dir.path());
+    let (recovered, failed) = rt.block_on(fs.recover());
+    assert_eq!(
+        (recovered, failed),
+        (vec!["second.txt".to_string()], vec![])
+    );
+    assert_eq!(
+        mock.object("second.txt").as_deref(),
+        Some(&b"journaled"[..])
+    );
+    assert!(
+        !dead[0].exists(),
+        "the dead staging directory is left: {:?}",
+        dead[0]
+    );
+}
+
 /// A file a crashed mount left in the journal that the store refuses for good (a key
 /// too long for it) is moved to CACHE/failed/ with a note, reported once, and not tried
 /// again by every later mount; its bytes are kept.
