@@ -15,6 +15,7 @@ mod rename;
 mod status;
 mod unstaged;
 mod upload;
+mod walk;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,6 +43,7 @@ pub use direct::{Backing, BackingKey};
 use locks::InodeLocks;
 use remote::{batched, percent_encode};
 pub use status::{Failure, PendingFile, Recovery, Status};
+pub use walk::{ReadAhead, WalkStats};
 
 /// What the kernel may skip for an open handle.
 #[derive(Debug, Default, Clone)]
@@ -130,6 +132,8 @@ pub struct Fs {
     meta_writes: MetaWrites,
     /// Per inode: a rename, an unlink and a metadata rewrite never overlap.
     keys: InodeLocks,
+    /// Listings fetched ahead of directory walks.
+    walks: walk::Walks,
 }
 
 fn valid_name(name: &str) -> Result<()> {
@@ -175,6 +179,7 @@ impl Fs {
             dir_moves: tokio::sync::RwLock::new(()),
             meta_writes: MetaWrites::default(),
             keys: InodeLocks::default(),
+            walks: walk::Walks::default(),
             started: SystemTime::now(),
             cfg,
             client,
@@ -388,6 +393,13 @@ impl Fs {
 
     /// The entries of a directory, from the listing cache while it is fresh.
     async fn listing(&self, ino: u64) -> Result<Listing> {
+        let l = self.listing_within(ino, usize::MAX).await?;
+        l.ok_or(FsError::Io("a listing without a page bound gave up".into()))
+    }
+
+    /// `listing`, or `None` for a directory listed anew that has more than `max_pages`
+    /// pages of keys (nothing is kept of it then).
+    async fn listing_within(&self, ino: u64, max_pages: usize) -> Result<Option<Listing>> {
         let fresh = |t: &Inodes| {
             t.get(ino)
                 .and_then(|n| n.listing().cloned())
@@ -396,7 +408,7 @@ impl Fs {
         let lock = {
             let mut t = self.inodes.lock();
             if let Some(l) = fresh(&t) {
-                return Ok(l);
+                return Ok(Some(l));
             }
             t.get_mut(ino).ok_or(FsError::NotFound)?.list_lock()
         };
@@ -405,12 +417,15 @@ impl Fs {
         let path = {
             let t = self.inodes.lock();
             if let Some(l) = fresh(&t) {
-                return Ok(l);
+                return Ok(Some(l));
             }
             t.path(ino).ok_or(FsError::NotFound)?
         };
         let at = Instant::now();
-        let (mut entries, marker, marked) = self.list_remote(ino, &path).await?;
+        let Some((mut entries, marker, marked)) = self.list_remote(ino, &path, max_pages).await?
+        else {
+            return Ok(None);
+        };
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
             n.set_marked(marked);
@@ -445,7 +460,7 @@ impl Fs {
             entries: Arc::new(entries.into_iter().map(|(k, v)| (k.into(), v)).collect()),
         };
         t.set_listing(ino, Some(listing.clone()));
-        Ok(listing)
+        Ok(Some(listing))
     }
 
     /// What `parent/name` is, from a fresh listing of the parent when the parent was
@@ -472,7 +487,7 @@ impl Fs {
     /// Items from `offset` on. With `plus`, each item but `.` and `..` carries its
     /// attributes and counts as a lookup; the caller forgets the ones it could not send.
     pub async fn readdir(
-        &self,
+        self: &Arc<Self>,
         ino: u64,
         fh: u64,
         offset: u64,
@@ -493,6 +508,9 @@ impl Fs {
         }
         if offset == 0 || h.items.is_none() {
             let listing = self.listing(ino).await?;
+            if offset == 0 {
+                self.walk_ahead(ino, &listing);
+            }
             h.at = Some(listing.at);
             h.items = Some(Arc::new(
                 listing

@@ -20,8 +20,8 @@ pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
 pub use fs::{
     Attr, AttrChanges, Backing, BackingKey, DirItem, Failure, Fs, OpenHints, PendingFile,
-    PendingState, Recovery, Status,
+    PendingState, ReadAhead, Recovery, Status, WalkStats,
 };
 pub use fuse::FuseAdapter;
 pub use inode::{Kind, ROOT};
-pub use prefetch::Warmer;
+pub use prefetch::{AheadStats, Warmer};

@@ -37,6 +37,23 @@ pub struct Report {
     /// What the retry layer did since the mount started.
     #[serde(default)]
     pub retries: Retries,
+    /// What was fetched ahead of readers and walkers since the mount started.
+    #[serde(default)]
+    pub read_ahead: ReadAheadItem,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ReadAheadItem {
+    /// Directories listed ahead of a walk (find, du, ls -R).
+    pub listings: u64,
+    /// Of those, too big for one page and dropped (listed again when reached).
+    pub listings_dropped: u64,
+    /// Small files fetched ahead of a reader of their directory, and their bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// Of those, opened by a reader since; the rest is the prefetch's waste so far.
+    pub files_read: u64,
+    pub bytes_read: u64,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -94,6 +111,15 @@ pub fn report(ending: &Ending) -> Report {
     let s = ending.fs.status();
     let mut r = report_of(&s, &ending.dir, &ending.source, ending.unmounting());
     r.cache_dir = ending.fs.config().cache_dir.display().to_string();
+    let a = ending.fs.read_ahead();
+    r.read_ahead = ReadAheadItem {
+        listings: a.walks.listed,
+        listings_dropped: a.walks.too_big,
+        files: a.files.files,
+        bytes: a.files.bytes,
+        files_read: a.files.files_read,
+        bytes_read: a.files.bytes_read,
+    };
     if let Some(c) = &ending.retries {
         let st = c.stats();
         r.retries = Retries {
@@ -156,6 +182,7 @@ fn report_of(s: &Status, mountpoint: &Path, source: &str, unmounting: bool) -> R
             })
             .collect(),
         retries: Retries::default(),
+        read_ahead: ReadAheadItem::default(),
     }
 }
 
@@ -196,6 +223,14 @@ pub fn render(r: &Report) -> String {
         out.push_str(&format!(
             "requests: {} sent again ({} throttled), {} given up after their retries\n",
             t.retried, t.throttled, t.gave_up
+        ));
+    }
+    let a = &r.read_ahead;
+    if a.listings > 0 || a.files > 0 {
+        out.push_str(&format!(
+            "read ahead: {} directories listed ahead of walks ({} too big, dropped); \
+             {} files ({} bytes) fetched ahead of readers, {} of them ({} bytes) read\n",
+            a.listings, a.listings_dropped, a.files, a.bytes, a.files_read, a.bytes_read
         ));
     }
     if !r.recovery.is_empty() {

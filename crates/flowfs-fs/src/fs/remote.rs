@@ -209,12 +209,17 @@ impl Fs {
 
     /// Every entry of a directory, all listing pages, with symlinks resolved, the
     /// attributes its own marker holds (`marker_posix`), and whether it has a marker.
+    /// The entries of directory `path` (`ino`) from the bucket, its marker's attributes
+    /// and whether it has a marker. `None` when it has more than `max_pages` pages of
+    /// keys: a listing fetched ahead of a walk gives up on a directory that big.
     pub(super) async fn list_remote(
         &self,
         ino: u64,
         path: &str,
-    ) -> Result<(BTreeMap<String, Entry>, Option<Posix>, bool)> {
+        max_pages: usize,
+    ) -> Result<Option<(BTreeMap<String, Entry>, Option<Posix>, bool)>> {
         let prefix = self.dir_prefix(path);
+        let mut pages = 0;
         let mut entries = BTreeMap::new();
         let mut candidates = Vec::new();
         // Objects that may carry attributes in their metadata, asked for only where
@@ -258,6 +263,10 @@ impl Fs {
             if token.is_none() {
                 break;
             }
+            pages += 1;
+            if pages >= max_pages {
+                return Ok(None);
+            }
         }
         meta_candidates(
             self.cfg.meta_heads,
@@ -282,7 +291,7 @@ impl Fs {
         let (heads, marker) =
             tokio::join!(self.resolve_heads(ino, candidates, &mut entries), marker);
         heads?;
-        Ok((entries, marker?, marked))
+        Ok(Some((entries, marker?, marked)))
     }
 
     /// Reads the metadata of `candidates` (name, key) of a listing of directory `ino`:

@@ -15,6 +15,7 @@
 //! map: a reader must see a GET and a punch under way in one look, or it would write
 //! chunks into the file that the punch then zeroes.
 
+mod ahead;
 mod gets;
 mod object;
 mod policy;
@@ -34,6 +35,7 @@ use parking_lot::Mutex;
 use crate::cache::{CacheEntry, DiskCache, Fetch, Pinned, CHUNK};
 use crate::config::FsConfig;
 use crate::error::{FsError, Result};
+pub use ahead::AheadStats;
 use gets::{Sizing, PIECE};
 use policy::SeqState;
 pub use warm::Warmer;
@@ -51,6 +53,8 @@ pub(crate) struct Prefetcher {
     sizing: Sizing,
     /// A cache write failed (and was logged at warn level) in this mount.
     cache_write_warned: AtomicBool,
+    /// Objects fetched ahead of readers, and which of them a reader opened.
+    ahead: Mutex<ahead::Ledger>,
 }
 
 /// One object version as the store and the cache know it: what a GET task needs.
@@ -84,7 +88,13 @@ impl Prefetcher {
             max_readahead: cfg.max_readahead,
             sizing: Sizing::new(cfg.part_size, cfg.max_readahead),
             cache_write_warned: AtomicBool::new(false),
+            ahead: Mutex::default(),
         }
+    }
+
+    /// Objects fetched ahead of readers since the mount started.
+    pub(crate) fn ahead_stats(&self) -> AheadStats {
+        self.ahead.lock().stats()
     }
 
     /// The GET permits: a whole-object download for writing (writeback/transfer.rs)
@@ -108,6 +118,7 @@ impl Prefetcher {
 
     /// A reader of `key` at `etag` (none: any version), `size` bytes: an open handle.
     pub(crate) fn open(&self, key: String, etag: Option<String>, size: u64) -> Result<Reader> {
+        self.ahead.lock().opened(&key);
         Ok(Reader {
             obj: self.version(key, etag, size)?,
             seq: Mutex::new(SeqState::default()),

@@ -20,6 +20,9 @@ impl Prefetcher {
             }
         };
         let claim = obj.entry.claim(0, obj.entry.chunks(), PIECE);
+        if !claim.start.is_empty() {
+            self.ahead.lock().fetched(&obj.key, obj.size);
+        }
         let mut waits: Vec<_> = claim.wait.into_iter().map(|w| w.2).collect();
         waits.extend(claim.start.iter().map(|p| p.2.clone()));
         self.spawn_gets(&obj, claim.start, self.sizing.part_run());

@@ -18,4 +18,5 @@ mod special;
 mod status;
 mod symlinks;
 mod times;
+mod walks;
 mod writeback;

@@ -1,0 +1,192 @@
+//! Listings fetched ahead of a directory walk (`find`, `du`, `ls -lR`, `rsync`). A walk
+//! reads directory after directory, each a LIST away: at S3's 20 ms per request, `find`
+//! over 200 directories spent 5.5 s against s5cmd's 0.83 s for one flat listing of the
+//! same 10,000 keys (issue 27). When a directory is read from its start, the listings
+//! of its first subdirectories and of the directories after it in its parent are
+//! fetched ahead, a bounded number at once, so that the walker finds them in memory.
+//!
+//! Bounds: at most `AHEAD` subdirectories and `AHEAD` following siblings per directory
+//! read, `LISTS` LISTs in flight and `QUEUED` listings waiting over the whole mount, and
+//! one page of keys (1,000) per listing fetched ahead: a bigger directory is listed when
+//! the walker gets there, so a walk's waste is at most a LIST per directory it skips.
+
+use std::collections::HashSet;
+use std::ops::Bound::{Excluded, Unbounded};
+
+use tokio::sync::Semaphore;
+
+use super::*;
+
+/// Directories listed ahead per directory read: its first subdirectories, and as many
+/// of the directories that follow it in its parent.
+const AHEAD: usize = 32;
+/// LISTs in flight for walks over the whole mount (the GETs' budget is separate).
+const LISTS: usize = 16;
+/// Listings waiting for one of `LISTS` at most; more are not asked for.
+const QUEUED: usize = 256;
+
+/// What the walks of a mount have in flight.
+pub(super) struct Walks {
+    lists: Arc<Semaphore>,
+    queued: Mutex<HashSet<u64>>,
+    stats: Mutex<WalkStats>,
+    /// Woken when the last queued listing ends.
+    idle: tokio::sync::Notify,
+}
+
+/// Listings fetched ahead of walks, for `flowfs status`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WalkStats {
+    /// Directories listed ahead.
+    pub listed: u64,
+    /// Of those, too big for one page and not kept.
+    pub too_big: u64,
+}
+
+impl Default for Walks {
+    fn default() -> Walks {
+        Walks {
+            lists: Arc::new(Semaphore::new(LISTS)),
+            queued: Mutex::new(HashSet::new()),
+            stats: Mutex::new(WalkStats::default()),
+            idle: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl Walks {
+    /// Takes `ino` into the queue, unless it is there already or the queue is full.
+    fn enqueue(&self, ino: u64) -> bool {
+        let mut q = self.queued.lock();
+        q.len() < QUEUED && q.insert(ino)
+    }
+
+    fn done(&self, ino: u64, kept: bool) {
+        {
+            let mut s = self.stats.lock();
+            s.listed += 1;
+            s.too_big += u64::from(!kept);
+        }
+        let mut q = self.queued.lock();
+        q.remove(&ino);
+        if q.is_empty() {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Returns once no listing is queued or in flight.
+    async fn settled(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.queued.lock().is_empty() {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    fn stats(&self) -> WalkStats {
+        *self.stats.lock()
+    }
+}
+
+/// What a mount fetched ahead of its readers and walkers, for `flowfs status`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadAhead {
+    /// Directories listed ahead of walks.
+    pub walks: WalkStats,
+    /// Small files fetched ahead of a reader of their directory, and how many it read.
+    pub files: crate::prefetch::AheadStats,
+}
+
+impl Fs {
+    /// What this mount fetched ahead since it started.
+    pub fn read_ahead(&self) -> ReadAhead {
+        ReadAhead {
+            walks: self.walks.stats(),
+            files: self.prefetch.ahead_stats(),
+        }
+    }
+
+    /// Returns once the listings fetched ahead of walks so far have ended (for tests
+    /// and benchmarks that count requests).
+    pub async fn read_ahead_settled(&self) {
+        self.walks.settled().await;
+    }
+
+    /// Directory `ino` is read from its start with `listing`: lists ahead the
+    /// directories a walk reads next (module comment).
+    pub(super) fn walk_ahead(self: &Arc<Self>, ino: u64, listing: &Listing) {
+        if self.cfg.metadata_ttl.is_zero() {
+            return; // no listing is used twice: one fetched ahead would be waste
+        }
+        let todo = {
+            let mut t = self.inodes.lock();
+            let mut todo = self.subdirs_ahead(&mut t, ino, listing);
+            todo.extend(self.siblings_ahead(&mut t, ino));
+            todo
+        };
+        for dir in todo {
+            if !self.walks.enqueue(dir) {
+                continue;
+            }
+            let me = self.clone();
+            tokio::spawn(async move {
+                let kept = match me.walks.lists.clone().acquire_owned().await {
+                    Ok(_permit) => me.listing_within(dir, 1).await,
+                    Err(_) => Ok(None),
+                };
+                if let Err(e) = &kept {
+                    tracing::debug!(dir, "listing ahead of a walk failed: {e}");
+                }
+                me.walks.done(dir, matches!(kept, Ok(Some(_))));
+            });
+        }
+    }
+
+    /// The first `AHEAD` subdirectories of `ino` not listed yet, as nodes.
+    fn subdirs_ahead(&self, t: &mut Inodes, ino: u64, listing: &Listing) -> Vec<u64> {
+        let dirs = listing.entries.iter().filter(|(_, e)| e.kind == Kind::Dir);
+        let dirs: Vec<_> = dirs
+            .take(AHEAD)
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        let nodes: Vec<u64> = (dirs.into_iter())
+            .map(|(name, e)| t.upsert(ino, name, &e, Some(listing.at)))
+            .collect();
+        nodes
+            .into_iter()
+            .filter(|&d| !self.listed_fresh(t, d))
+            .collect()
+    }
+
+    /// The next `AHEAD` directories after `ino` in its parent's listing not listed yet.
+    fn siblings_ahead(&self, t: &mut Inodes, ino: u64) -> Vec<u64> {
+        let Some(n) = t.get(ino).filter(|_| ino != ROOT) else {
+            return Vec::new();
+        };
+        let (parent, name) = (n.parent(), n.name().clone());
+        let Some(l) = t.get(parent).and_then(|p| p.listing()).cloned() else {
+            return Vec::new();
+        };
+        let next = l.entries.range::<str, _>((Excluded(&*name), Unbounded));
+        let dirs: Vec<_> = next
+            .filter(|(_, e)| e.kind == Kind::Dir)
+            .take(AHEAD)
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        let nodes: Vec<u64> = (dirs.into_iter())
+            .map(|(k, e)| t.upsert(parent, k, &e, Some(l.at)))
+            .collect();
+        nodes
+            .into_iter()
+            .filter(|&d| !self.listed_fresh(t, d))
+            .collect()
+    }
+
+    fn listed_fresh(&self, t: &Inodes, ino: u64) -> bool {
+        t.get(ino)
+            .and_then(|n| n.listing())
+            .is_some_and(|l| l.at.elapsed() < self.cfg.metadata_ttl)
+    }
+}
