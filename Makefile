@@ -71,7 +71,7 @@ bench: setup workflow-deps build
 # (the counting proxy waits before each request), flowfs against s5cmd (always in a run);
 # RUNS=3 by default.
 bench-latency: setup build
-	$(PYTHON) bench/run.py --workloads B1,B1s,B2,B4 --latency 0,20 --runs $(or $(RUNS),3) \
+	$(PYTHON) bench/run.py --workloads B1,B1s,B2,B4,B8 --latency 0,20 --runs $(or $(RUNS),3) \
 		--tools $(or $(BENCH_TOOLS),flowfs)
 
 # BENCH_TOOLS=a,b limits the peers (CI: flowfs and the mounting peers, not the copy CLIs).

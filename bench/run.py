@@ -144,6 +144,8 @@ def main(argv=None) -> int:
             ctx.data.generate()
             if "B1s" in workloads:
                 ctx.data.generate_small()
+            if "B8" in workloads:
+                ctx.data.generate_walk()
             util.log("uploading the data set (s5cmd, direct)")
             upload_dataset(ctx, s5.path)
         if "B7" in workloads:
@@ -155,7 +157,8 @@ def main(argv=None) -> int:
             if ctx.b7.error:
                 util.log(f"B7 cannot run: {ctx.b7.error}")
         for t in tools:
-            if isinstance(t, JuiceFS) and not t.unavailable and any(w in workloads for w in ("B1", "B2", "B3", "B4")):
+            if isinstance(t, JuiceFS) and not t.unavailable and any(w in workloads for w in ("B1", "B2", "B3", "B4",
+                                                                                                "B1s", "B8")):
                 util.log("importing the data set into JuiceFS (its own format; untimed)")
                 try:
                     import_into_juicefs(ctx, t)

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import util
 from .server import BUCKET, REGION
 
-READ_WORKLOADS = {"B1", "B1s", "B2", "B3", "B4"}
+READ_WORKLOADS = {"B1", "B1s", "B2", "B3", "B4", "B8"}
 WRITE_WORKLOADS = {"B5", "B6"}
 ALL_WORKLOADS = READ_WORKLOADS | WRITE_WORKLOADS
 WORKFLOW_WORKLOADS = {"B7"}  # a pipeline with its work dir on a writable mount (flowbench/b7.py)
@@ -63,6 +63,10 @@ class S5cmd(CliTool):
     def stream(self, ctx, key: str) -> list[str]:
         return self._base(ctx) + ["cat", f"s3://{BUCKET}/{key}"]
 
+    def list_prefix(self, ctx, prefix: str) -> list[str]:
+        # One flat listing, no delimiter: what a copier that knows every key runs.
+        return self._base(ctx) + ["ls", f"s3://{BUCKET}/{prefix}*"]
+
     def get(self, ctx, key: str, dest: Path) -> list[str]:
         return self._base(ctx) + ["cp", f"s3://{BUCKET}/{key}", str(dest)]
 
@@ -95,6 +99,9 @@ class Aws(CliTool):
 
     def stream(self, ctx, key: str) -> list[str]:
         return self._cp(ctx, f"s3://{BUCKET}/{key}", "-")
+
+    def list_prefix(self, ctx, prefix: str) -> list[str]:
+        return [self.exe, "--endpoint-url", ctx.server.endpoint, "s3", "ls", "--recursive", f"s3://{BUCKET}/{prefix}"]
 
     def get(self, ctx, key: str, dest: Path) -> list[str]:
         return self._cp(ctx, f"s3://{BUCKET}/{key}", str(dest))

@@ -37,6 +37,8 @@ class Sizes:
     b5_size: int
     b1s_files: int = 10_000
     b1s_size: int = 64 << 10
+    b8_dirs: int = 1000  # B8 (issue 27): a directory walk of b8_dirs × b8_per_dir objects
+    b8_per_dir: int = 100
     chunk: int = MiB
 
     def describe(self) -> dict[str, str]:
@@ -48,19 +50,21 @@ class Sizes:
             "B4": f"{self.b4_reads} random {util.fmt_bytes(self.b4_size)} preads in a {util.fmt_bytes(self.big)} object (cold)",
             "B5": f"{self.b5_files} files of {self.b5_size} B written, until all are durable",
             "B6": f"one {util.fmt_bytes(self.big)} file written, until durable",
+            "B8": f"find + stat of {self.b8_dirs * self.b8_per_dir} objects in {self.b8_dirs} directories, cold "
+                  "(a copier: one flat listing)",
         }
 
 
 FULL = Sizes(b1_files=2000, b1_size=MiB, big=2 << 30, b4_reads=200, b4_size=64 << 10, b5_files=1000, b5_size=400)
 QUICK = Sizes(b1_files=200, b1_size=MiB, big=256 * MiB, b4_reads=200, b4_size=64 << 10, b5_files=200, b5_size=400,
-              b1s_files=1000)
+              b1s_files=1000, b8_dirs=100, b8_per_dir=20)
 
 TINY = Sizes(b1_files=20, b1_size=MiB, big=32 * MiB, b4_reads=50, b4_size=64 << 10, b5_files=40, b5_size=400,
-             b1s_files=50)
+             b1s_files=50, b8_dirs=10, b8_per_dir=5)
 
 # B1s (issue 27): many small files, where the per-file cost and the store's latency decide.
-WORKLOADS = ["B1", "B1s", "B2", "B3", "B4", "B5", "B6", "B7"]
-QUICK_WORKLOADS = ["B1", "B2", "B3", "B4", "B5", "B6"]  # B7 (a pipeline per tool) only when asked
+WORKLOADS = ["B1", "B1s", "B2", "B3", "B4", "B5", "B6", "B7", "B8"]
+QUICK_WORKLOADS = ["B1", "B2", "B3", "B4", "B5", "B6", "B8"]  # B7 (a pipeline per tool) only when asked
 
 
 @dataclass
@@ -89,6 +93,7 @@ class Dataset:
     b1_manifest: dict[str, str] = field(default_factory=dict)  # name -> sha256
     b1s_manifest: dict[str, str] = field(default_factory=dict)
     b5_manifest: dict[str, str] = field(default_factory=dict)
+    b8_names: set[str] = field(default_factory=set)  # DIR/NAME of every B8 object (1 byte each)
     big_chunks: list[str] = field(default_factory=list)  # sha256 of each 1 MiB chunk of big.bin
     b4_offsets: list[int] = field(default_factory=list)
     b4_hashes: list[str] = field(default_factory=list)
@@ -100,6 +105,10 @@ class Dataset:
     @property
     def b1s_dir(self) -> Path:
         return self.root / "b1s"
+
+    @property
+    def b8_dir(self) -> Path:
+        return self.root / "b8"
 
     @property
     def b5_dir(self) -> Path:
@@ -159,6 +168,15 @@ class Dataset:
             (self.b1s_dir / name).write_bytes(data)
             self.b1s_manifest[name] = hashlib.sha256(data).hexdigest()
 
+    def generate_walk(self) -> None:
+        """B8's tree: directories of one-byte files (made only when B8 runs)."""
+        for d in range(self.sizes.b8_dirs):
+            sub = self.b8_dir / f"d{d:04d}"
+            sub.mkdir(parents=True, exist_ok=True)
+            for f in range(self.sizes.b8_per_dir):
+                (sub / f"f{f:03d}").write_bytes(b"x")
+                self.b8_names.add(f"d{d:04d}/f{f:03d}")
+
     def sample_every(self) -> int:
         return max(1, len(self.big_chunks) // 32)
 
@@ -173,11 +191,13 @@ def upload_dataset(ctx: Ctx, s5cmd: str) -> None:
                ["cp", str(d.big), "s3://bench/b3/big.bin"]]
     if d.b1s_manifest:
         uploads.append(["cp", f"{d.b1s_dir}/*", "s3://bench/b1s/"])
+    if d.b8_names:
+        uploads.append(["cp", f"{d.b8_dir}/*", "s3://bench/b8/"])
     for args in uploads:
         r = util.run(base + args, env=env, timeout=3600, secrets_=ctx.server.secrets)
         if r.returncode != 0:
             raise RuntimeError(f"upload failed: s5cmd {' '.join(args)}: {r.stderr.strip()[-800:]}")
-    for prefix, manifest in (("b1/", d.b1_manifest), ("b1s/", d.b1s_manifest)):
+    for prefix, manifest in (("b1/", d.b1_manifest), ("b1s/", d.b1s_manifest), ("b8/", d.b8_names)):
         keys = ctx.server.list_keys(prefix)
         if len(keys) != len(manifest):
             raise RuntimeError(f"upload check: {len(keys)} of {len(manifest)} objects under {prefix} in the bucket")
@@ -195,6 +215,8 @@ def import_into_juicefs(ctx: Ctx, tool: JuiceFS) -> None:
                  ["cp", str(d.big), str(h.path / "b3" / "big.bin")]]
         if d.b1s_manifest:
             steps.append(["cp", "-r", str(d.b1s_dir), str(h.path / "b1s")])
+        if d.b8_names:
+            steps.append(["cp", "-r", str(d.b8_dir), str(h.path / "b8")])
         for cmd in steps:
             r = util.run(cmd, timeout=3600)
             if r.returncode != 0:
@@ -396,7 +418,7 @@ def poll(ctx: Ctx, check, interval: float = 0.1) -> float | None:
 def measure(ctx: Ctx, tool: Tool, workload: str, run: int) -> list[dict]:
     from .b7 import b7
 
-    fn = {"B1": b1, "B1s": b1s, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7}[workload]
+    fn = {"B1": b1, "B1s": b1s, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8}[workload]
     variants = ["cold", "warm"] if workload == "B3" else [""]
     try:
         return fn(ctx, tool, run)
@@ -445,6 +467,42 @@ def copy_prefix(ctx: Ctx, tool: Tool, run: int, workload: str, prefix: str, mani
                 rec["error"] = "timed out" if r.timed_out else f"cp -r exit {r.returncode}: {r.stderr.strip()[-500:]}"
     if ok:
         rec["verified"], rec["notes"] = verify_dir(dest / prefix, manifest)
+    return [rec]
+
+
+def b8(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
+    """A directory walk: `find -printf '%s %P'` on a cold mount (a LIST per directory, a stat
+    per file), against a copier's one flat listing of the same keys (`s5cmd ls 'b8/*'`)."""
+    rec = new_record("B8", "", tool, run)
+    out = fresh_scratch(ctx) / "walk.txt"
+    want = ctx.data.b8_names
+    if isinstance(tool, CliTool):
+        w = Window(ctx)
+        r = util.run(tool.list_prefix(ctx, "b8/"), env=tool.env(ctx), timeout=ctx.timeout,
+                     stdout_path=str(out), secrets_=ctx.server.secrets)
+        w.close(rec)
+        if cli_result(rec, r):
+            # "DATE TIME SIZE KEY": s5cmd names the key below the wildcard's prefix (DIR/NAME),
+            # aws in full (b8/DIR/NAME).
+            keys = [ln.split()[-1] for ln in out.read_text().splitlines() if ln.strip()]
+            got = {k[len("b8/"):] if k.startswith("b8/") else k for k in keys}
+            rec["verified"] = got == want
+            rec["notes"] = "" if rec["verified"] else f"listed {len(got)} of {len(want)} keys"
+        return [rec]
+    with mounted(ctx, tool, f"r{run}-b8") as h:
+        rec["mount_s"] = round(h.mount_s, 3)
+        w = Window(ctx, h)
+        r = util.run(["find", str(h.path / "b8"), "-type", "f", "-printf", "%s %P\n"], timeout=ctx.timeout,
+                     stdout_path=str(out), on_timeout=h.abort)
+        w.close(rec)
+        rec["wall_s"], rec["client_cpu_s"] = round(r.wall_s, 3), round(r.cpu_s, 3)
+        if r.returncode != 0 or r.timed_out:
+            rec["error"] = "timed out" if r.timed_out else f"find exit {r.returncode}: {r.stderr.strip()[-500:]}"
+            return [rec]
+    lines = [ln.split(" ", 1) for ln in out.read_text().splitlines()]
+    got = {name for size, name in lines if size == "1"}
+    rec["verified"] = got == want and len(lines) == len(want)
+    rec["notes"] = "" if rec["verified"] else f"found {len(got)} of {len(want)} one-byte files in {len(lines)} lines"
     return [rec]
 
 
