@@ -146,18 +146,7 @@ impl Fs {
 
     /// The first `AHEAD` subdirectories of `ino` not listed yet, as nodes.
     fn subdirs_ahead(&self, t: &mut Inodes, ino: u64, listing: &Listing) -> Vec<u64> {
-        let dirs = listing.entries.iter().filter(|(_, e)| e.kind == Kind::Dir);
-        let dirs: Vec<_> = dirs
-            .take(AHEAD)
-            .map(|(k, e)| (k.clone(), e.clone()))
-            .collect();
-        let nodes: Vec<u64> = (dirs.into_iter())
-            .map(|(name, e)| t.upsert(ino, name, &e, Some(listing.at)))
-            .collect();
-        nodes
-            .into_iter()
-            .filter(|&d| !self.listed_fresh(t, d))
-            .collect()
+        self.dirs_to_list(t, ino, listing, listing.entries.iter())
     }
 
     /// The next `AHEAD` directories after `ino` in its parent's listing not listed yet.
@@ -170,13 +159,25 @@ impl Fs {
             return Vec::new();
         };
         let next = l.entries.range::<str, _>((Excluded(&*name), Unbounded));
-        let dirs: Vec<_> = next
+        self.dirs_to_list(t, parent, &l, next)
+    }
+
+    /// Of `entries` of `dir`'s listing `l`, the first `AHEAD` directories, as nodes, that
+    /// have no fresh listing.
+    fn dirs_to_list<'a>(
+        &self,
+        t: &mut Inodes,
+        dir: u64,
+        l: &Listing,
+        entries: impl Iterator<Item = (&'a Arc<str>, &'a Entry)>,
+    ) -> Vec<u64> {
+        let dirs: Vec<_> = entries
             .filter(|(_, e)| e.kind == Kind::Dir)
             .take(AHEAD)
             .map(|(k, e)| (k.clone(), e.clone()))
             .collect();
         let nodes: Vec<u64> = (dirs.into_iter())
-            .map(|(k, e)| t.upsert(parent, k, &e, Some(l.at)))
+            .map(|(k, e)| t.upsert(dir, k, &e, Some(l.at)))
             .collect();
         nodes
             .into_iter()
