@@ -372,17 +372,18 @@ class Ratarmount(MountTool):
         return [self.exe, "-f", "--index-file", ":memory:", f"s3://{BUCKET}/{self.key}", str(mnt)]
 
 
-# ---------------------------------------------------------------------- local disk (B7 only)
+# ---------------------------------------------------------------------- local disk (B7, B5)
 
 
 @dataclass
 class LocalDisk(Tool):
     """No object storage at all: B7's baseline, the pipeline's work dir on local disk."""
     kind: str = "local"
-    note: str = "B7 only: inputs and work dir on local disk, the baseline of B7"
+    note: str = ("B7: inputs and work dir on local disk, the baseline of B7; B5: the same files written "
+                 "into a local directory (the write phase's baseline), durable at `sync -f`")
 
     def __post_init__(self):
-        self.workloads = set(WORKFLOW_WORKLOADS)
+        self.workloads = set(WORKFLOW_WORKLOADS) | {"B5"}
 
 
 # ====================================================================== registry

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import util
-from .tools import CliTool, JuiceFS, MountError, MountHandle, MountTool, Ratarmount, Tool
+from .tools import CliTool, JuiceFS, LocalDisk, MountError, MountHandle, MountTool, Ratarmount, Tool
 
 MiB = 1 << 20
 IO_OPS = str(Path(__file__).resolve().with_name("io_ops.py"))
@@ -652,6 +652,8 @@ def b5(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
     rec = new_record("B5", "", tool, run)
     d = ctx.data
     prefix = f"b5/{tool.name}-r{run}/"
+    if isinstance(tool, LocalDisk):
+        return [b5_local(ctx, rec)]
     try:
         if isinstance(tool, CliTool):
             util.drop_caches()
@@ -684,6 +686,23 @@ def b5(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
         return [rec]
     finally:
         ctx.server.delete_prefix(prefix)
+
+
+def b5_local(ctx: Ctx, rec: dict) -> dict:
+    """B5's files written into a local directory by the same writer: the baseline of the
+    write phase (issue 27: a mount's ≤ 2x local disk); durable when `sync -f` returns."""
+    dest = fresh_scratch(ctx) / "b5"
+    util.drop_caches()
+    res = io_op(ctx, "smallwrite", str(ctx.data.b5_dir), str(dest))
+    if "error" in res:
+        rec["error"] = f"write: {res['error']}"
+        return rec
+    s = util.run(["sync", "-f", str(dest)], timeout=ctx.timeout)
+    rec["write_s"] = round(res["elapsed"], 3)
+    rec["client_cpu_s"] = round(res["cpu"], 3)
+    rec["wall_s"] = round(res["elapsed"] + s.wall_s, 3)
+    rec["verified"], rec["notes"] = verify_dir(dest, ctx.data.b5_manifest)
+    return rec
 
 
 def b6(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
