@@ -402,8 +402,7 @@ impl Fs {
     async fn listing_within(&self, ino: u64, max_pages: usize) -> Result<Option<Listing>> {
         let fresh = |t: &Inodes| {
             t.get(ino)
-                .and_then(|n| n.listing().cloned())
-                .filter(|l| l.at.elapsed() < self.cfg.metadata_ttl)
+                .and_then(|n| n.fresh_listing(self.cfg.metadata_ttl).cloned())
         };
         let lock = {
             let mut t = self.inodes.lock();

@@ -48,11 +48,14 @@ pub struct ReadAheadItem {
     pub listings: u64,
     /// Of those, too big for one page and dropped (listed again when reached).
     pub listings_dropped: u64,
-    /// Small files fetched ahead of a reader of their directory, and their bytes.
+    /// Small files fetched ahead of a reader of their directory.
     pub files: u64,
+    /// Their bytes.
     pub bytes: u64,
-    /// Of those, opened by a reader since; the rest is the prefetch's waste so far.
+    /// Of those files, the ones a reader opened since; the rest is the prefetch's waste
+    /// so far.
     pub files_read: u64,
+    /// Their bytes.
     pub bytes_read: u64,
 }
 

@@ -209,9 +209,8 @@ impl Fs {
 
     /// Every entry of a directory, all listing pages, with symlinks resolved, the
     /// attributes its own marker holds (`marker_posix`), and whether it has a marker.
-    /// The entries of directory `path` (`ino`) from the bucket, its marker's attributes
-    /// and whether it has a marker. `None` when it has more than `max_pages` pages of
-    /// keys: a listing fetched ahead of a walk gives up on a directory that big.
+    /// `None` when it has more than `max_pages` pages of keys: a listing fetched ahead of
+    /// a walk gives up on a directory that big.
     pub(super) async fn list_remote(
         &self,
         ino: u64,

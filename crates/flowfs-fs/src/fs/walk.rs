@@ -28,10 +28,16 @@ const QUEUED: usize = 256;
 /// What the walks of a mount have in flight.
 pub(super) struct Walks {
     lists: Arc<Semaphore>,
-    queued: Mutex<HashSet<u64>>,
-    stats: Mutex<WalkStats>,
+    queue: Mutex<Queue>,
     /// Woken when the last queued listing ends.
     idle: tokio::sync::Notify,
+}
+
+/// The directories queued or being listed ahead, and what was listed so far.
+#[derive(Default)]
+struct Queue {
+    dirs: HashSet<u64>,
+    stats: WalkStats,
 }
 
 /// Listings fetched ahead of walks, for `flowfs status`.
@@ -47,8 +53,7 @@ impl Default for Walks {
     fn default() -> Walks {
         Walks {
             lists: Arc::new(Semaphore::new(LISTS)),
-            queued: Mutex::new(HashSet::new()),
-            stats: Mutex::new(WalkStats::default()),
+            queue: Mutex::default(),
             idle: tokio::sync::Notify::new(),
         }
     }
@@ -57,19 +62,16 @@ impl Default for Walks {
 impl Walks {
     /// Takes `ino` into the queue, unless it is there already or the queue is full.
     fn enqueue(&self, ino: u64) -> bool {
-        let mut q = self.queued.lock();
-        q.len() < QUEUED && q.insert(ino)
+        let mut q = self.queue.lock();
+        q.dirs.len() < QUEUED && q.dirs.insert(ino)
     }
 
     fn done(&self, ino: u64, kept: bool) {
-        {
-            let mut s = self.stats.lock();
-            s.listed += 1;
-            s.too_big += u64::from(!kept);
-        }
-        let mut q = self.queued.lock();
-        q.remove(&ino);
-        if q.is_empty() {
+        let mut q = self.queue.lock();
+        q.stats.listed += 1;
+        q.stats.too_big += u64::from(!kept);
+        q.dirs.remove(&ino);
+        if q.dirs.is_empty() {
             self.idle.notify_waiters();
         }
     }
@@ -78,7 +80,7 @@ impl Walks {
     async fn settled(&self) {
         loop {
             let idle = self.idle.notified();
-            if self.queued.lock().is_empty() {
+            if self.queue.lock().dirs.is_empty() {
                 return;
             }
             idle.await;
@@ -86,7 +88,7 @@ impl Walks {
     }
 
     fn stats(&self) -> WalkStats {
-        *self.stats.lock()
+        self.queue.lock().stats
     }
 }
 
@@ -171,23 +173,15 @@ impl Fs {
         l: &Listing,
         entries: impl Iterator<Item = (&'a Arc<str>, &'a Entry)>,
     ) -> Vec<u64> {
-        let dirs: Vec<_> = entries
+        let ttl = self.cfg.metadata_ttl;
+        entries
             .filter(|(_, e)| e.kind == Kind::Dir)
             .take(AHEAD)
-            .map(|(k, e)| (k.clone(), e.clone()))
-            .collect();
-        let nodes: Vec<u64> = (dirs.into_iter())
-            .map(|(k, e)| t.upsert(dir, k, &e, Some(l.at)))
-            .collect();
-        nodes
-            .into_iter()
-            .filter(|&d| !self.listed_fresh(t, d))
+            .filter_map(|(k, e)| {
+                let d = t.upsert(dir, k.clone(), e, Some(l.at));
+                let fresh = t.get(d).and_then(|n| n.fresh_listing(ttl)).is_some();
+                (!fresh).then_some(d)
+            })
             .collect()
-    }
-
-    fn listed_fresh(&self, t: &Inodes, ino: u64) -> bool {
-        t.get(ino)
-            .and_then(|n| n.listing())
-            .is_some_and(|l| l.at.elapsed() < self.cfg.metadata_ttl)
     }
 }

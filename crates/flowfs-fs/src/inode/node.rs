@@ -249,10 +249,15 @@ impl Node {
         self.validated().is_none_or(|t| t.elapsed() < ttl)
     }
 
+    /// This directory's listing, if it was taken less than `ttl` ago.
+    pub fn fresh_listing(&self, ttl: Duration) -> Option<&Listing> {
+        self.listing().filter(|l| l.at.elapsed() < ttl)
+    }
+
     /// What this directory's listing or negative entries younger than `ttl` say of
     /// `name`: `Some(Some((entry, listed at)))` there, `Some(None)` absent, `None` unknown.
     pub fn cached_child(&self, name: &str, ttl: Duration) -> Option<Option<(Entry, Instant)>> {
-        if let Some(l) = self.listing().filter(|l| l.at.elapsed() < ttl) {
+        if let Some(l) = self.fresh_listing(ttl) {
             return Some(l.entries.get(name).map(|e| (e.clone(), l.at)));
         }
         self.dir

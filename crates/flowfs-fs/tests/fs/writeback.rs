@@ -186,6 +186,19 @@ fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
     assert!(mock.object("big.bin").expect("uploaded")[..] == new[..]);
 }
 
+/// The paths of the entries of `dir` (which must exist).
+fn paths_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let entries = std::fs::read_dir(dir).expect("read_dir");
+    entries.flatten().map(|e| e.path()).collect()
+}
+
+/// The one staging directory under `cache` (a dead mount's, once its mount is gone).
+fn the_staging_dir(cache: &std::path::Path) -> std::path::PathBuf {
+    let dirs = paths_in(&cache.join("staging"));
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.into_iter().next().expect("one")
+}
+
 /// Notes of multipart uploads under `cache`'s staging directories, with their lines.
 fn upload_notes(cache: &std::path::Path) -> Vec<Vec<String>> {
     let mut out = Vec::new();
@@ -312,17 +325,8 @@ fn a_record_without_data_is_removed_by_the_next_mount() {
     });
     drop(rt);
     drop(fs);
-    let staging = dir.path().join("staging");
-    let dead: Vec<_> = std::fs::read_dir(&staging)
-        .unwrap()
-        .flatten()
-        .map(|d| d.path())
-        .collect();
-    assert_eq!(dead.len(), 1);
-    let data: Vec<_> = std::fs::read_dir(&dead[0])
-        .unwrap()
-        .flatten()
-        .map(|f| f.path())
+    let dead = [the_staging_dir(dir.path())];
+    let data: Vec<_> = (paths_in(&dead[0]).into_iter())
         .filter(|p| p.extension().is_some_and(|e| e == "data"))
         .collect();
     assert_eq!(data.len(), 1, "{data:?}");
@@ -364,16 +368,9 @@ fn a_dead_staging_directory_with_spare_records_is_recovered_and_removed() {
     });
     drop(rt);
     drop(fs);
-    let dead: Vec<_> = std::fs::read_dir(dir.path().join("staging"))
-        .unwrap()
-        .flatten()
-        .map(|d| d.path())
-        .collect();
-    assert_eq!(dead.len(), 1);
-    let exts: Vec<String> = std::fs::read_dir(&dead[0])
-        .unwrap()
-        .flatten()
-        .filter_map(|f| Some(f.path().extension()?.to_string_lossy().into_owned()))
+    let dead = [the_staging_dir(dir.path())];
+    let exts: Vec<String> = (paths_in(&dead[0]).iter())
+        .filter_map(|p| Some(p.extension()?.to_string_lossy().into_owned()))
         .collect();
     assert!(exts.iter().any(|e| e == "spare"), "{exts:?}");
     assert_eq!(exts.iter().filter(|e| *e == "rec").count(), 1, "{exts:?}");
