@@ -243,7 +243,7 @@ impl Fs {
 
     /// The attributes of `name` in `parent`, asking the store if the cached answer is older
     /// than the TTL; counts a kernel reference.
-    pub async fn lookup(&self, parent: u64, name: &str) -> Result<Attr> {
+    pub async fn lookup(self: &Arc<Self>, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
         self.refresh_direct(None);
         let (path, marker, was_dir) = {
@@ -253,8 +253,12 @@ impl Fs {
                 return Err(FsError::NotDir);
             }
             if let Some(ino) = t.child(parent, name) {
+                // A staged file is what this mount made of the name: the bucket's copy is
+                // older until the upload (a HEAD of a file created and then renamed here
+                // finds nothing).
+                let staged = self.wb.stat(ino).is_some();
                 if let Some(n) = t.get_mut(ino) {
-                    if n.fresh(self.cfg.metadata_ttl) {
+                    if staged || n.fresh(self.cfg.metadata_ttl) {
                         n.looked_up();
                         return self.attr_of(&t, ino);
                     }
@@ -277,17 +281,9 @@ impl Fs {
             let known = node.and_then(|n| n.entry.posix());
             (path, known.is_none_or(|p| p.mode.is_none()), was_dir)
         };
-        let (found, at) = match self.via_listing(parent, name).await? {
-            Some(f) => f,
-            None if was_dir => {
-                let at = Instant::now();
-                (self.stat_remote_dir(&path, marker).await?, at)
-            }
-            None => {
-                let at = Instant::now();
-                (self.stat_remote(&path, marker).await?, at)
-            }
-        };
+        let (found, at) = self
+            .ask_store(parent, name, &path, (marker, was_dir))
+            .await?;
         let mut t = self.inodes.lock();
         match found {
             Some(e) => {
@@ -314,13 +310,15 @@ impl Fs {
 
     /// The attributes of `ino`; a file not open is confirmed with the store once the TTL
     /// has passed (a directory by the lookups of its parent).
-    pub async fn getattr(&self, ino: u64) -> Result<Attr> {
+    pub async fn getattr(self: &Arc<Self>, ino: u64) -> Result<Attr> {
         self.refresh_direct(Some(ino));
         let path = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
-            // Directories are confirmed by the lookups of their parent.
-            if n.fresh(self.cfg.metadata_ttl) || n.entry.kind == Kind::Dir || n.is_open() {
+            // Directories are confirmed by the lookups of their parent; a staged file is
+            // newer than the bucket's copy.
+            let here = n.entry.kind == Kind::Dir || n.is_open() || self.wb.stat(ino).is_some();
+            if here || n.fresh(self.cfg.metadata_ttl) {
                 return Ok(self.node_attr(ino, n));
             }
             t.path(ino).ok_or(FsError::NotFound)?
@@ -328,19 +326,13 @@ impl Fs {
         self.revalidate(ino, &path).await
     }
 
-    async fn revalidate(&self, ino: u64, path: &str) -> Result<Attr> {
+    async fn revalidate(self: &Arc<Self>, ino: u64, path: &str) -> Result<Attr> {
         let (parent, name) = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             (n.parent(), n.name().clone())
         };
-        let (found, at) = match self.via_listing(parent, &name).await? {
-            Some(f) => f,
-            None => {
-                let at = Instant::now();
-                (self.stat_remote(path, false).await?, at)
-            }
-        };
+        let (found, at) = self.ask_store(parent, &name, path, (false, false)).await?;
         let mut t = self.inodes.lock();
         let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
         match found {
@@ -462,25 +454,82 @@ impl Fs {
         Ok(Some(listing))
     }
 
-    /// What `parent/name` is, from a fresh listing of the parent when the parent was
-    /// listed before and is small enough that one listing is cheaper than a HEAD and a
-    /// LIST per name (`ls -l`, `cp -r` and globbing in work directories).
-    async fn via_listing(
-        &self,
+    /// What `parent/name` is, asked of the store (`marker`: read a directory's marker;
+    /// `was_dir`: this mount knows the name as a directory). A parent listed before and
+    /// small enough is listed again behind the lookup, so that the lookups after it are
+    /// answered from memory (`ls -l`, `cp -r` and globbing in work directories); the
+    /// lookup itself takes whichever answers first, that listing or a HEAD and a one-key
+    /// LIST of its name. Waiting for the listing alone stalled a `create` loop 180-350 ms
+    /// once a TTL (a LIST of 1,000 keys takes about 200 ms on SeaweedFS here).
+    async fn ask_store(
+        self: &Arc<Self>,
         parent: u64,
         name: &str,
-    ) -> Result<Option<(Option<Entry>, Instant)>> {
-        let listed = {
-            let t = self.inodes.lock();
-            t.get(parent)
-                .and_then(|p| p.listed_len())
-                .is_some_and(|n| n <= RELIST_MAX)
+        path: &str,
+        (marker, was_dir): (bool, bool),
+    ) -> Result<(Option<Entry>, Instant)> {
+        let by_name = async {
+            let at = Instant::now();
+            let found = if was_dir {
+                self.stat_remote_dir(path, marker).await?
+            } else {
+                self.stat_remote(path, marker).await?
+            };
+            Ok((found, at))
         };
-        if !listed {
-            return Ok(None);
+        if !self.relisted_behind(parent) {
+            return by_name.await;
         }
-        let l = self.listing(parent).await?;
-        Ok(Some((l.entries.get(name).cloned(), l.at)))
+        tokio::select! {
+            biased;
+            l = self.listing_when_relisted(parent) => Ok((l.entries.get(name).cloned(), l.at)),
+            r = by_name => r,
+        }
+    }
+
+    /// Lists `parent` again in a task of its own unless it was never listed, is too big to
+    /// list again or no listing is kept (`--metadata-ttl 0`); false then. A listing already
+    /// under way is joined, not repeated.
+    fn relisted_behind(self: &Arc<Self>, parent: u64) -> bool {
+        if self.cfg.metadata_ttl.is_zero() {
+            return false; // a listing is never used twice
+        }
+        let lock = {
+            let mut t = self.inodes.lock();
+            let Some(p) = t.get_mut(parent) else {
+                return false;
+            };
+            if p.listed_len().is_none_or(|n| n > RELIST_MAX) {
+                return false;
+            }
+            p.list_lock()
+        };
+        if lock.try_lock().is_ok() {
+            let fs = self.clone();
+            tokio::spawn(async move {
+                // Its error reaches the lookups that wait for it no more than its answer:
+                // they have their own.
+                let _ = fs.listing(parent).await;
+            });
+        }
+        true
+    }
+
+    /// The listing of `parent` once the one under way ends; never ready if that one
+    /// failed (the lookup's own request answers then).
+    async fn listing_when_relisted(&self, parent: u64) -> Listing {
+        let lock = self.inodes.lock().get_mut(parent).map(|p| p.list_lock());
+        if let Some(lock) = lock {
+            let _guard = lock.lock().await;
+            let t = self.inodes.lock();
+            let fresh = t
+                .get(parent)
+                .and_then(|p| p.fresh_listing(self.cfg.metadata_ttl));
+            if let Some(l) = fresh {
+                return l.clone();
+            }
+        }
+        std::future::pending().await
     }
 
     /// Items from `offset` on. With `plus`, each item but `.` and `..` carries its

@@ -4,7 +4,7 @@
 use super::*;
 
 impl Fs {
-    pub(super) async fn resolve(&self, parent: u64, name: &str) -> Result<u64> {
+    pub(super) async fn resolve(self: &Arc<Self>, parent: u64, name: &str) -> Result<u64> {
         if let Some(ino) = self.inodes.lock().child(parent, name) {
             return Ok(ino);
         }
@@ -256,7 +256,7 @@ impl Fs {
 
     /// Removes the name of a file or symlink and deletes its object; a staged copy is
     /// never uploaded again.
-    pub async fn unlink(&self, parent: u64, name: &str) -> Result<()> {
+    pub async fn unlink(self: &Arc<Self>, parent: u64, name: &str) -> Result<()> {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
         // A metadata rewrite landing after the delete would bring the object back.
@@ -305,7 +305,7 @@ impl Fs {
     }
 
     /// Removes an empty directory.
-    pub async fn rmdir(&self, parent: u64, name: &str) -> Result<()> {
+    pub async fn rmdir(self: &Arc<Self>, parent: u64, name: &str) -> Result<()> {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
         // A rewrite of its marker landing after the delete would bring it back.

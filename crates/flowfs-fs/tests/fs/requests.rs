@@ -61,3 +61,43 @@ async fn a_known_directory_is_re_checked_without_a_head() {
     assert_ne!(f.ino, w.ino);
     assert_eq!((mock.count(Op::List), mock.count(Op::Head)), (1, 1));
 }
+
+/// A loop creating files in a listed directory, once its listing is older than the TTL:
+/// each new name's lookup waited for the whole directory to be listed again (3 pages
+/// here; 180-350 ms for 1,000 keys on SeaweedFS). It now takes the first answer, a HEAD
+/// and a one-key LIST of the name, while the listing is taken behind it for the lookups
+/// after.
+#[tokio::test(start_paused = true)]
+async fn a_lookup_after_the_ttl_does_not_wait_for_a_big_directory_to_be_listed_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    for i in 0..2500 {
+        mock.insert(&format!("big/f{i:05}"), b"x".to_vec());
+    }
+    let ttl = Duration::from_millis(50);
+    let fs = fs_ttl(&mock, dir.path(), ttl);
+    let big = fs.lookup(ROOT, "big").await.expect("big").ino;
+    assert_eq!(crate::common::entries(&fs, big, false).await.len(), 2500);
+    std::thread::sleep(ttl * 2); // the TTL is wall-clock time: the listing ages
+    mock.set_latency(Duration::from_millis(20));
+    mock.reset_counts();
+    let t0 = tokio::time::Instant::now();
+    let e = fs.lookup(big, "new-1").await.expect_err("absent");
+    assert!(matches!(e, flowfs_fs::FsError::NotFound), "{e:?}");
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_millis(30),
+        "waited for 3 pages: {took:?}"
+    );
+    assert_eq!(mock.count(Op::Head), 1);
+    // The listing taken behind it answers the next lookups, from memory.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        mock.count(Op::List),
+        1 + 3,
+        "one-key LIST, then the 3 pages"
+    );
+    fs.lookup(big, "new-2").await.expect_err("absent");
+    fs.lookup(big, "f01234").await.expect("listed");
+    assert_eq!(mock.count(Op::Head) + mock.count(Op::List), 1 + 4);
+}
