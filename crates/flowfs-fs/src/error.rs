@@ -1,5 +1,7 @@
 //! The one table from file-system failures to errno values.
 
+use std::sync::Arc;
+
 use flowfs_client::ClientError;
 use thiserror::Error;
 
@@ -53,9 +55,41 @@ pub enum FsError {
     /// stress-ng's fsize stressor expects it, issue 26).
     #[error("file too large: {0}")]
     TooBig(String),
-    /// EIO: the store or the local disk failed otherwise.
-    #[error("I/O error: {0}")]
-    Io(String),
+    /// EIO: the store failed, after the client's own retries.
+    #[error("{0}")]
+    Store(#[source] Arc<ClientError>),
+    /// EIO: the local disk (cache or staging) failed; `what` says where.
+    #[error("{what}: {source}")]
+    Disk {
+        /// Where: a path, or a part of the cache ("cache map").
+        what: String,
+        /// What the disk said.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// EIO: the cache was closed by the unmount while a read still used it.
+    #[error("the cache is closed (unmounted)")]
+    CacheClosed,
+    /// EIO: fetched bytes could not be written to the cache (another process held their
+    /// chunks too long, or the cache disk failed: the log says which).
+    #[error("{bytes} bytes were read but could not be cached: {why}")]
+    NotCached {
+        /// How many bytes were read and not cached.
+        bytes: u64,
+        /// Why.
+        why: &'static str,
+    },
+    /// EIO: what a read needed was evicted again before it was read, four times over.
+    #[error("cached data was evicted while being read; raise --cache-size")]
+    Evicted,
+    /// EIO: the upload of a staged file failed (`KEY: reason`, as `flowfs status` and
+    /// the unmount report it); sent again later when the reason may pass.
+    #[error("{0}")]
+    Upload(String),
+    /// EIO: a task of this process ended without its answer (a panic, a runtime going
+    /// away at unmount); a bug if it happens otherwise.
+    #[error("internal: {0}")]
+    Internal(String),
 }
 
 impl FsError {
@@ -77,7 +111,13 @@ impl FsError {
             FsError::AccessDenied(_) => libc::EACCES,
             FsError::NoSpace(_) => libc::ENOSPC,
             FsError::TooBig(_) => libc::EFBIG,
-            FsError::Io(_) => libc::EIO,
+            FsError::Store(_)
+            | FsError::Disk { .. }
+            | FsError::CacheClosed
+            | FsError::NotCached { .. }
+            | FsError::Evicted
+            | FsError::Upload(_)
+            | FsError::Internal(_) => libc::EIO,
         }
     }
 }
@@ -88,7 +128,7 @@ impl From<ClientError> for FsError {
             ClientError::NotFound(_) => FsError::NotFound,
             ClientError::AccessDenied(m) => FsError::AccessDenied(m),
             ClientError::Precondition(_) => FsError::Stale,
-            other => FsError::Io(other.to_string()),
+            other => FsError::Store(Arc::new(other)),
         }
     }
 }
@@ -99,8 +139,31 @@ impl From<std::io::Error> for FsError {
         match e.raw_os_error() {
             Some(libc::ENOSPC) | Some(libc::EDQUOT) => FsError::NoSpace(e.to_string()),
             Some(libc::EFBIG) => FsError::TooBig(e.to_string()),
-            _ => FsError::Io(e.to_string()),
+            _ => FsError::Disk {
+                what: "local disk".into(),
+                source: Arc::new(e),
+            },
         }
+    }
+}
+
+impl FsError {
+    /// A local disk failure at `what` (a path or a part of the cache).
+    pub fn disk(what: impl Into<String>, source: std::io::Error) -> FsError {
+        match FsError::from(source) {
+            FsError::Disk { source, .. } => FsError::Disk {
+                what: what.into(),
+                source,
+            },
+            other => other,
+        }
+    }
+
+    /// A download that broke off (a body cut mid-stream, which the client does not send
+    /// again itself): fetching once more may succeed. Nothing else is worth a retry
+    /// here; a closed cache or a broken disk fails the same way again.
+    pub fn may_pass(&self) -> bool {
+        matches!(self, FsError::Store(e) if matches!(**e, ClientError::Transient(_) | ClientError::Unreachable(_)))
     }
 }
 

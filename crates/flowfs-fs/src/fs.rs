@@ -161,13 +161,10 @@ impl Fs {
         // Room for one sequential reader's whole read-ahead window, plus a part either side.
         let read_memory = cfg.max_readahead + 2 * cfg.part_size;
         let cache = DiskCache::open(&cfg.cache_dir, cfg.cache_size, read_memory)
-            .map_err(|e| FsError::Io(format!("cache dir {}: {e}", cfg.cache_dir.display())))?
+            .map_err(|e| FsError::disk(format!("cache dir {}", cfg.cache_dir.display()), e))?
             .with_min_free(cfg.cache_min_free);
         let staging = Staging::open(&cfg.cache_dir).map_err(|e| {
-            FsError::Io(format!(
-                "staging dir under {}: {e}",
-                cfg.cache_dir.display()
-            ))
+            FsError::disk(format!("staging dir under {}", cfg.cache_dir.display()), e)
         })?;
         let cache = Arc::new(cache);
         Ok(Fs {
@@ -386,7 +383,7 @@ impl Fs {
     /// The entries of a directory, from the listing cache while it is fresh.
     async fn listing(&self, ino: u64) -> Result<Listing> {
         let l = self.listing_within(ino, usize::MAX).await?;
-        l.ok_or(FsError::Io("a listing without a page bound gave up".into()))
+        l.ok_or_else(|| FsError::Internal("a listing without a page bound gave up".into()))
     }
 
     /// `listing`, or `None` for a directory listed anew that has more than `max_pages`
@@ -456,11 +453,14 @@ impl Fs {
 
     /// What `parent/name` is, asked of the store (`marker`: read a directory's marker;
     /// `was_dir`: this mount knows the name as a directory). A parent listed before and
-    /// small enough is listed again behind the lookup, so that the lookups after it are
-    /// answered from memory (`ls -l`, `cp -r` and globbing in work directories); the
-    /// lookup itself takes whichever answers first, that listing or a HEAD and a one-key
-    /// LIST of its name. Waiting for the listing alone stalled a `create` loop 180-350 ms
-    /// once a TTL (a LIST of 1,000 keys takes about 200 ms on SeaweedFS here).
+    /// small enough is listed again, so that the lookups after this one are answered from
+    /// memory (`ls -l`, `cp -r` and globbing in work directories). A name that listing
+    /// had waits for it: a reader walking the directory, whose next names it answers all
+    /// at once (asking each name as well cost B1s, 10,000 files at 20 ms, 1,600 requests
+    /// and a tenth more time). A name it lacked (a create, mostly) takes whichever answers
+    /// first, the listing or a HEAD and a one-key LIST of the name: waiting for the
+    /// listing alone stalled a loop of creates 180-350 ms once a TTL (a LIST of 1,000
+    /// keys takes about 200 ms on SeaweedFS here).
     async fn ask_store(
         self: &Arc<Self>,
         parent: u64,
@@ -477,32 +477,45 @@ impl Fs {
             };
             Ok((found, at))
         };
-        if !self.relisted_behind(parent) {
-            return by_name.await;
-        }
-        tokio::select! {
-            biased;
-            l = self.listing_when_relisted(parent) => Ok((l.entries.get(name).cloned(), l.at)),
-            r = by_name => r,
+        match self.listed_before(parent, name) {
+            None => by_name.await,
+            Some(true) => {
+                let l = self.listing(parent).await?;
+                Ok((l.entries.get(name).cloned(), l.at))
+            }
+            Some(false) => {
+                self.relist_behind(parent);
+                tokio::select! {
+                    biased;
+                    l = self.listing_when_relisted(parent) => {
+                        Ok((l.entries.get(name).cloned(), l.at))
+                    }
+                    r = by_name => r,
+                }
+            }
         }
     }
 
-    /// Lists `parent` again in a task of its own unless it was never listed, is too big to
-    /// list again or no listing is kept (`--metadata-ttl 0`); false then. A listing already
-    /// under way is joined, not repeated.
-    fn relisted_behind(self: &Arc<Self>, parent: u64) -> bool {
+    /// Whether `parent`'s last listing had `name` (one dropped to bound memory counts as
+    /// having it); `None` when it is not listed again (never listed, too big, or
+    /// `--metadata-ttl 0`: no listing is used twice).
+    fn listed_before(&self, parent: u64, name: &str) -> Option<bool> {
         if self.cfg.metadata_ttl.is_zero() {
-            return false; // a listing is never used twice
+            return None;
         }
-        let lock = {
-            let mut t = self.inodes.lock();
-            let Some(p) = t.get_mut(parent) else {
-                return false;
-            };
-            if p.listed_len().is_none_or(|n| n > RELIST_MAX) {
-                return false;
-            }
-            p.list_lock()
+        let t = self.inodes.lock();
+        let p = t.get(parent)?;
+        if p.listed_len()? > RELIST_MAX {
+            return None;
+        }
+        Some(p.listing().is_none_or(|l| l.entries.contains_key(name)))
+    }
+
+    /// Lists `parent` again in a task of its own; a listing already under way is joined,
+    /// not repeated.
+    fn relist_behind(self: &Arc<Self>, parent: u64) {
+        let Some(lock) = self.inodes.lock().get_mut(parent).map(|p| p.list_lock()) else {
+            return;
         };
         if lock.try_lock().is_ok() {
             let fs = self.clone();
@@ -512,7 +525,6 @@ impl Fs {
                 let _ = fs.listing(parent).await;
             });
         }
-        true
     }
 
     /// The listing of `parent` once the one under way ends; never ready if that one

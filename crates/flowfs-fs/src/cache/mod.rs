@@ -239,14 +239,14 @@ impl DiskCache {
         wait: bool,
     ) -> Result<Option<FetchLock>> {
         e.lock_fetch(c0, c1, wait)
-            .map_err(|err| FsError::Io(format!("cache lock: {err}")))
+            .map_err(|err| FsError::disk("cache lock", err))
     }
 
     /// Under a fetch lock, which of its chunks are present (fetched by another process
     /// meanwhile).
     pub fn present_under(&self, e: &CacheEntry, lock: &FetchLock) -> Result<Vec<bool>> {
         e.present_under(lock)
-            .map_err(|err| FsError::Io(format!("cache map: {err}")))
+            .map_err(|err| FsError::disk("cache map", err))
     }
 
     /// Writes fetched bytes into the data file and marks them present, under `lock`
@@ -272,17 +272,18 @@ impl DiskCache {
         );
         let open = self.open.read_recursive();
         let r = match lock {
-            _ if !*open => Err(FsError::Io("the cache is closed (unmounted)".into())),
-            None => Err(FsError::Io(
-                "another process held these chunks too long".into(),
-            )),
+            _ if !*open => Err(FsError::CacheClosed),
+            None => Err(FsError::NotCached {
+                bytes: data.len() as u64,
+                why: "another process held their chunks too long",
+            }),
             Some(lock) => {
                 // Noted before the bytes and words change: a process killed after it is
                 // still counted as not synced (durable.rs).
                 self.changes.note(&self.usage, Some(&e.map_path()));
                 e.write(lock, off, data)
                     .and_then(|()| e.set_present(lock, c0, c1))
-                    .map_err(|err| FsError::Io(format!("cache write: {err}")))
+                    .map_err(|err| FsError::disk("cache write", err))
             }
         };
         e.drop_inflight(c0, end.div_ceil(CHUNK));

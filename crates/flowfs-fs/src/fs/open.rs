@@ -203,7 +203,7 @@ impl Fs {
         } = h
         {
             if let Some(e) = self.wb.error(ino, &staged) {
-                return Err(FsError::Io(e));
+                return Err(FsError::Upload(e));
             }
             if self.cfg.local_durability && access.writes() {
                 // What was written is on the disk, and the record that uploads it after

@@ -31,7 +31,7 @@ where
             set.spawn(request(item));
         }
         while let Some(r) = set.join_next().await {
-            each(r.map_err(|e| FsError::Io(e.to_string()))?)?;
+            each(r.map_err(|e| FsError::Internal(format!("a request task: {e}")))?)?;
         }
     }
     Ok(())

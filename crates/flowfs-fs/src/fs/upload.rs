@@ -235,7 +235,7 @@ impl Fs {
                         self.spawn_upload(ino);
                     }
                 }
-                Durability::Failed(e) => return Err(FsError::Io(e)),
+                Durability::Failed(e) => return Err(FsError::Upload(e)),
                 Durability::Pending => notified.await,
                 Durability::Stalled => {
                     if let Some((_, true)) = self.wb.request_upload(ino) {

@@ -174,16 +174,14 @@ impl Prefetcher {
                 // A download that broke off after the client's own retries (a body cut
                 // mid-stream is not retried there) is fetched once more before the
                 // reader sees EIO.
-                Err(FsError::Io(e)) if !retried => {
+                Err(e) if e.may_pass() && !retried => {
                     tracing::debug!(key = %obj.key, "fetching again after: {e}");
                     retried = true;
                 }
                 Err(e) => return Err(e),
             }
         }
-        Err(FsError::Io(
-            "cached data was evicted while being read; raise --cache-size".into(),
-        ))
+        Err(FsError::Evicted)
     }
 
     /// Starts the GETs for what `need` (bytes) lacks, then waits for the pieces that

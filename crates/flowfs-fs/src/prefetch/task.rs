@@ -103,7 +103,7 @@ impl Prefetcher {
         let cuts: Vec<u64> = todo.iter().map(|p| (p.1 * CHUNK).min(obj.size)).collect();
         let _permit = (self.gets.acquire(cuts[cuts.len() - 1] - start))
             .await
-            .map_err(|e| FsError::Io(e.to_string()))?;
+            .map_err(|e| FsError::Internal(format!("GET permits: {e}")))?;
         let mut stores = Vec::with_capacity(todo.len());
         let mut sink = |i: usize, data: Bytes| {
             let (c0, c1, f) = todo[i].clone();
@@ -130,7 +130,8 @@ impl Prefetcher {
         // The permit (and the lock) are held until the pieces are on disk: the permit
         // bounds the memory of downloaded bytes waiting for a slow cache disk too.
         for s in stores {
-            s.await.map_err(|e| FsError::Io(e.to_string()))?;
+            s.await
+                .map_err(|e| FsError::Internal(format!("cache write task: {e}")))?;
         }
         // The chunks it held can be evicted now, if the directory is over its limit.
         drop(lock);

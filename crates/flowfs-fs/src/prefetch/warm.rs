@@ -24,7 +24,7 @@ impl Warmer {
     pub fn new(cfg: &FsConfig, client: Arc<dyn ObjectClient>) -> Result<Warmer> {
         let mem = cfg.max_readahead + 2 * cfg.part_size;
         let cache = DiskCache::open(&cfg.cache_dir, cfg.cache_size, mem)
-            .map_err(|e| FsError::Io(format!("cache dir {}: {e}", cfg.cache_dir.display())))?
+            .map_err(|e| FsError::disk(format!("cache dir {}", cfg.cache_dir.display()), e))?
             .with_min_free(cfg.cache_min_free);
         let cache = Arc::new(cache);
         Ok(Warmer {
@@ -73,10 +73,10 @@ impl Warmer {
                 self.cache.finish(f, Ok(()));
             }
             if missing > 0 {
-                return Err(FsError::Io(format!(
-                    "{} of its bytes were read but could not be cached (the log says why)",
-                    missing * crate::cache::CHUNK
-                )));
+                return Err(FsError::NotCached {
+                    bytes: missing * crate::cache::CHUNK,
+                    why: "the log says why",
+                });
             }
             if claim.wait.is_empty() || last {
                 return Ok(());

@@ -73,8 +73,8 @@ async fn failed_uploads_reach_fsync_and_are_kept_until_they_succeed() {
     mock.fail(Op::Put, 0, ClientError::Transient("injected".into()), 1);
     let (_, fh) = fs.create(ROOT, "out.txt", 0o644).await.unwrap();
     fs.write(fh, 0, b"precious").unwrap();
-    assert!(matches!(fs.fsync(fh).await, Err(FsError::Io(_))));
-    assert!(matches!(fs.flush(fh), Err(FsError::Io(_))));
+    assert!(matches!(fs.fsync(fh).await, Err(FsError::Upload(_))));
+    assert!(matches!(fs.flush(fh), Err(FsError::Upload(_))));
     assert!(mock.object("out.txt").is_none());
     // The next fsync tries again, and the data was never lost.
     fs.fsync(fh).await.unwrap();

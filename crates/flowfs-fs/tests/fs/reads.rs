@@ -209,6 +209,29 @@ async fn a_download_cut_mid_body_keeps_its_first_pieces_and_is_fetched_again() {
     fs.release(fh).unwrap();
 }
 
+/// A GET the store refuses for what it is cannot pass: the read fails with EIO at once,
+/// not after a second GET (a read retried on any I/O error, a closed cache included),
+/// and the error keeps the store's as its source.
+#[tokio::test]
+async fn a_refused_get_is_not_sent_again_and_its_error_keeps_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let mut cfg = FsConfig::new("b", "p", dir.path().to_path_buf());
+    cfg.metadata_ttl = Duration::from_secs(60);
+    let fs = Arc::new(Fs::new(cfg, mock.clone()).expect("fs"));
+    mock.insert("p/obj", data(256 << 10, 9));
+    let ino = path_ino(&fs, "obj").await.unwrap();
+    let (fh, _) = fs.open(ino, false, false).await.unwrap();
+    mock.reset_counts();
+    mock.fail(Op::Get, 0, ClientError::Refused("InvalidRange".into()), 1);
+    let e = fs.read(fh, 0, 4096).await.unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert_eq!(mock.count(Op::Get), 1, "not sent again");
+    let cause = std::error::Error::source(&e).map(|s| s.to_string());
+    assert!(cause.is_some_and(|c| c.contains("InvalidRange")), "{e:?}");
+    fs.release(fh).unwrap();
+}
+
 /// A reader's GET that fails is seen by that reader, however fast it fails: a server that
 /// keeps failing costs each read one request and one more try, then EIO. (Before: the
 /// read started its GET, then looked for the chunks it needed; when the GET had failed

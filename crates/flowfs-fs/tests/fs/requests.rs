@@ -101,3 +101,28 @@ async fn a_lookup_after_the_ttl_does_not_wait_for_a_big_directory_to_be_listed_a
     fs.lookup(big, "f01234").await.expect("listed");
     assert_eq!(mock.count(Op::Head) + mock.count(Op::List), 1 + 4);
 }
+
+/// `cp -r` of a big directory once its listing is older than the TTL: the names it looks
+/// up were in that listing, so they wait for the listing taken again, which answers all
+/// the lookups after it, instead of costing a HEAD and a LIST each (which cost B1s,
+/// 10,000 files at 20 ms per request, 1,600 requests and a tenth more time).
+#[tokio::test(start_paused = true)]
+async fn a_listed_name_looked_up_after_the_ttl_costs_only_the_listing_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    for i in 0..2500 {
+        mock.insert(&format!("big/f{i:05}"), b"x".to_vec());
+    }
+    let ttl = Duration::from_millis(50);
+    let fs = fs_ttl(&mock, dir.path(), ttl);
+    let big = fs.lookup(ROOT, "big").await.expect("big").ino;
+    assert_eq!(crate::common::entries(&fs, big, false).await.len(), 2500);
+    std::thread::sleep(ttl * 2); // the TTL is wall-clock time: the listing ages
+    mock.set_latency(Duration::from_millis(20));
+    mock.reset_counts();
+    for i in 0..100 {
+        fs.lookup(big, &format!("f{i:05}")).await.expect("listed");
+    }
+    assert_eq!(mock.count(Op::Head), 0);
+    assert_eq!(mock.count(Op::List), 3, "the 3 pages once");
+}
