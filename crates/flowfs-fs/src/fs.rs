@@ -10,6 +10,7 @@ mod ends;
 mod locks;
 mod namespace;
 mod open;
+mod pages;
 mod remote;
 mod rename;
 mod status;

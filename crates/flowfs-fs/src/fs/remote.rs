@@ -218,19 +218,23 @@ impl Fs {
         max_pages: usize,
     ) -> Result<Option<(BTreeMap<String, Entry>, Option<Posix>, bool)>> {
         let prefix = self.dir_prefix(path);
-        let mut pages = 0;
+        let splits = {
+            let t = self.inodes.lock();
+            let last = t.get(ino).and_then(|n| n.listing());
+            last.filter(|l| l.entries.len() <= RELIST_MAX)
+                .map(pages::splits_of)
+                .unwrap_or_default()
+        };
+        let Some(pages) = self.list_pages(&prefix, &splits, max_pages).await? else {
+            return Ok(None);
+        };
         let mut entries = BTreeMap::new();
         let mut candidates = Vec::new();
         // Objects that may carry attributes in their metadata, asked for only where
         // `--meta-heads` says: a listing of plain objects costs no HEAD.
         let mut others = Vec::new();
         let mut marked = false;
-        let mut token = None;
-        loop {
-            let page = self
-                .client
-                .list_page(&prefix, Some("/"), token, None)
-                .await?;
+        for page in &pages {
             for p in &page.prefixes {
                 let name = &p[prefix.len()..p.len() - 1];
                 if valid_name(name).is_ok() {
@@ -257,14 +261,6 @@ impl Fs {
                     others.push((name.to_string(), o.key.clone()));
                 }
                 entries.insert(name.to_string(), file_entry(o));
-            }
-            token = page.next_token;
-            if token.is_none() {
-                break;
-            }
-            pages += 1;
-            if pages >= max_pages {
-                return Ok(None);
             }
         }
         meta_candidates(

@@ -62,6 +62,23 @@ async fn a_known_directory_is_re_checked_without_a_head() {
     assert_eq!((mock.count(Op::List), mock.count(Op::Head)), (1, 1));
 }
 
+/// A directory `big` of 2,500 files (3 pages) listed once, its listing then older than
+/// the TTL (50 ms), and every request from then on taking 20 ms.
+async fn a_listing_aged_past_the_ttl(cache: &std::path::Path) -> (Arc<MockClient>, Arc<Fs>, u64) {
+    let mock = Arc::new(MockClient::new());
+    for i in 0..2500 {
+        mock.insert(&format!("big/f{i:05}"), b"x".to_vec());
+    }
+    let ttl = Duration::from_millis(50);
+    let fs = fs_ttl(&mock, cache, ttl);
+    let big = fs.lookup(ROOT, "big").await.expect("big").ino;
+    assert_eq!(crate::common::entries(&fs, big, false).await.len(), 2500);
+    std::thread::sleep(ttl * 2); // the TTL is wall-clock time: the listing ages
+    mock.set_latency(Duration::from_millis(20));
+    mock.reset_counts();
+    (mock, fs, big)
+}
+
 /// A loop creating files in a listed directory, once its listing is older than the TTL:
 /// each new name's lookup waited for the whole directory to be listed again (3 pages
 /// here; 180-350 ms for 1,000 keys on SeaweedFS). It now takes the first answer, a HEAD
@@ -70,17 +87,7 @@ async fn a_known_directory_is_re_checked_without_a_head() {
 #[tokio::test(start_paused = true)]
 async fn a_lookup_after_the_ttl_does_not_wait_for_a_big_directory_to_be_listed_again() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mock = Arc::new(MockClient::new());
-    for i in 0..2500 {
-        mock.insert(&format!("big/f{i:05}"), b"x".to_vec());
-    }
-    let ttl = Duration::from_millis(50);
-    let fs = fs_ttl(&mock, dir.path(), ttl);
-    let big = fs.lookup(ROOT, "big").await.expect("big").ino;
-    assert_eq!(crate::common::entries(&fs, big, false).await.len(), 2500);
-    std::thread::sleep(ttl * 2); // the TTL is wall-clock time: the listing ages
-    mock.set_latency(Duration::from_millis(20));
-    mock.reset_counts();
+    let (mock, fs, big) = a_listing_aged_past_the_ttl(dir.path()).await;
     let t0 = tokio::time::Instant::now();
     let e = fs.lookup(big, "new-1").await.expect_err("absent");
     assert!(matches!(e, flowfs_fs::FsError::NotFound), "{e:?}");
@@ -109,20 +116,51 @@ async fn a_lookup_after_the_ttl_does_not_wait_for_a_big_directory_to_be_listed_a
 #[tokio::test(start_paused = true)]
 async fn a_listed_name_looked_up_after_the_ttl_costs_only_the_listing_again() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mock = Arc::new(MockClient::new());
-    for i in 0..2500 {
-        mock.insert(&format!("big/f{i:05}"), b"x".to_vec());
-    }
-    let ttl = Duration::from_millis(50);
-    let fs = fs_ttl(&mock, dir.path(), ttl);
-    let big = fs.lookup(ROOT, "big").await.expect("big").ino;
-    assert_eq!(crate::common::entries(&fs, big, false).await.len(), 2500);
-    std::thread::sleep(ttl * 2); // the TTL is wall-clock time: the listing ages
-    mock.set_latency(Duration::from_millis(20));
-    mock.reset_counts();
+    let (mock, fs, big) = a_listing_aged_past_the_ttl(dir.path()).await;
+    let t0 = tokio::time::Instant::now();
     for i in 0..100 {
         fs.lookup(big, &format!("f{i:05}")).await.expect("listed");
     }
     assert_eq!(mock.count(Op::Head), 0);
     assert_eq!(mock.count(Op::List), 3, "the 3 pages once");
+    // The 3 pages at once, split where the pages of the last listing began.
+    let took = t0.elapsed();
+    assert!(took < Duration::from_millis(30), "{took:?}");
+}
+
+/// A directory listed again in ranges split at the names of its last listing holds what
+/// one listing from the start would: names added inside a range (one range then needs
+/// two pages), names removed, a subdirectory named like a split point, a name sorting
+/// just after one.
+#[tokio::test(start_paused = true)]
+async fn a_directory_listed_again_in_ranges_holds_what_the_bucket_holds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs, big) = a_listing_aged_past_the_ttl(dir.path()).await;
+    for i in 0..1200 {
+        mock.insert(&format!("big/f01500-{i:04}"), b"y".to_vec());
+    }
+    for i in (0..2500).step_by(7) {
+        mock.remove(&format!("big/f{i:05}"));
+    }
+    mock.insert("big/f00999/inner", b"d".to_vec());
+    mock.insert("big/f00999.txt", b"t".to_vec());
+    mock.insert("big/f01999-", b"u".to_vec());
+    let mut want: Vec<String> = mock
+        .keys()
+        .iter()
+        .filter_map(|k| k.strip_prefix("big/"))
+        .map(|k| k.split('/').next().unwrap_or(k).to_string())
+        .collect();
+    want.sort();
+    want.dedup();
+    let got: Vec<String> = crate::common::entries(&fs, big, false)
+        .await
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the listing differs from the bucket");
+    let inner = fs.lookup(big, "f00999").await.expect("a directory");
+    assert_eq!(inner.kind, flowfs_fs::Kind::Dir);
 }
