@@ -251,15 +251,12 @@ impl Fs {
                 return Err(FsError::NotDir);
             }
             if let Some(ino) = t.child(parent, name) {
+                let fresh = t.get(ino).is_some_and(|n| n.fresh(self.cfg.metadata_ttl));
                 // A staged file is what this mount made of the name: the bucket's copy is
                 // older until the upload (a HEAD of a file created and then renamed here
                 // finds nothing).
-                let staged = self.wb.stat(ino).is_some();
-                if let Some(n) = t.get_mut(ino) {
-                    if staged || n.fresh(self.cfg.metadata_ttl) {
-                        n.looked_up();
-                        return self.attr_of(&t, ino);
-                    }
+                if fresh || self.wb.stat(ino).is_some() {
+                    return self.counted(&mut t, ino);
                 }
             }
             let path = join(&t.path(parent).ok_or(FsError::NotFound)?, name);
@@ -315,8 +312,11 @@ impl Fs {
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             // Directories are confirmed by the lookups of their parent; a staged file is
             // newer than the bucket's copy.
-            let here = n.entry.kind == Kind::Dir || n.is_open() || self.wb.stat(ino).is_some();
-            if here || n.fresh(self.cfg.metadata_ttl) {
+            if n.fresh(self.cfg.metadata_ttl)
+                || n.entry.kind == Kind::Dir
+                || n.is_open()
+                || self.wb.stat(ino).is_some()
+            {
                 return Ok(self.node_attr(ino, n));
             }
             t.path(ino).ok_or(FsError::NotFound)?

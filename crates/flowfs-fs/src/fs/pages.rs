@@ -34,7 +34,8 @@ impl Fs {
         max_pages: usize,
     ) -> Result<Option<Vec<ListPage>>> {
         if splits.is_empty() {
-            return self.pages_in_turn(prefix, max_pages).await;
+            let (client, prefix) = (self.client.clone(), prefix.to_string());
+            return Ok(list_range(client, prefix, None, None, max_pages).await?);
         }
         if splits.len() >= max_pages {
             return Ok(None); // more pages than asked for, last time
@@ -49,44 +50,29 @@ impl Fs {
             |(i, after, upto)| {
                 let (client, prefix) = (self.client.clone(), prefix.to_string());
                 let (i, after, upto) = (*i, after.clone(), upto.clone());
-                async move { (i, list_range(client, prefix, after, upto).await) }
+                async move { (i, list_range(client, prefix, after, upto, usize::MAX).await) }
             },
             |(i, pages)| {
-                got[i] = pages?;
+                // Never `None`: a range has no page bound.
+                got[i] = pages?.unwrap_or_default();
                 Ok(())
             },
         )
         .await?;
         Ok(Some(got.into_iter().flatten().collect()))
     }
-
-    async fn pages_in_turn(&self, prefix: &str, max_pages: usize) -> Result<Option<Vec<ListPage>>> {
-        let mut pages = Vec::new();
-        let mut token = None;
-        loop {
-            let page = (self.client)
-                .list_page(prefix, Some("/"), token, None)
-                .await?;
-            token = page.next_token.clone();
-            pages.push(page);
-            if token.is_none() {
-                return Ok(Some(pages));
-            }
-            if pages.len() >= max_pages {
-                return Ok(None);
-            }
-        }
-    }
 }
 
 /// The pages of the keys and common prefixes of `prefix` after `after` up to `upto`
-/// (both full keys; none: from the start, to the end), cut at `upto`.
+/// (both full keys; none: from the start, to the end), cut at `upto`; `None` when there
+/// are more than `max_pages`.
 async fn list_range(
     client: Arc<dyn ObjectClient>,
     prefix: String,
     after: Option<String>,
     upto: Option<String>,
-) -> std::result::Result<Vec<ListPage>, ClientError> {
+    max_pages: usize,
+) -> std::result::Result<Option<Vec<ListPage>>, ClientError> {
     let mut pages = Vec::new();
     let mut token = None;
     loop {
@@ -105,7 +91,10 @@ async fn list_range(
         token = page.next_token.take();
         pages.push(page);
         if ended || token.is_none() {
-            return Ok(pages);
+            return Ok(Some(pages));
+        }
+        if pages.len() >= max_pages {
+            return Ok(None);
         }
     }
 }

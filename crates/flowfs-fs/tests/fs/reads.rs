@@ -215,10 +215,7 @@ async fn a_download_cut_mid_body_keeps_its_first_pieces_and_is_fetched_again() {
 #[tokio::test]
 async fn a_refused_get_is_not_sent_again_and_its_error_keeps_the_cause() {
     let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    let mut cfg = FsConfig::new("b", "p", dir.path().to_path_buf());
-    cfg.metadata_ttl = Duration::from_secs(60);
-    let fs = Arc::new(Fs::new(cfg, mock.clone()).expect("fs"));
+    let (mock, fs) = crate::common::setup(dir.path(), "p");
     mock.insert("p/obj", data(256 << 10, 9));
     let ino = path_ino(&fs, "obj").await.unwrap();
     let (fh, _) = fs.open(ino, false, false).await.unwrap();
