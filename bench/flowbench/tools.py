@@ -16,7 +16,7 @@ from pathlib import Path
 from . import util
 from .server import BUCKET, REGION
 
-READ_WORKLOADS = {"B1", "B1s", "B2", "B3", "B4", "B8"}
+READ_WORKLOADS = {"B1", "B1s", "B1p", "B2", "B3", "B4", "B8"}
 WRITE_WORKLOADS = {"B5", "B6"}
 ALL_WORKLOADS = READ_WORKLOADS | WRITE_WORKLOADS
 WORKFLOW_WORKLOADS = {"B7"}  # a pipeline with its work dir on a writable mount (flowbench/b7.py)

@@ -45,6 +45,7 @@ class Sizes:
         return {
             "B1": f"{self.b1_files} × {util.fmt_bytes(self.b1_size)} objects, cold copy of the prefix",
             "B1s": f"{self.b1s_files} × {util.fmt_bytes(self.b1s_size)} objects, cold copy of the prefix",
+            "B1p": f"B1's objects read by {PARALLEL_READERS} readers at once (xargs -P{PARALLEL_READERS} cp), cold",
             "B2": f"tar of the B1 files ({util.fmt_bytes(self.b1_files * (self.b1_size + 512))}) streamed into tar -x",
             "B3": f"one {util.fmt_bytes(self.big)} object read sequentially, cold then warm",
             "B4": f"{self.b4_reads} random {util.fmt_bytes(self.b4_size)} preads in a {util.fmt_bytes(self.big)} object (cold)",
@@ -63,7 +64,9 @@ TINY = Sizes(b1_files=20, b1_size=MiB, big=32 * MiB, b4_reads=50, b4_size=64 << 
              b1s_files=50, b8_dirs=10, b8_per_dir=5)
 
 # B1s (issue 27): many small files, where the per-file cost and the store's latency decide.
-WORKLOADS = ["B1", "B1s", "B2", "B3", "B4", "B5", "B6", "B7", "B8"]
+# B1p (issue 27): B1's files copied by 16 processes at once, as parallel task stagers read.
+PARALLEL_READERS = 16
+WORKLOADS = ["B1", "B1s", "B1p", "B2", "B3", "B4", "B5", "B6", "B7", "B8"]
 QUICK_WORKLOADS = ["B1", "B2", "B3", "B4", "B5", "B6", "B8"]  # B7 (a pipeline per tool) only when asked
 
 
@@ -418,7 +421,7 @@ def poll(ctx: Ctx, check, interval: float = 0.1) -> float | None:
 def measure(ctx: Ctx, tool: Tool, workload: str, run: int) -> list[dict]:
     from .b7 import b7
 
-    fn = {"B1": b1, "B1s": b1s, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8}[workload]
+    fn = {"B1": b1, "B1s": b1s, "B1p": b1p, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8}[workload]
     variants = ["cold", "warm"] if workload == "B3" else [""]
     try:
         return fn(ctx, tool, run)
@@ -444,8 +447,24 @@ def b1s(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
     return copy_prefix(ctx, tool, run, "B1s", "b1s", ctx.data.b1s_manifest)
 
 
-def copy_prefix(ctx: Ctx, tool: Tool, run: int, workload: str, prefix: str, manifest: dict[str, str]) -> list[dict]:
-    """A cold copy of every object under `prefix`: `cp -r` from a mount, the copier's own command."""
+def b1p(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
+    return copy_prefix(ctx, tool, run, "B1p", "b1", ctx.data.b1_manifest, readers=PARALLEL_READERS)
+
+
+def copy_cmd(src: Path, dest: Path, readers: int) -> list[str]:
+    """`cp -r`, or `readers` cp processes at once, 8 files each, over the files of a flat `src`."""
+    if readers <= 1:
+        return ["cp", "-r", str(src), str(dest)]
+    out = dest / src.name
+    script = (f'mkdir -p "$2" && find "$1" -maxdepth 1 -type f -print0 | '
+              f'xargs -0 -P{readers} -n 8 cp -t "$2"')
+    return ["sh", "-c", script, "copy", str(src), str(out)]
+
+
+def copy_prefix(ctx: Ctx, tool: Tool, run: int, workload: str, prefix: str, manifest: dict[str, str],
+                readers: int = 1) -> list[dict]:
+    """A cold copy of every object under `prefix`: `cp -r` (or `readers` cp at once) from a mount,
+    the copier's own command."""
     rec = new_record(workload, "", tool, run)
     dest = fresh_scratch(ctx)
     if isinstance(tool, CliTool):
@@ -459,12 +478,12 @@ def copy_prefix(ctx: Ctx, tool: Tool, run: int, workload: str, prefix: str, mani
             rec["mount_s"] = round(h.mount_s, 3)
             util.drop_caches()
             w = Window(ctx, h)
-            r = util.run(["cp", "-r", str(h.path / prefix), str(dest)], timeout=ctx.timeout, on_timeout=h.abort)
+            r = util.run(copy_cmd(h.path / prefix, dest, readers), timeout=ctx.timeout, on_timeout=h.abort)
             w.close(rec)
             rec["wall_s"], rec["client_cpu_s"] = round(r.wall_s, 3), round(r.cpu_s, 3)
             ok = r.returncode == 0 and not r.timed_out
             if not ok:
-                rec["error"] = "timed out" if r.timed_out else f"cp -r exit {r.returncode}: {r.stderr.strip()[-500:]}"
+                rec["error"] = "timed out" if r.timed_out else f"cp exit {r.returncode}: {r.stderr.strip()[-500:]}"
     if ok:
         rec["verified"], rec["notes"] = verify_dir(dest / prefix, manifest)
     return [rec]
