@@ -536,7 +536,8 @@ def test_a_killed_flowfs_run_leaves_no_mount_behind(big_object, proxy, seaweed, 
         while (is_mounted(mnt) or _pid_alive(pids["D"])) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not is_mounted(mnt) and not _pid_alive(pids["D"]), \
-            f"5 s after SIGKILL of flowfs run {pids['R']}: mounted {is_mounted(mnt)}, D {pids['D']} alive {_pid_alive(pids['D'])}"
+            f"5 s after SIGKILL of flowfs run {pids['R']}: mounted {is_mounted(mnt)}, D {pids['D']} alive " \
+            f"{_pid_alive(pids['D'])}; its log: {(work_dir / 'run.log').read_text()[-3000:]}"
     finally:
         (ctl / "stop").touch()
         run.cleanup()  # `flowfs unmount` ends the orphaned D; its task is killed with R's group

@@ -174,14 +174,29 @@ impl Ending {
     }
 }
 
+/// How long an unmount tries again while the mount is busy. A path walk in flight holds
+/// the mount for as long as it waits on this process (a `stat` of the mount point, or any
+/// name below it, asked just as the unmount began); CI saw a mount outlive its `flowfs run`
+/// because one such `stat` coincided with the unmount that the run's death started. An
+/// open file or a working directory in the mount does not pass by itself: it is reported.
+const BUSY_RETRY: Duration = Duration::from_secs(2);
+const BUSY_PAUSE: Duration = Duration::from_millis(20);
+
 fn umount(dir: &Path) -> Result<(), String> {
     let c =
         std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: umount2 on a path we own.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
+    let deadline = std::time::Instant::now() + BUSY_RETRY;
+    let err = loop {
+        // SAFETY: umount2 on a path we own.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EBUSY) || std::time::Instant::now() >= deadline {
+            break err;
+        }
+        std::thread::sleep(BUSY_PAUSE);
+    };
     match err.raw_os_error() {
         Some(libc::EBUSY) => Err(format!(
             "{} is busy: a process still uses it (see `fuser -m {}`)",
