@@ -19,7 +19,7 @@ pub use cache::{admin, disk_space, DiskSpace};
 pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
 pub use fs::{
-    Attr, AttrChanges, Backing, BackingKey, DirItem, Failure, Fs, OpenHints, PendingFile,
+    Attr, AttrChanges, Backing, BackingKey, DirItem, Failure, Fs, OpenHints, OpenMode, PendingFile,
     PendingState, ReadAhead, Recovery, Status, WalkStats,
 };
 pub use fuse::FuseAdapter;

@@ -1,10 +1,10 @@
 //! POSIX attributes: what getattr reports (`Attr`), what an upload writes into the
 //! object's metadata (meta.rs), and chmod, chown and utimens of an object already in the
-//! bucket, rewritten there server-side (a copy onto itself) without sending its data.
+//! bucket, rewritten there server-side (a copy onto itself) without sending its data;
+//! setattr (a truncation included) and mknod of a special file, whose type and device
+//! live in the attributes.
 
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use super::*;
 use crate::meta::{Posix, S_IFMT, S_IFREG};
@@ -73,63 +73,6 @@ pub struct AttrChanges {
 impl AttrChanges {
     fn any(&self) -> bool {
         *self != AttrChanges::default()
-    }
-}
-
-/// One rewrite task per inode at a time; setattrs that come while it runs are taken by
-/// its next round, so `cp -p` (utimens, chown, chmod) costs one or two rewrites, not three.
-#[derive(Default)]
-pub(super) struct MetaWrites {
-    /// ino -> whether a setattr came after the running round read the attributes.
-    running: Mutex<HashMap<u64, bool>>,
-    idle: Notify,
-}
-
-impl MetaWrites {
-    /// Returns once no rewrite runs (unmount waits for them, as for uploads).
-    pub(super) async fn wait(&self) {
-        loop {
-            let idle = self.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.running.lock().is_empty() {
-                return;
-            }
-            idle.await;
-        }
-    }
-
-    /// Whether the caller must start a task (none runs for `ino`).
-    pub(super) fn start(&self, ino: u64) -> bool {
-        let mut r = self.running.lock();
-        match r.get_mut(&ino) {
-            Some(again) => {
-                *again = true;
-                false
-            }
-            None => {
-                r.insert(ino, false);
-                true
-            }
-        }
-    }
-
-    /// After a round: whether another is due; if not the task ends.
-    fn next_round(&self, ino: u64) -> bool {
-        let mut r = self.running.lock();
-        match r.get_mut(&ino) {
-            Some(again) if *again => {
-                *again = false;
-                true
-            }
-            _ => {
-                r.remove(&ino);
-                if r.is_empty() {
-                    self.idle.notify_waiters();
-                }
-                false
-            }
-        }
     }
 }
 
@@ -207,7 +150,7 @@ impl Fs {
             Self::listing_put(&mut t, parent, &name, Some(e));
             durable && !self.cfg.read_only
         };
-        if rewrite && self.meta_writes.start(ino) {
+        if rewrite && self.up.rewrite_due(ino) {
             let fs = self.clone();
             tokio::spawn(async move { fs.rewrite_meta(ino).await });
         }
@@ -220,7 +163,7 @@ impl Fs {
             if let Err(e) = self.rewrite_once(ino).await {
                 tracing::warn!(ino, "attributes not stored in the bucket: {e}");
             }
-            if !self.meta_writes.next_round(ino) {
+            if !self.up.rewrite_again(ino) {
                 return;
             }
         }
@@ -232,8 +175,8 @@ impl Fs {
         // The key is read and written while no rename or unlink of the node runs, and
         // while no directory above it moves (key first: a directory's rename holds its
         // own key, then the moves).
-        let _key = self.keys.hold(ino).await;
-        let _moves = self.dir_moves.read().await;
+        let _key = self.locks.key(ino).await;
+        let _moves = self.up.hold_shared().await;
         let (key, posix) = {
             let t = self.inodes.lock();
             // A staged file's coming upload carries them too; an upload landing first
@@ -302,35 +245,17 @@ impl Fs {
     ) -> Result<Attr> {
         self.check_writable()?;
         valid_name(name)?;
-        let ino = {
-            let mut t = self.inodes.lock();
-            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
-                return Err(FsError::NotDir);
-            }
-            let path = join(&t.path(parent).ok_or(FsError::NotFound)?, name);
-            self.check_key(&path, false)?;
-            let mut posix = self.new_posix(mode, owner);
-            posix.rdev = (rdev != 0).then_some(rdev);
-            let e = Entry {
-                kind: Kind::Special(mode & S_IFMT),
-                size: 0,
-                mtime: SystemTime::now(),
-                etag: None,
-                target: None,
-                posix: Some(Arc::new(posix)),
-            };
-            let ino = t.new_node(parent, name, e.clone());
-            if let Some(n) = t.get_mut(ino) {
-                n.looked_up();
-            }
-            Self::listing_put(&mut t, parent, name, Some(e));
-            Self::entries_changed(&mut t, parent);
-            ino
+        let mut posix = self.new_posix(mode, owner);
+        posix.rdev = (rdev != 0).then_some(rdev);
+        let e = Entry {
+            kind: Kind::Special(mode & S_IFMT),
+            size: 0,
+            mtime: SystemTime::now(),
+            etag: None,
+            target: None,
+            posix: Some(Arc::new(posix)),
         };
-        if let Err(e) = self.new_staged(ino, NewFile::Symlink, b"") {
-            self.undo_create(parent, name, ino);
-            return Err(e);
-        }
+        let (ino, _) = self.add_new(parent, name, e, NewFile::Closed, b"")?;
         if let Some((_, true)) = self.wb.request_upload(ino) {
             self.spawn_upload(ino);
         }
@@ -339,8 +264,68 @@ impl Fs {
 
     /// Waits for the metadata rewrites under way, at most `limit`.
     pub(super) async fn wait_meta_writes(&self, limit: Duration) -> bool {
-        tokio::time::timeout(limit, self.meta_writes.wait())
+        tokio::time::timeout(limit, self.up.rewrites_done())
             .await
             .is_ok()
+    }
+
+    /// Changes mode bits, size (truncation, staged) or mtime.
+    pub async fn setattr(
+        self: &Arc<Self>,
+        ino: u64,
+        mode: Option<u32>,
+        size: Option<u64>,
+        mtime: Option<SystemTime>,
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        self.refresh_direct(Some(ino));
+        let c = AttrChanges {
+            mode,
+            mtime,
+            ..AttrChanges::default()
+        };
+        self.setattr_with(ino, size, c, fh).await
+    }
+
+    /// Changes the size (truncation, staged) and the attributes in `c` (see attrs.rs).
+    pub async fn setattr_with(
+        self: &Arc<Self>,
+        ino: u64,
+        size: Option<u64>,
+        c: AttrChanges,
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        if let Some(size) = size {
+            self.check_writable()?;
+            let kind = self.inodes.lock().get(ino).map(|n| n.entry.kind);
+            match kind {
+                Some(Kind::File) => {}
+                Some(Kind::Dir) => return Err(FsError::IsDir),
+                _ => return Err(FsError::Invalid("size of a non-file")),
+            }
+            self.truncate(ino, size, fh).await?;
+        }
+        self.change_attrs(ino, c)?;
+        self.attr_of(&self.inodes.lock(), ino)
+    }
+
+    /// truncate(2) and ftruncate(2): the staged content gets its new length; without an
+    /// open writer it is uploaded as a file closed just now would be.
+    async fn truncate(self: &Arc<Self>, ino: u64, size: u64, fh: Option<u64>) -> Result<()> {
+        if let Some(fh) = fh.filter(|fh| self.needs_stage(*fh)) {
+            // An ftruncate is its writer's first change: only what it keeps is fetched.
+            let staged = self.stage(fh, size).await?;
+            return self.truncate_staged(ino, &staged, size);
+        }
+        let writer = fh.and_then(|fh| self.handles.writer(fh)).map(|(_, s)| s);
+        if let Some(staged) = writer {
+            return self.truncate_staged(ino, &staged, size);
+        }
+        // As a writer of its own, released at once: that queues the upload.
+        let staged = self.open_staged(ino, true, size).await?;
+        let fh = self.open_local(ino, staged.clone(), Access::Write);
+        let r = self.truncate_staged(ino, &staged, size);
+        self.release(fh)?;
+        r
     }
 }

@@ -3,7 +3,7 @@
 //! start (a dead mount's journal uploaded, its open multipart uploads aborted).
 
 use super::*;
-use crate::writeback::{Note, OpenUpload, PendingState};
+use crate::writeback::{Loose, OpenUpload, PendingState};
 use std::time::{Duration, UNIX_EPOCH};
 
 /// How far the store's clock may be behind ours when the uploads a dead mount created
@@ -154,21 +154,16 @@ impl Fs {
                 if let Ok(t) = stat.modified() {
                     metadata.insert(crate::meta::MTIME.into(), crate::meta::format_time(t));
                 }
-                upload_file(
-                    &self.client,
-                    &o.key,
-                    &f,
-                    size,
-                    self.cfg.part_size,
-                    &self.slots,
-                    &metadata,
-                    symlink,
-                    Note {
-                        path: o.upload_note_path(),
-                        bucket: &self.cfg.bucket,
-                    },
-                )
-                .await
+                self.up
+                    .send_loose(Loose {
+                        key: &o.key,
+                        file: &f,
+                        size,
+                        metadata: &metadata,
+                        one_part: symlink,
+                        note: o.upload_note_path(),
+                    })
+                    .await
             }
             .await;
             match r {
@@ -183,7 +178,7 @@ impl Fs {
                 }
             }
         }
-        self.recovered.lock().extend(ok.iter().cloned());
+        self.up.note_recovered(&ok);
         (ok, failed)
     }
 
@@ -202,6 +197,6 @@ impl Fs {
 
     /// Keys recovered from an earlier mount's journal and uploaded at start.
     pub fn recovered(&self) -> Vec<String> {
-        self.recovered.lock().clone()
+        self.up.recovered()
     }
 }

@@ -1,10 +1,10 @@
 //! Per-inode async locks, held across requests to the store, for operations on one
 //! inode that must not overlap while those on different inodes never wait on each other:
-//! `Fs::keys` orders the operations that change an object's key or rewrite it in place
+//! `Locks::key` orders the operations that change an object's key or rewrite it in place
 //! (a rename's copy and delete, an unlink, a metadata rewrite's copy onto itself: a
 //! rewrite between a rename's copy and its delete wrote the name being left, and one
 //! landing after the delete brought that name back as an object; rsync's and git's
-//! temporary names stayed in the bucket, issue 26); `Fs::fills` the download of one
+//! temporary names stayed in the bucket, issue 26); `Locks::fill` the download of one
 //! object opened for writing.
 
 use std::collections::HashMap;
@@ -12,6 +12,25 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+/// The mount's two per-inode orders.
+#[derive(Default)]
+pub(super) struct Locks {
+    keys: InodeLocks,
+    fills: InodeLocks,
+}
+
+impl Locks {
+    /// Held by a rename, an unlink and a metadata rewrite of `ino`.
+    pub(super) async fn key(&self, ino: u64) -> InodeHold<'_> {
+        self.keys.hold(ino).await
+    }
+
+    /// Held by the download of `ino` opened for writing.
+    pub(super) async fn fill(&self, ino: u64) -> InodeHold<'_> {
+        self.fills.hold(ino).await
+    }
+}
 
 /// The locks of the inodes someone holds or waits for; an entry lives only while used.
 #[derive(Default)]

@@ -1,5 +1,5 @@
-//! Changes to the name space: create, mkdir, symlink, unlink, rmdir, setattr (rename is
-//! in rename.rs).
+//! Changes to the name space: create, mknod, mkdir, symlink, unlink, rmdir, and the one
+//! `add_new` that create, symlink and special files share (rename is in rename.rs).
 
 use super::*;
 
@@ -51,40 +51,17 @@ impl Fs {
     ) -> Result<(Attr, u64, OpenHints)> {
         self.check_writable()?;
         valid_name(name)?;
-        let ino = {
-            let mut t = self.inodes.lock();
-            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
-                return Err(FsError::NotDir);
-            }
-            self.check_key(
-                &join(&t.path(parent).ok_or(FsError::NotFound)?, name),
-                false,
-            )?;
-            let e = Entry {
-                kind: Kind::File,
-                size: 0,
-                mtime: SystemTime::now(),
-                etag: None,
-                target: None,
-                posix: Some(Arc::new(
-                    self.new_posix(crate::meta::S_IFREG | mode & 0o7777, owner),
-                )),
-            };
-            let ino = t.new_node(parent, name, e.clone());
-            if let Some(n) = t.get_mut(ino) {
-                n.looked_up();
-            }
-            Self::listing_put(&mut t, parent, name, Some(e));
-            Self::entries_changed(&mut t, parent);
-            ino
+        let e = Entry {
+            kind: Kind::File,
+            size: 0,
+            mtime: SystemTime::now(),
+            etag: None,
+            target: None,
+            posix: Some(Arc::new(
+                self.new_posix(crate::meta::S_IFREG | mode & 0o7777, owner),
+            )),
         };
-        let staged = match self.new_staged(ino, NewFile::Created, b"") {
-            Ok(s) => s,
-            Err(e) => {
-                self.undo_create(parent, name, ino);
-                return Err(e);
-            }
-        };
+        let (ino, staged) = self.add_new(parent, name, e, NewFile::Created, b"")?;
         let access = if direct {
             Access::Direct
         } else {
@@ -219,35 +196,15 @@ impl Fs {
         // The kernel looked the name up just before (and found nothing), as for create:
         // no second round trip to the server here. Like a file, the symlink is staged and
         // uploaded in the background (Nextflow makes one per input of every task).
-        let ino = {
-            let mut t = self.inodes.lock();
-            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
-                return Err(FsError::NotDir);
-            }
-            self.check_key(
-                &join(&t.path(parent).ok_or(FsError::NotFound)?, name),
-                false,
-            )?;
-            let e = Entry {
-                kind: Kind::Symlink,
-                size: target.len() as u64,
-                mtime: SystemTime::now(),
-                etag: None,
-                target: Some(target.into()),
-                posix: Some(Arc::new(self.new_posix(0o120_777, owner))),
-            };
-            let ino = t.new_node(parent, name, e.clone());
-            if let Some(n) = t.get_mut(ino) {
-                n.looked_up();
-            }
-            Self::listing_put(&mut t, parent, name, Some(e));
-            Self::entries_changed(&mut t, parent);
-            ino
+        let e = Entry {
+            kind: Kind::Symlink,
+            size: target.len() as u64,
+            mtime: SystemTime::now(),
+            etag: None,
+            target: Some(target.into()),
+            posix: Some(Arc::new(self.new_posix(0o120_777, owner))),
         };
-        if let Err(e) = self.new_staged(ino, NewFile::Symlink, target.as_bytes()) {
-            self.undo_create(parent, name, ino);
-            return Err(e);
-        }
+        let (ino, _) = self.add_new(parent, name, e, NewFile::Closed, target.as_bytes())?;
         if let Some((_, true)) = self.wb.request_upload(ino) {
             self.spawn_upload(ino);
         }
@@ -260,7 +217,7 @@ impl Fs {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
         // A metadata rewrite landing after the delete would bring the object back.
-        let _key = self.keys.hold(ino).await;
+        let _key = self.locks.key(ino).await;
         let key = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
@@ -309,7 +266,7 @@ impl Fs {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
         // A rewrite of its marker landing after the delete would bring it back.
-        let _key = self.keys.hold(ino).await;
+        let _key = self.locks.key(ino).await;
         let path = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
@@ -330,76 +287,44 @@ impl Fs {
         Ok(())
     }
 
-    /// Changes mode bits, size (truncation, staged) or mtime.
-    pub async fn setattr(
-        self: &Arc<Self>,
-        ino: u64,
-        mode: Option<u32>,
-        size: Option<u64>,
-        mtime: Option<SystemTime>,
-        fh: Option<u64>,
-    ) -> Result<Attr> {
-        self.refresh_direct(Some(ino));
-        let c = AttrChanges {
-            mode,
-            mtime,
-            ..AttrChanges::default()
-        };
-        self.setattr_with(ino, size, c, fh).await
-    }
-
-    /// Changes the size (truncation, staged) and the attributes in `c` (see attrs.rs).
-    pub async fn setattr_with(
-        self: &Arc<Self>,
-        ino: u64,
-        size: Option<u64>,
-        c: AttrChanges,
-        fh: Option<u64>,
-    ) -> Result<Attr> {
-        if let Some(size) = size {
-            self.check_writable()?;
-            let kind = self.inodes.lock().get(ino).map(|n| n.entry.kind);
-            match kind {
-                Some(Kind::File) => {}
-                Some(Kind::Dir) => return Err(FsError::IsDir),
-                _ => return Err(FsError::Invalid("size of a non-file")),
+    /// Adds a new node `name` in `parent` for entry `e` (a file, symlink or special file
+    /// made by this mount), with its staged file of `content` and its journal record. The
+    /// kernel looked the name up just before and found nothing: no round trip to the
+    /// store here.
+    pub(super) fn add_new(
+        &self,
+        parent: u64,
+        name: &str,
+        e: Entry,
+        kind: NewFile,
+        content: &[u8],
+    ) -> Result<(u64, Arc<StagedFile>)> {
+        let ino = {
+            let mut t = self.inodes.lock();
+            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
+                return Err(FsError::NotDir);
             }
-            self.truncate(ino, size, fh).await?;
+            let path = join(&t.path(parent).ok_or(FsError::NotFound)?, name);
+            self.check_key(&path, false)?;
+            let ino = t.new_node(parent, name, e.clone());
+            if let Some(n) = t.get_mut(ino) {
+                n.looked_up();
+            }
+            Self::listing_put(&mut t, parent, name, Some(e));
+            Self::entries_changed(&mut t, parent);
+            ino
+        };
+        match self.new_staged(ino, kind, content) {
+            Ok(staged) => Ok((ino, staged)),
+            Err(e) => {
+                self.undo_create(parent, name, ino);
+                Err(e)
+            }
         }
-        self.change_attrs(ino, c)?;
-        self.attr_of(&self.inodes.lock(), ino)
-    }
-
-    /// truncate(2) and ftruncate(2): the staged content gets its new length; without an
-    /// open writer it is uploaded as a file closed just now would be.
-    async fn truncate(self: &Arc<Self>, ino: u64, size: u64, fh: Option<u64>) -> Result<()> {
-        if let Some(fh) = fh.filter(|fh| self.needs_stage(*fh)) {
-            // An ftruncate is its writer's first change: only what it keeps is fetched.
-            let staged = self.stage(fh, size).await?;
-            return self.truncate_staged(ino, &staged, size);
-        }
-        let writer = fh.and_then(|fh| match self.files.lock().get(&fh) {
-            Some(Handle::Local { staged, access, .. }) if access.writes() => Some(staged.clone()),
-            _ => None,
-        });
-        if let Some(staged) = writer {
-            return self.truncate_staged(ino, &staged, size);
-        }
-        // As a writer of its own, released at once: that queues the upload.
-        let staged = self.open_staged(ino, true, size).await?;
-        let fh = self.open_local(ino, staged.clone(), Access::Write);
-        let r = self.truncate_staged(ino, &staged, size);
-        self.release(fh)?;
-        r
     }
 
     /// Gives `ino`, just created, its staged file and journal record.
-    pub(super) fn new_staged(
-        &self,
-        ino: u64,
-        kind: NewFile,
-        content: &[u8],
-    ) -> Result<Arc<StagedFile>> {
+    fn new_staged(&self, ino: u64, kind: NewFile, content: &[u8]) -> Result<Arc<StagedFile>> {
         let file = self.wb.insert_new(ino, kind, content)?;
         if let Err(e) = self.journal(ino) {
             self.wb.remove_new(ino);
@@ -409,7 +334,7 @@ impl Fs {
     }
 
     /// Takes back a name whose staged file could not be made.
-    pub(super) fn undo_create(&self, parent: u64, name: &str, ino: u64) {
+    fn undo_create(&self, parent: u64, name: &str, ino: u64) {
         let mut t = self.inodes.lock();
         if let Some(n) = t.get_mut(ino) {
             n.lookup_undone();

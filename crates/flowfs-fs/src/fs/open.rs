@@ -8,13 +8,8 @@ use std::ops::Bound::{Excluded, Included, Unbounded};
 impl Fs {
     /// Opens a file; returns the handle and what the kernel may skip for it.
     /// A writer's object is staged at the open (see `open_as` for the lazy way).
-    pub async fn open(
-        self: &Arc<Self>,
-        ino: u64,
-        write: bool,
-        truncate: bool,
-    ) -> Result<(u64, OpenHints)> {
-        let (fh, hints) = self.open_as(ino, write, truncate, false).await?;
+    pub async fn open(self: &Arc<Self>, ino: u64, mode: OpenMode) -> Result<(u64, OpenHints)> {
+        let (fh, hints) = self.open_as(ino, mode, false).await?;
         if self.needs_stage(fh) {
             if let Err(e) = self.stage(fh, u64::MAX).await {
                 let _ = self.release(fh);
@@ -24,20 +19,19 @@ impl Fs {
         Ok((fh, hints))
     }
 
-    /// Opens a file; `direct`: the caller can have the kernel serve the handle itself from
-    /// the local file offered in `OpenHints::backing` (FUSE passthrough), and a writer is
-    /// counted as one whose writes flowfs will not see (`begin_direct`). A writer of an
+    /// Opens a file; `passthrough`: the caller can have the kernel serve the handle itself
+    /// from the local file offered in `OpenHints::backing` (FUSE passthrough), and a writer
+    /// is counted as one whose writes flowfs will not see (`begin_passthrough`). A writer of an
     /// object not staged yet, opened without O_TRUNC, stages it only at its first change
     /// (unstaged.rs; the caller of `write` asks `needs_stage` first); it is offered no
     /// backing file.
     pub async fn open_as(
         self: &Arc<Self>,
         ino: u64,
-        write: bool,
-        truncate: bool,
+        mode: OpenMode,
         direct: bool,
     ) -> Result<(u64, OpenHints)> {
-        if write {
+        if mode.writes() {
             self.check_writable()?;
         }
         let (path, fresh) = {
@@ -54,7 +48,8 @@ impl Fs {
                 n.fresh(self.cfg.metadata_ttl),
             )
         };
-        if write {
+        if mode.writes() {
+            let truncate = mode == OpenMode::Truncate;
             return self.open_writer(ino, truncate, direct).await;
         }
         if let Some(staged) = self.wb.open(ino, false) {
@@ -78,7 +73,6 @@ impl Fs {
             n.opened();
             (etag, n.entry.size, keep)
         };
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let (handle, backing) = if size == 0 {
             (Handle::Empty { ino }, None)
         } else {
@@ -91,7 +85,7 @@ impl Fs {
             };
             (handle, backing)
         };
-        (self.files.lock()).insert(fh, handle);
+        let fh = self.handles.add(handle);
         self.prefetch_siblings(ino);
         // `flush` has nothing to report for a handle that only reads the bucket.
         Ok((
@@ -164,11 +158,7 @@ impl Fs {
     }
 
     pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
-        self.files
-            .lock()
-            .get(&fh)
-            .cloned()
-            .ok_or(FsError::BadHandle)
+        self.handles.get(fh)
     }
 
     /// A handle on a staged file `WriteBack` has already counted.
@@ -176,26 +166,16 @@ impl Fs {
         if let Some(n) = self.inodes.lock().get_mut(ino) {
             n.opened();
         }
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.files.lock().insert(
-            fh,
-            Handle::Local {
-                ino,
-                staged,
-                access,
-            },
-        );
-        fh
+        self.handles.add(Handle::Local {
+            ino,
+            staged,
+            access,
+        })
     }
 
     /// The error of a failed upload of this file, reported at close and fsync.
     pub fn flush(&self, fh: u64) -> Result<()> {
-        let h = self
-            .files
-            .lock()
-            .get(&fh)
-            .cloned()
-            .ok_or(FsError::BadHandle)?;
+        let h = self.handles.get(fh)?;
         if let Handle::Local {
             ino,
             staged,
@@ -216,7 +196,7 @@ impl Fs {
 
     /// Closes a handle; the last writer of a changed file starts its upload.
     pub fn release(self: &Arc<Self>, fh: u64) -> Result<()> {
-        let h = self.files.lock().remove(&fh).ok_or(FsError::BadHandle)?;
+        let h = self.handles.take(fh)?;
         match h {
             Handle::Remote { ino, reader, .. } | Handle::Unstaged { ino, reader } => {
                 self.prefetch.close(&reader);

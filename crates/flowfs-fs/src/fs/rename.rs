@@ -33,9 +33,9 @@ impl Fs {
         let (first, second) = (ino.min(target.unwrap_or(0)), ino.max(target.unwrap_or(0)));
         let _first = match first {
             0 => None,
-            i => Some(self.keys.hold(i).await),
+            i => Some(self.locks.key(i).await),
         };
-        let _second = self.keys.hold(second).await;
+        let _second = self.locks.key(second).await;
         let (kind, old_path, new_path) = self.rename_paths(ino, newparent, newname)?;
         let replaced_remote = match target {
             Some(tino) => self.rename_clear_target(kind, tino, &new_path).await?,
@@ -48,7 +48,7 @@ impl Fs {
         // Held until the nodes below have their new names: an upload that landed under
         // the old prefix after the LIST of the copy would be left behind there.
         let _moving = match kind {
-            Kind::Dir => Some(self.dir_moves.write().await),
+            Kind::Dir => Some(self.up.hold_all().await),
             _ => None,
         };
         match kind {

@@ -27,14 +27,12 @@ impl Fs {
             (self.key(&path), etag, n.entry.size)
         };
         let reader = self.open_reader(ino, key, etag, size)?;
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        (self.files.lock()).insert(fh, Handle::Unstaged { ino, reader });
-        Ok(Some(fh))
+        Ok(Some(self.handles.add(Handle::Unstaged { ino, reader })))
     }
 
     /// Whether `fh` is a writer that must stage its object before a write.
     pub fn needs_stage(&self, fh: u64) -> bool {
-        matches!(self.files.lock().get(&fh), Some(Handle::Unstaged { .. }))
+        self.handles.is_unstaged(fh)
     }
 
     /// Stages the object of writer `fh` with its first `keep` bytes (`u64::MAX`: all),
@@ -46,23 +44,7 @@ impl Fs {
             Handle::Remote { .. } | Handle::Empty { .. } => return Err(FsError::BadHandle),
         };
         let staged = self.open_staged(ino, true, keep).await?;
-        let swapped = {
-            let mut files = self.files.lock();
-            match files.get_mut(&fh) {
-                Some(h @ Handle::Unstaged { .. }) => {
-                    let access = Access::Write;
-                    let staged = staged.clone();
-                    *h = Handle::Local {
-                        ino,
-                        staged,
-                        access,
-                    };
-                    true
-                }
-                _ => false,
-            }
-        };
-        if swapped {
+        if self.handles.staged(fh, ino, &staged) {
             self.prefetch.close(&reader);
             return Ok(staged);
         }

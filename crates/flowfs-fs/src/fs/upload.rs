@@ -1,11 +1,11 @@
-//! Write-back as the file system drives it: staging a file for writing, writes, fsync,
-//! the upload task, flush at unmount and recovery of a dead mount's journal. Where each
-//! staged file stands is `WriteBack`'s (crate::writeback); this file does the I/O its
-//! transitions call for and keeps the namespace in step.
+//! The upload task as the file system drives it: a snapshot of the namespace facts an
+//! upload needs (key, metadata), the upload itself by the `Uploader`, then the namespace
+//! brought in step with its end; background retries, and a handle's release that queues
+//! an upload. Where each staged file stands is `WriteBack`'s (crate::writeback).
 
 use super::*;
 use crate::meta::Posix;
-use crate::writeback::{Durability, Finished, Note, Released, UploadFailure, UploadJob};
+use crate::writeback::{Finished, Released, UploadFailure, UploadJob};
 
 /// The pause before the first background retry of a failed upload, and the longest
 /// between two: each failure already spent the client's retry budget (a minute).
@@ -20,232 +20,6 @@ struct Carried {
 }
 
 impl Fs {
-    /// Opens `ino`'s staged content as a handle (`write`: a writer), staging it first
-    /// with the object's first `keep` bytes: all of them (`u64::MAX`), none for a caller
-    /// about to replace it (O_TRUNC), the bytes a truncation keeps. Only the bytes kept
-    /// are fetched (`truncate -s 4096` of a 256 MiB object fetched it whole, issue 26).
-    pub(super) async fn open_staged(
-        self: &Arc<Self>,
-        ino: u64,
-        write: bool,
-        keep: u64,
-    ) -> Result<Arc<StagedFile>> {
-        if let Some(f) = self.wb.open(ino, write) {
-            return Ok(f);
-        }
-        // One download per object; opens of other files never wait for it.
-        let _guard = self.fills.hold(ino).await;
-        if let Some(f) = self.wb.open(ino, write) {
-            return Ok(f);
-        }
-        let (path, etag, size, mtime) = {
-            let t = self.inodes.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            let path = t.path(ino).ok_or(FsError::NotFound)?;
-            (
-                path,
-                n.entry.etag.clone(),
-                n.entry.size,
-                n.entry.shown_mtime(),
-            )
-        };
-        let kept = size.min(keep);
-        let file = self.wb.staging().create()?;
-        if kept > 0 {
-            let etag = etag.filter(|e| !e.is_empty());
-            let r = download_into(
-                &self.client,
-                &self.key(&path),
-                etag.as_deref(),
-                kept,
-                self.cfg.part_size,
-                self.prefetch.gets(),
-                &file.file,
-            )
-            .await;
-            if let Err(e) = r {
-                file.discard();
-                return Err(e.into());
-            }
-        }
-        if let Err(e) = file.file.set_len(kept) {
-            file.discard();
-            return Err(e.into());
-        }
-        // A staged prefix is already a change the bucket lacks.
-        let durable = kept == size;
-        Ok(self.wb.install(ino, file, (kept, mtime), write, durable))
-    }
-
-    /// Sets the length of `ino`'s staged content (O_TRUNC, ftruncate), journaled.
-    pub(super) fn truncate_staged(&self, ino: u64, staged: &StagedFile, size: u64) -> Result<()> {
-        self.wb.set_len(ino, staged, size)?;
-        self.journal(ino)
-    }
-
-    /// Makes the journal record of `ino` agree with its state (written for a change the
-    /// bucket lacks, removed once durable). A record that cannot be written fails the
-    /// operation: a file is never changed without crash protection.
-    pub(super) fn journal(&self, ino: u64) -> Result<()> {
-        let (key, rec) = {
-            let t = self.inodes.lock();
-            let mut rec = crate::writeback::Record::default();
-            if let Some(n) = t.get(ino) {
-                rec.symlink = n.entry.kind == Kind::Symlink;
-                // A recovered FIFO stays a FIFO, a script executable (the times go:
-                // recovery takes the data file's).
-                let mut p = self.full_posix(&n.entry);
-                (p.mtime, p.atime, p.ctime) = (None, None, None);
-                let mut m = HashMap::new();
-                p.encode_into(&mut m);
-                rec.metadata = m.into_iter().collect();
-                rec.metadata.sort();
-            }
-            (t.path(ino).map(|p| self.key(&p)), rec)
-        };
-        self.wb
-            .sync_journal(ino, key.as_deref(), &self.cfg.bucket, &rec)
-            .map_err(|e| {
-                tracing::warn!(?key, "cannot write the journal record: {e}");
-                FsError::from(e)
-            })
-    }
-
-    pub(super) fn close_node(&self, ino: u64) {
-        let mut t = self.inodes.lock();
-        if let Some(n) = t.get_mut(ino) {
-            n.closed();
-        }
-        t.remove_if_unreferenced(ino);
-    }
-
-    /// Writes `data` at `off` to the staged copy (local disk only); returns the bytes
-    /// written.
-    pub fn write(self: &Arc<Self>, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
-        let (ino, staged) = match self.handle(fh)? {
-            Handle::Local {
-                ino,
-                staged,
-                access,
-                ..
-            } if access.writes() => (ino, staged),
-            _ => return Err(FsError::BadHandle),
-        };
-        let journal = match self.wb.write(ino, &staged, off, data) {
-            Ok(j) => j,
-            Err(e) => {
-                let e = FsError::from(e);
-                if !matches!(e, FsError::NoSpace(_)) {
-                    return Err(e);
-                }
-                // The task's output goes before cached data: free the disk and try once more.
-                self.cache.make_room(data.len() as u64);
-                self.wb.write(ino, &staged, off, data)?
-            }
-        };
-        if journal {
-            self.journal(ino)?;
-        }
-        self.send_early(ino);
-        Ok(data.len() as u32)
-    }
-
-    /// Starts the upload of the parts a front-to-back writer has left a whole part behind.
-    pub(super) fn send_early(&self, ino: u64) {
-        let ps = self.cfg.part_size;
-        if !self.wb.early_due(ino, ps) {
-            return;
-        }
-        let mut metadata = HashMap::new();
-        let key = {
-            let t = self.inodes.lock();
-            let (Some(n), Some(path)) = (t.get(ino), t.path(ino)) else {
-                return;
-            };
-            self.full_posix(&n.entry).encode_into(&mut metadata);
-            self.key(&path)
-        };
-        let claimed = self.wb.claim_early_parts(ino, ps, |file| {
-            let note = file.upload_note_path();
-            let aborts = self.wb.aborts().clone();
-            Early::new(
-                self.client.clone(),
-                &self.cfg.bucket,
-                key,
-                note,
-                aborts,
-                metadata,
-            )
-        });
-        if let Some((early, file, parts)) = claimed {
-            send_early(&early, &file, &parts, ps, &self.slots.parts);
-        }
-    }
-
-    /// Returns once the file's content as of now is durable in the bucket.
-    pub async fn fsync(self: &Arc<Self>, fh: u64) -> Result<()> {
-        let (ino, staged) = match self.handle(fh)? {
-            Handle::Local { ino, staged, .. } => (ino, staged),
-            // The file was staged through another handle: fsync is of the file.
-            Handle::Unstaged { ino, .. } if self.wb.stat(ino).is_some() => {
-                (ino, self.stage(fh, u64::MAX).await?)
-            }
-            // Nothing changed through it: nothing of it to make durable.
-            Handle::Remote { .. } | Handle::Empty { .. } | Handle::Unstaged { .. } => return Ok(()),
-        };
-        // What a passthrough writer wrote so far is what must become durable.
-        self.refresh_direct(Some(ino));
-        self.wait_durable(ino, &staged).await
-    }
-
-    pub(super) async fn wait_durable(
-        self: &Arc<Self>,
-        ino: u64,
-        staged: &Arc<StagedFile>,
-    ) -> Result<()> {
-        self.wait_durable_tried(ino, staged, false).await
-    }
-
-    /// `wait_durable`; `own_try`: a failure counts only for an upload begun after this
-    /// call (the unmount's "failed uploads are retried once more", SEMANTICS.md): one in
-    /// flight already that fails is followed by one more. (Without it, an upload failing
-    /// just before the unmount was retried and one failing just after it began was not.)
-    pub(super) async fn wait_durable_tried(
-        self: &Arc<Self>,
-        ino: u64,
-        staged: &Arc<StagedFile>,
-        own_try: bool,
-    ) -> Result<()> {
-        let Some((target, spawn, in_flight)) = self.wb.request_upload_seen(ino) else {
-            return Ok(());
-        };
-        let mut owed = own_try && in_flight;
-        if spawn {
-            self.spawn_upload(ino);
-        }
-        loop {
-            let notified = staged.done.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            match self.wb.durability(ino, staged, target) {
-                Durability::Done => return Ok(()),
-                Durability::Failed(_) if owed => {
-                    owed = false;
-                    if let Some((_, true)) = self.wb.request_upload(ino) {
-                        self.spawn_upload(ino);
-                    }
-                }
-                Durability::Failed(e) => return Err(FsError::Upload(e)),
-                Durability::Pending => notified.await,
-                Durability::Stalled => {
-                    if let Some((_, true)) = self.wb.request_upload(ino) {
-                        self.spawn_upload(ino);
-                    }
-                }
-            }
-        }
-    }
-
     pub(super) fn spawn_upload(self: &Arc<Self>, ino: u64) {
         let fs = self.clone();
         tokio::spawn(async move { fs.upload(ino, FIRST_RETRY).await });
@@ -272,42 +46,6 @@ impl Fs {
         });
     }
 
-    /// Waits until every file closed so far below `dir` (but `except`) is durable.
-    pub(super) async fn wait_tree(self: &Arc<Self>, dir: u64, except: u64) -> Result<()> {
-        let staged = self.closed_staged(|t, i| i != except && t.is_within(i, dir));
-        self.wait_all_durable(staged).await
-    }
-
-    /// `fsync` of a directory: the names in it that this mount wrote back (symlinks,
-    /// closed files) are in the bucket when it returns, or it fails with their error.
-    pub async fn fsyncdir(self: &Arc<Self>, ino: u64) -> Result<()> {
-        let staged = self.closed_staged(|t, i| {
-            t.get(i)
-                .is_some_and(|n| n.parent() == ino && t.child(ino, n.name()) == Some(i))
-        });
-        self.wait_all_durable(staged).await
-    }
-
-    /// The staged files with no writer among the nodes `pick` selects.
-    pub(super) fn closed_staged(
-        &self,
-        pick: impl Fn(&Inodes, u64) -> bool,
-    ) -> Vec<(u64, Arc<StagedFile>)> {
-        let staged = self.wb.staged(true);
-        let t = self.inodes.lock();
-        staged.into_iter().filter(|(i, _)| pick(&t, *i)).collect()
-    }
-
-    pub(super) async fn wait_all_durable(
-        self: &Arc<Self>,
-        staged: Vec<(u64, Arc<StagedFile>)>,
-    ) -> Result<()> {
-        for (i, s) in staged {
-            self.wait_durable(i, &s).await?;
-        }
-        Ok(())
-    }
-
     /// The upload task of `ino` (its phase is `Queued`): uploads until the bucket holds
     /// what is staged, or it fails, or the file changes under an open writer.
     /// `retry`: the pause before a background retry if this upload fails retryably.
@@ -332,7 +70,7 @@ impl Fs {
             }
         }
         loop {
-            let _moves = self.dir_moves.read().await;
+            let _moves = self.up.hold_shared().await;
             // Held until the end is recorded: a rename of this file waits for it.
             let Some(_name) = self.wb.hold_name(ino).await else {
                 return;
@@ -340,19 +78,12 @@ impl Fs {
             let Some((job, key, metadata, written)) = self.begin_upload(ino) else {
                 return;
             };
-            let (mut r, carried) = self.upload_job(&job, &key, &metadata).await;
-            // The object carries the time of the last write, which every later mount
-            // shows. An early multipart upload was begun before that time was known: one
-            // copy onto itself gives it the metadata a PUT would have carried.
-            let mut stamped = true;
-            if !carried {
-                (r, stamped) = self.stamp_early(&key, &metadata, r, job.size).await;
-            }
+            let sent = self.up.send(&job, &key, &metadata).await;
             let carried = Carried {
                 posix: written,
-                stamped,
+                stamped: sent.stamped,
             };
-            let (fin, rewrite) = self.finish_upload(ino, &job, &key, r, &carried);
+            let (fin, rewrite) = self.finish_upload(ino, &job, &key, sent.result, &carried);
             if rewrite {
                 let fs = self.clone();
                 tokio::spawn(async move { fs.rewrite_meta(ino).await });
@@ -424,66 +155,7 @@ impl Fs {
         let mut now = self.full_posix(&n.entry);
         now.atime = carried.posix.atime;
         let stale = now != carried.posix || !carried.stamped;
-        stale && self.meta_writes.start(ino)
-    }
-
-    /// The metadata of an early multipart upload just completed (`r`: its ETag), which
-    /// began before its last write: one CopyObject onto itself (UploadPartCopy above 5 GiB),
-    /// conditional on that ETag. Returns the object's ETag now, and whether it is stamped.
-    async fn stamp_early(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-        r: std::result::Result<String, ClientError>,
-        size: u64,
-    ) -> (std::result::Result<String, ClientError>, bool) {
-        let Ok(etag) = r else {
-            return (r, true);
-        };
-        let stamp = self
-            .client
-            .replace_metadata(key, metadata, Some(&etag), size);
-        match stamp.await {
-            Ok(put) => (Ok(put.etag), true),
-            Err(e) => {
-                tracing::warn!(%key, "the attributes of an early upload not stamped yet: {e}");
-                (Ok(etag), false)
-            }
-        }
-    }
-
-    async fn upload_job(
-        &self,
-        job: &UploadJob,
-        key: &str,
-        metadata: &HashMap<String, String>,
-    ) -> (std::result::Result<String, ClientError>, bool) {
-        let ps = self.cfg.part_size;
-        if let Some(e) = &job.early {
-            if let Some(r) = e
-                .finish(&job.file.file, job.size, ps, &self.slots.parts)
-                .await
-            {
-                return (r, false);
-            }
-        }
-        let (file, size, one_part) = (&job.file.file, job.size, job.one_part);
-        let r = upload_file(
-            &self.client,
-            key,
-            file,
-            size,
-            ps,
-            &self.slots,
-            metadata,
-            one_part,
-            Note {
-                path: job.file.whole_upload_note_path(),
-                bucket: &self.cfg.bucket,
-            },
-        )
-        .await;
-        (r, true)
+        stale && self.up.rewrite_due(ino)
     }
 
     /// Records the end of an upload and brings the node in step with it; also says
@@ -601,26 +273,5 @@ impl Fs {
             .filter(|n| n.entry.kind == Kind::File && !n.is_unlinked())?;
         let etag = n.entry.etag.clone()?;
         Some((self.key(&t.path(ino)?), etag, n.entry.size))
-    }
-
-    /// Extends a file (fallocate mode 0); space is not reserved in object storage.
-    pub async fn fallocate(self: &Arc<Self>, fh: u64, off: u64, len: u64) -> Result<()> {
-        if self.needs_stage(fh) {
-            self.stage(fh, u64::MAX).await?;
-        }
-        let (ino, staged) = match self.handle(fh)? {
-            Handle::Local {
-                ino,
-                staged,
-                access,
-                ..
-            } if access.writes() => (ino, staged),
-            _ => return Err(FsError::BadHandle),
-        };
-        if off + len > self.wb.stat(ino).map_or(0, |st| st.size) {
-            self.wb.set_len(ino, &staged, off + len)?;
-            self.journal(ino)?;
-        }
-        Ok(())
     }
 }

@@ -10,6 +10,7 @@ use super::passthrough::{Access, Created, Plan};
 use super::reply::{open_flags, span, to_fuse, utf8, About};
 use super::FuseAdapter;
 use crate::error::FsError;
+use crate::fs::OpenMode;
 
 impl FuseAdapter {
     /// The INIT answer: large requests (fewer round trips for sequential I/O),
@@ -73,7 +74,9 @@ impl FuseAdapter {
                     ));
                 }
                 let direct = plan == Plan::Offer;
-                let (fh, hints) = fs.open_as(ino, write, truncate, direct).await?;
+                let (fh, hints) = fs
+                    .open_as(ino, OpenMode::of(write, truncate), direct)
+                    .await?;
                 let key = hints.backing.as_ref().map(|b| b.key());
                 plan_pt.await_compatible(ino, key).await;
                 Ok((fs, fh, hints))

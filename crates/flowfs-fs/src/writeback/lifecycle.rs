@@ -314,15 +314,6 @@ impl WriteBack {
         }
         Some((e, f.file.clone(), parts))
     }
-
-    /// Whether an early upload is worth preparing for `ino` (a key lookup first).
-    pub fn early_due(&self, ino: u64, part_size: u64) -> bool {
-        let t = self.table.lock();
-        t.files.get(&ino).is_some_and(|f| match &f.early {
-            EarlyState::On { sent, .. } => f.size >= sent + 2 * part_size,
-            EarlyState::Off => false,
-        })
-    }
 }
 
 /// Sends `parts` of `file` through `early`, each holding a permit of `slots`.

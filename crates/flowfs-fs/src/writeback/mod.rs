@@ -17,6 +17,7 @@ mod report;
 mod spares;
 mod staging;
 mod transfer;
+mod uploader;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
@@ -32,6 +33,7 @@ pub use lifecycle::send_early;
 pub use report::PendingState;
 pub use staging::{OpenUpload, Orphan, Record, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};
+pub use uploader::{Loose, Uploader};
 
 /// Where a staged file stands on its way to the bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +50,15 @@ pub enum Phase {
     Failed { error: String, retry: Option<u64> },
     /// Its name was removed or replaced: never uploaded again.
     Retired,
+}
+
+/// What a write asks of its caller next.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// The file needs its journal record (its first change since it was durable).
+    pub journal: bool,
+    /// A whole part is left behind a front-to-back writer: claim the early parts.
+    pub early_due: bool,
 }
 
 /// The early multipart upload of a new file written front to back.
@@ -144,6 +155,15 @@ impl FileWb {
             }
         }
     }
+
+    /// Whether a whole part is left behind the early upload's last part (with the one
+    /// after it, which may still change).
+    fn early_due(&self, part_size: u64) -> bool {
+        match &self.early {
+            EarlyState::On { sent, .. } => self.size >= sent + 2 * part_size,
+            EarlyState::Off => false,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -168,8 +188,9 @@ pub struct NameHold {
 pub enum NewFile {
     /// Created by `create`: one writer, nothing in the bucket, may go up early.
     Created,
-    /// A symlink (its target is the content) or a special file (empty), uploaded at once.
-    Symlink,
+    /// Closed as it is made, uploaded at once: a symlink (its target is the content) or a
+    /// special file (empty).
+    Closed,
 }
 
 /// What stat shows of a staged file.
@@ -421,19 +442,30 @@ impl WriteBack {
         file.read_at(off, len, size)
     }
 
-    /// Writes `data` at `off`; returns whether the file needs its journal record.
-    pub fn write(&self, ino: u64, file: &StagedFile, off: u64, data: &[u8]) -> io::Result<bool> {
+    /// Writes `data` at `off`; returns what the caller must do next, decided in the same
+    /// step (one crossing per write: it was three, issue 28).
+    pub fn write(
+        &self,
+        ino: u64,
+        file: &StagedFile,
+        at: (u64, &[u8]),
+        part_size: u64,
+    ) -> io::Result<Written> {
+        let (off, data) = at;
         file.file.write_all_at(data, off)?;
         let mut t = self.table.lock();
         let Some(f) = t.files.get_mut(&ino) else {
-            return Ok(false);
+            return Ok(Written::default());
         };
         f.changed_below(off);
         f.size = f.size.max(off + data.len() as u64);
         f.gen += 1;
         f.mtime = SystemTime::now();
         f.ctime = f.mtime;
-        Ok(f.journaled.is_none() && f.phase != Phase::Retired)
+        Ok(Written {
+            journal: f.journaled.is_none() && f.phase != Phase::Retired,
+            early_due: f.early_due(part_size),
+        })
     }
 
     /// Sets the staged file's length. An upload reading the file meanwhile must never

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flowfs_client::ObjectClient;
+use flowfs_fs::OpenMode;
 use flowfs_fs::{Fs, FsConfig, Kind, ROOT};
 
 /// A core over `client` below `prefix`, with parts of 5 MiB (the least S3 accepts) so
@@ -34,7 +35,7 @@ async fn write_file(fs: &Arc<Fs>, parent: u64, name: &str, body: &[u8]) -> u64 {
 }
 
 async fn read_whole(fs: &Arc<Fs>, ino: u64) -> Vec<u8> {
-    let (fh, _) = fs.open(ino, false, false).await.expect("open");
+    let (fh, _) = fs.open(ino, OpenMode::Read).await.expect("open");
     let mut out = Vec::new();
     loop {
         let chunk = fs.read(fh, out.len() as u64, 1 << 20).await.expect("read");

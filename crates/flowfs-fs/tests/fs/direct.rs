@@ -5,6 +5,7 @@
 use std::os::unix::fs::FileExt;
 
 use flowfs_client::mock::Op;
+use flowfs_fs::OpenMode;
 use flowfs_fs::{Backing, ROOT};
 
 use crate::common::{data, setup};
@@ -111,9 +112,9 @@ async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
     let (mock, fs) = setup(dir.path(), "");
     mock.insert("in.txt", &b"hello world"[..]);
     let ino = crate::common::path_ino(&fs, "in.txt").await.unwrap();
-    let (pre, _) = fs.open(ino, true, false).await.unwrap();
-    let (wfh, w) = fs.open_as(ino, true, false, true).await.unwrap();
-    let (rfh, r) = fs.open_as(ino, false, false, true).await.unwrap();
+    let (pre, _) = fs.open(ino, OpenMode::Write).await.unwrap();
+    let (wfh, w) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
+    let (rfh, r) = fs.open_as(ino, OpenMode::Read, true).await.unwrap();
     let (w, r) = (w.backing.expect("writer"), r.backing.expect("reader"));
     assert_eq!(w.key(), r.key());
     let mut buf = [0u8; 11];
@@ -135,7 +136,7 @@ async fn no_backing_file_is_offered_unless_asked_or_when_bytes_are_remote() {
     let (mock, fs) = setup(dir.path(), "");
     mock.insert("r.txt", &b"remote"[..]);
     let ino = crate::common::path_ino(&fs, "r.txt").await.unwrap();
-    let (fh, h) = fs.open_as(ino, false, false, true).await.unwrap();
+    let (fh, h) = fs.open_as(ino, OpenMode::Read, true).await.unwrap();
     assert!(h.backing.is_none());
     fs.release(fh).unwrap();
     let (_, fh, h) = fs.create_io(ROOT, "w", 0o644, None, false).await.unwrap();
@@ -152,7 +153,7 @@ async fn a_fully_cached_file_is_offered_its_cache_data_file() {
     let bytes = data((2 << 20) + 777, 9);
     mock.insert("ref.fa", bytes.clone());
     let ino = crate::common::path_ino(&fs, "ref.fa").await.unwrap();
-    let (fh, h) = fs.open_as(ino, false, false, true).await.unwrap();
+    let (fh, h) = fs.open_as(ino, OpenMode::Read, true).await.unwrap();
     assert!(h.backing.is_none(), "nothing is cached yet");
     fs.release(fh).unwrap();
     assert!(crate::common::read_all(&fs, ino).await == bytes);
@@ -177,7 +178,7 @@ async fn a_fully_cached_file_is_offered_its_cache_data_file() {
 async fn cached_backing(fs: &std::sync::Arc<flowfs_fs::Fs>, ino: u64) -> (u64, Backing) {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let (fh, h) = fs.open_as(ino, false, false, true).await.expect("open");
+        let (fh, h) = fs.open_as(ino, OpenMode::Read, true).await.expect("open");
         if let Some(b) = h.backing {
             return (fh, b);
         }
@@ -199,15 +200,15 @@ async fn a_passthrough_writer_that_changes_nothing_uploads_nothing() {
     let (mock, fs) = setup(dir.path(), "");
     mock.insert("same.txt", &b"unchanged"[..]);
     let ino = crate::common::path_ino(&fs, "same.txt").await.unwrap();
-    let (pre, _) = fs.open(ino, true, false).await.unwrap();
-    let (fh, h) = fs.open_as(ino, true, false, true).await.unwrap();
+    let (pre, _) = fs.open(ino, OpenMode::Write).await.unwrap();
+    let (fh, h) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
     assert!(h.backing.is_some());
     fs.release(fh).unwrap();
     fs.release(pre).unwrap();
     assert!(fs.flush_all().await.is_empty());
     assert_eq!(mock.count(Op::Put), 0, "an unchanged file went up again");
-    let (pre, _) = fs.open(ino, true, false).await.unwrap();
-    let (fh, h) = fs.open_as(ino, true, false, true).await.unwrap();
+    let (pre, _) = fs.open(ino, OpenMode::Write).await.unwrap();
+    let (fh, h) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
     backing_file(&h.backing).write_all_at(b"UN", 0).unwrap();
     fs.release(fh).unwrap();
     fs.release(pre).unwrap();
@@ -260,7 +261,7 @@ async fn an_existing_object_opened_for_writing_is_fetched_at_its_first_change() 
     }
     let none = flowfs_fs::AttrChanges::default();
     let ino = crate::common::path_ino(&fs, "touched").await.unwrap();
-    let (fh, h) = fs.open_as(ino, true, false, true).await.unwrap();
+    let (fh, h) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
     assert!(h.backing.is_none());
     assert_eq!(fs.read(fh, 100, 10).await.unwrap()[..], body[100..110]);
     fs.fsync(fh).await.unwrap();
@@ -272,7 +273,7 @@ async fn an_existing_object_opened_for_writing_is_fetched_at_its_first_change() 
     );
     let before = mock.get_bytes();
     let ino = crate::common::path_ino(&fs, "cut").await.unwrap();
-    let (fh, _) = fs.open_as(ino, true, false, true).await.unwrap();
+    let (fh, _) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
     fs.setattr_with(ino, Some(4096), none, Some(fh))
         .await
         .unwrap();
@@ -283,7 +284,7 @@ async fn an_existing_object_opened_for_writing_is_fetched_at_its_first_change() 
         "ftruncate fetches what it keeps"
     );
     let ino = crate::common::path_ino(&fs, "patched").await.unwrap();
-    let (fh, _) = fs.open_as(ino, true, false, true).await.unwrap();
+    let (fh, _) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
     assert!(fs.needs_stage(fh));
     fs.stage(fh, u64::MAX).await.unwrap();
     assert!(!fs.needs_stage(fh));
@@ -310,9 +311,9 @@ async fn fsync_of_an_unstaged_writer_makes_the_file_durable() {
     let (mock, fs) = setup(dir.path(), "");
     mock.insert("shared", &b"old content"[..]);
     let ino = crate::common::path_ino(&fs, "shared").await.unwrap();
-    let (lazy, _) = fs.open_as(ino, true, false, false).await.unwrap();
+    let (lazy, _) = fs.open_as(ino, OpenMode::Write, false).await.unwrap();
     assert!(fs.needs_stage(lazy));
-    let (eager, _) = fs.open(ino, true, false).await.unwrap();
+    let (eager, _) = fs.open(ino, OpenMode::Write).await.unwrap();
     fs.write(eager, 0, b"NEW").unwrap();
     fs.fsync(lazy).await.unwrap();
     assert_eq!(mock.object("shared").as_deref(), Some(&b"NEW content"[..]));

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use flowfs_client::mock::{MockClient, Op as MockOp};
 use flowfs_client::ClientError;
-use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};
+use flowfs_fs::{OpenMode, ROOT};
 use proptest::prelude::*;
 use tokio::runtime::Runtime;
 
@@ -200,7 +200,7 @@ impl World {
         let m = self.m();
         let fs = m.fs.clone();
         let (fh, _) =
-            m.rt.block_on(fs.open(ino, write, write && trunc))
+            m.rt.block_on(fs.open(ino, OpenMode::of(write, write && trunc)))
                 .expect("open");
         if write && trunc {
             let f = &mut self.model.files[file];

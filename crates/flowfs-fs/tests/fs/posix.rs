@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::common::*;
 use flowfs_client::mock::MockClient;
-use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};
+use flowfs_fs::{OpenMode, ROOT};
 
 fn fs_with_ttl(mock: &Arc<MockClient>, cache: &std::path::Path, ttl: Duration) -> Arc<Fs> {
     let mut cfg = FsConfig::new("b", "pre/", cache.to_path_buf());
@@ -25,7 +25,7 @@ async fn a_reopen_before_the_old_release_keeps_every_write() {
     let (a, fh1) = fs.create(ROOT, "f", 0o644).await.unwrap();
     fs.write(fh1, 0, &data(100_000, 1)).unwrap();
     fs.fsync(fh1).await.unwrap();
-    let (fh2, _) = fs.open(a.ino, true, false).await.unwrap();
+    let (fh2, _) = fs.open(a.ino, OpenMode::Write).await.unwrap();
     fs.release(fh1).unwrap();
     fs.setattr(a.ino, None, Some(30_000), None, Some(fh2))
         .await

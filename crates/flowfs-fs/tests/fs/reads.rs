@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::common::*;
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
-use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};
+use flowfs_fs::{OpenMode, ROOT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_are_exact_lazy_and_cached() {
@@ -39,7 +39,7 @@ async fn reads_are_exact_lazy_and_cached() {
     let big = data(40 << 20, 9);
     mock.insert("p/big", big.clone());
     let ino = path_ino(&fs, "big").await.unwrap();
-    let (fh, _) = fs.open(ino, false, false).await.unwrap();
+    let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     fs.read(fh, 0, 4096).await.unwrap();
     // Nothing of it is left in flight to count: a first read fetches only its chunk (a
     // read at 0 is no evidence of a sequential reader, read.rs), and returns once its GET
@@ -115,14 +115,14 @@ async fn close_skips_flush_only_for_handles_that_read_the_bucket() {
     let (mock, fs) = setup(dir.path(), "");
     mock.insert("remote", b"from the bucket".to_vec());
     let ino = path_ino(&fs, "remote").await.unwrap();
-    let (fh, hints) = fs.open(ino, false, false).await.unwrap();
+    let (fh, hints) = fs.open(ino, OpenMode::Read).await.unwrap();
     assert!(hints.no_flush, "{hints:?}");
     fs.release(fh).unwrap();
     // A writer's close reports a failed upload, and so may a reader of the staged copy:
     // both keep their flush.
-    let (w, hints) = fs.open(ino, true, false).await.unwrap();
+    let (w, hints) = fs.open(ino, OpenMode::Write).await.unwrap();
     assert!(!hints.no_flush, "{hints:?}");
-    let (r, hints) = fs.open(ino, false, false).await.unwrap();
+    let (r, hints) = fs.open(ino, OpenMode::Read).await.unwrap();
     assert!(!hints.no_flush && !hints.keep_cache, "{hints:?}");
     fs.write(w, 0, b"FROM").unwrap();
     fs.release(r).unwrap();
@@ -174,7 +174,7 @@ async fn a_download_cut_mid_body_keeps_its_first_pieces_and_is_fetched_again() {
     let obj = data(8 << 20, 5);
     mock.insert("p/obj", obj.clone());
     let ino = path_ino(&fs, "obj").await.unwrap();
-    let (fh, _) = fs.open(ino, false, false).await.unwrap();
+    let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     mock.reset_counts();
     // The connection breaks 3 MiB into the body.
     mock.cut_bodies((3 << 20) + 5, 1);
@@ -218,7 +218,7 @@ async fn a_refused_get_is_not_sent_again_and_its_error_keeps_the_cause() {
     let (mock, fs) = crate::common::setup(dir.path(), "p");
     mock.insert("p/obj", data(256 << 10, 9));
     let ino = path_ino(&fs, "obj").await.unwrap();
-    let (fh, _) = fs.open(ino, false, false).await.unwrap();
+    let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     mock.reset_counts();
     mock.fail(Op::Get, 0, ClientError::Refused("InvalidRange".into()), 1);
     let e = fs.read(fh, 0, 4096).await.unwrap_err();
@@ -246,7 +246,7 @@ async fn a_failing_server_costs_a_read_two_requests_however_fast_it_fails() {
     // Each read on a handle of its own, in a chunk of its own: no read-ahead, no cache.
     for chunk in 0..(16 << 20) / (64 << 10) {
         let at = chunk * (64 << 10) + 100;
-        let (fh, _) = fs.open(ino, false, false).await.unwrap();
+        let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
         mock.reset_counts();
         mock.fail(Op::Get, 0, ClientError::Transient("down".into()), 2);
         let r = fs.read(fh, at as u64, 4096).await;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flowfs_client::mock::{MockClient, Op};
+use flowfs_fs::OpenMode;
 use flowfs_fs::{Fs, FsConfig, Kind, ROOT};
 
 use crate::common::{data, read_all};
@@ -27,7 +28,7 @@ async fn a_file_uploaded_while_a_reader_had_it_open_is_read_from_the_cache_after
     let (a, w) = fs.create(ROOT, "x.bam", 0o644).await.expect("create");
     fs.write(w, 0, &body).expect("write");
     let (r, _) = fs
-        .open(a.ino, false, false)
+        .open(a.ino, OpenMode::Read)
         .await
         .expect("open for reading");
     fs.release(w).expect("release the writer");

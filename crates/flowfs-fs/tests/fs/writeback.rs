@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
-use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig};
+use flowfs_fs::{OpenMode, ROOT};
 
 /// An unmount whose uploads do not finish gives up after `--unmount-timeout`, naming
 /// every file not uploaded; their journal records stay for the next mount.
@@ -161,7 +161,7 @@ fn the_next_mount_aborts_a_multipart_upload_a_dead_mount_left_open() {
         // whole upload could begin and end between two looks at the mock, and this loop
         // waited for good: 1 run in 20).
         mock.set_latency_of(Op::UploadPart, Duration::from_secs(3600));
-        let (fh, _) = fs.open(ino, true, true).await.unwrap();
+        let (fh, _) = fs.open(ino, OpenMode::Truncate).await.unwrap();
         fs.write(fh, 0, &new).unwrap();
         fs.release(fh).unwrap();
         let t0 = Instant::now();
@@ -279,7 +279,7 @@ fn the_next_mount_aborts_an_upload_whose_create_was_never_answered() {
     let (dir, mock, new, rt, fs) = big_file_to_rewrite(4);
     rt.block_on(async {
         let ino = crate::common::path_ino(&fs, "big.bin").await.unwrap();
-        let (fh, _) = fs.open(ino, true, true).await.unwrap();
+        let (fh, _) = fs.open(ino, OpenMode::Truncate).await.unwrap();
         fs.write(fh, 0, &new).unwrap();
         mock.set_latency(Duration::from_secs(3600)); // the create is sent, never answered
         fs.release(fh).unwrap();

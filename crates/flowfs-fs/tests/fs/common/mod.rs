@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowfs_client::mock::{MockClient, Op};
-use flowfs_fs::ROOT;
 use flowfs_fs::{Fs, FsConfig, FsError};
+use flowfs_fs::{OpenMode, ROOT};
 
 pub fn setup(cache: &std::path::Path, prefix: &str) -> (Arc<MockClient>, Arc<Fs>) {
     let mock = Arc::new(MockClient::new());
@@ -28,7 +28,7 @@ pub fn data(n: usize, seed: u8) -> Vec<u8> {
 }
 
 pub async fn read_all(fs: &Arc<Fs>, ino: u64) -> Vec<u8> {
-    let (fh, _) = fs.open(ino, false, false).await.expect("open");
+    let (fh, _) = fs.open(ino, OpenMode::Read).await.expect("open");
     let mut out = Vec::new();
     loop {
         let chunk = fs

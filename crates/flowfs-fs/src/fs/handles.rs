@@ -1,0 +1,150 @@
+//! The open handles of the mount: files and directories by handle number. The one owner
+//! of the handle tables; each method takes its table's lock once and does no I/O under it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::direct::{Access, Backing};
+use crate::error::{FsError, Result};
+use crate::inode::Entry;
+use crate::prefetch::Reader;
+use crate::writeback::StagedFile;
+
+#[derive(Clone)]
+pub(super) enum Handle {
+    /// Reads of an object through the cache; `_backing`: its cached bytes, pinned (held,
+    /// never read) as long as the handle lives, while the kernel reads them itself.
+    Remote {
+        ino: u64,
+        reader: Arc<Reader>,
+        _backing: Option<Backing>,
+    },
+    /// A reader of an empty object: nothing to fetch, so no cache entry either (making
+    /// one costs five file system calls in the cache dir; issue 27).
+    Empty { ino: u64 },
+    /// A writer of an object not staged yet (opened without O_TRUNC): it reads the
+    /// bucket through `reader` until its first change stages the object (unstaged.rs).
+    Unstaged { ino: u64, reader: Arc<Reader> },
+    /// A file whose content is staged on local disk.
+    Local {
+        ino: u64,
+        staged: Arc<StagedFile>,
+        access: Access,
+    },
+}
+
+/// A directory's entries in listing order, indexed by readdir's offset.
+pub(super) type Items = Vec<(Arc<str>, Entry)>;
+
+pub(super) struct DirHandle {
+    pub(super) ino: u64,
+    pub(super) items: Option<Arc<Items>>,
+    /// When the listing behind `items` was taken.
+    pub(super) at: Option<Instant>,
+}
+
+/// A directory handle; readdirs of one handle take their turns on it.
+pub(super) type SharedDir = Arc<tokio::sync::Mutex<DirHandle>>;
+
+pub(super) struct Handles {
+    files: Mutex<HashMap<u64, Handle>>,
+    dirs: Mutex<HashMap<u64, SharedDir>>,
+    next: AtomicU64,
+}
+
+impl Default for Handles {
+    fn default() -> Self {
+        Handles {
+            files: Mutex::default(),
+            dirs: Mutex::default(),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Handles {
+    fn number(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Adds an open file; returns its handle number.
+    pub(super) fn add(&self, h: Handle) -> u64 {
+        let fh = self.number();
+        self.files.lock().insert(fh, h);
+        fh
+    }
+
+    pub(super) fn get(&self, fh: u64) -> Result<Handle> {
+        self.files
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::BadHandle)
+    }
+
+    /// Removes an open file (its release).
+    pub(super) fn take(&self, fh: u64) -> Result<Handle> {
+        self.files.lock().remove(&fh).ok_or(FsError::BadHandle)
+    }
+
+    /// Whether `fh` is a writer that has not staged its object yet.
+    pub(super) fn is_unstaged(&self, fh: u64) -> bool {
+        matches!(self.files.lock().get(&fh), Some(Handle::Unstaged { .. }))
+    }
+
+    /// The inode and staged file `fh` writes, if it is a writer of one.
+    pub(super) fn writer(&self, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
+        match self.files.lock().get(&fh) {
+            Some(Handle::Local {
+                ino,
+                staged,
+                access,
+            }) if access.writes() => Some((*ino, staged.clone())),
+            _ => None,
+        }
+    }
+
+    /// Makes unstaged writer `fh` a writer of `staged`; false if it is not an unstaged
+    /// writer (any more).
+    pub(super) fn staged(&self, fh: u64, ino: u64, staged: &Arc<StagedFile>) -> bool {
+        let mut files = self.files.lock();
+        match files.get_mut(&fh) {
+            Some(h @ Handle::Unstaged { .. }) => {
+                let access = Access::Write;
+                let staged = staged.clone();
+                *h = Handle::Local {
+                    ino,
+                    staged,
+                    access,
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A handle for reading directory `ino`; its listing is taken at the first readdir.
+    pub(super) fn add_dir(&self, ino: u64) -> u64 {
+        let fh = self.number();
+        let dir = DirHandle {
+            ino,
+            items: None,
+            at: None,
+        };
+        let dir = Arc::new(tokio::sync::Mutex::new(dir));
+        self.dirs.lock().insert(fh, dir);
+        fh
+    }
+
+    pub(super) fn dir(&self, fh: u64) -> Result<SharedDir> {
+        self.dirs.lock().get(&fh).cloned().ok_or(FsError::BadHandle)
+    }
+
+    pub(super) fn remove_dir(&self, fh: u64) {
+        self.dirs.lock().remove(&fh);
+    }
+}
