@@ -8,7 +8,6 @@
 //! `namespace` and `rename` the operations that change names, `ends` mount and unmount.
 
 mod attrs;
-mod direct;
 mod durable;
 mod ends;
 mod handles;
@@ -17,6 +16,7 @@ mod lookup;
 mod namespace;
 mod open;
 mod pages;
+mod passthrough;
 mod readdir;
 mod remote;
 mod rename;
@@ -42,10 +42,10 @@ use crate::prefetch::{Prefetcher, Reader};
 pub use crate::writeback::PendingState;
 use crate::writeback::{download_into, NewFile, StagedFile, Staging, Uploader, WriteBack};
 pub use attrs::{Attr, AttrChanges, DirItem};
-use direct::Access;
-pub use direct::{Backing, BackingKey};
 use handles::{Handle, Handles};
 use locks::Locks;
+use passthrough::Access;
+pub use passthrough::{Backing, BackingKey};
 use remote::{batched, percent_encode};
 pub use status::{Failure, PendingFile, Recovery, Status};
 pub use walk::{ReadAhead, WalkStats};

@@ -122,7 +122,7 @@ impl Fs {
             // What a passthrough writer wrote before this utimens is taken in first, so
             // that its close does not take the time of that write for a later change
             // (GNU tar sets the mtime on the open file before close: issue 26).
-            self.refresh_direct(Some(ino));
+            self.refresh_passthrough(Some(ino));
             self.wb.set_mtime(ino, m);
         }
         let rewrite = {
@@ -278,7 +278,7 @@ impl Fs {
         mtime: Option<SystemTime>,
         fh: Option<u64>,
     ) -> Result<Attr> {
-        self.refresh_direct(Some(ino));
+        self.refresh_passthrough(Some(ino));
         let c = AttrChanges {
             mode,
             mtime,

@@ -18,7 +18,7 @@ impl Fs {
             Handle::Remote { .. } | Handle::Empty { .. } | Handle::Unstaged { .. } => return Ok(()),
         };
         // What a passthrough writer wrote so far is what must become durable.
-        self.refresh_direct(Some(ino));
+        self.refresh_passthrough(Some(ino));
         self.wait_durable(ino, &staged).await
     }
 

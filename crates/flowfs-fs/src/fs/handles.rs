@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::direct::{Access, Backing};
+use super::passthrough::{Access, Backing};
 use crate::error::{FsError, Result};
 use crate::inode::Entry;
 use crate::prefetch::Reader;

@@ -9,7 +9,7 @@ impl Fs {
     /// than the TTL; counts a kernel reference.
     pub async fn lookup(self: &Arc<Self>, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
-        self.refresh_direct(None);
+        self.refresh_passthrough(None);
         let (path, marker, was_dir) = {
             let mut t = self.inodes.lock();
             let p = t.get(parent).ok_or(FsError::NotFound)?;
@@ -72,7 +72,7 @@ impl Fs {
     /// The attributes of `ino`; a file not open is confirmed with the store once the TTL
     /// has passed (a directory by the lookups of its parent).
     pub async fn getattr(self: &Arc<Self>, ino: u64) -> Result<Attr> {
-        self.refresh_direct(Some(ino));
+        self.refresh_passthrough(Some(ino));
         let path = {
             let t = self.inodes.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;

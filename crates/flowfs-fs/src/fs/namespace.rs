@@ -39,7 +39,7 @@ impl Fs {
         Ok((attr, fh))
     }
 
-    /// `create_as`; `direct`: as for `open_as`, the writer may be served by the kernel
+    /// `create_as`; `passthrough`: as for `open_as`, the writer may be served by the kernel
     /// from the staged file offered in the hints.
     pub async fn create_io(
         self: &Arc<Self>,
@@ -47,7 +47,7 @@ impl Fs {
         name: &str,
         mode: u32,
         owner: Option<(u32, u32)>,
-        direct: bool,
+        passthrough: bool,
     ) -> Result<(Attr, u64, OpenHints)> {
         self.check_writable()?;
         valid_name(name)?;
@@ -62,21 +62,21 @@ impl Fs {
             )),
         };
         let (ino, staged) = self.add_new(parent, name, e, NewFile::Created, b"")?;
-        let access = if direct {
-            Access::Direct
+        let access = if passthrough {
+            Access::Passthrough
         } else {
             Access::Write
         };
         let fh = self.open_local(ino, staged.clone(), access);
-        if direct {
-            if let Err(e) = self.begin_direct(ino, &staged) {
+        if passthrough {
+            if let Err(e) = self.begin_passthrough(ino, &staged) {
                 let _ = self.release(fh);
                 return Err(e);
             }
         }
         let attr = self.attr_of(&self.inodes.lock(), ino)?;
         let hints = OpenHints {
-            backing: direct.then(|| Backing::Staged(staged)),
+            backing: passthrough.then(|| Backing::Staged(staged)),
             ..OpenHints::default()
         };
         Ok((attr, fh, hints))

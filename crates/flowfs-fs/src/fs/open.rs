@@ -29,7 +29,7 @@ impl Fs {
         self: &Arc<Self>,
         ino: u64,
         mode: OpenMode,
-        direct: bool,
+        passthrough: bool,
     ) -> Result<(u64, OpenHints)> {
         if mode.writes() {
             self.check_writable()?;
@@ -50,11 +50,11 @@ impl Fs {
         };
         if mode.writes() {
             let truncate = mode == OpenMode::Truncate;
-            return self.open_writer(ino, truncate, direct).await;
+            return self.open_writer(ino, truncate, passthrough).await;
         }
         if let Some(staged) = self.wb.open(ino, false) {
             let hints = OpenHints {
-                backing: direct.then(|| Backing::Staged(staged.clone())),
+                backing: passthrough.then(|| Backing::Staged(staged.clone())),
                 ..OpenHints::default()
             };
             return Ok((self.open_local(ino, staged, Access::Read), hints));
@@ -77,7 +77,7 @@ impl Fs {
             (Handle::Empty { ino }, None)
         } else {
             let reader = self.open_reader(ino, key, etag, size)?;
-            let backing = direct.then(|| self.cached_backing(&reader)).flatten();
+            let backing = passthrough.then(|| self.cached_backing(&reader)).flatten();
             let handle = Handle::Remote {
                 ino,
                 reader,
@@ -103,7 +103,7 @@ impl Fs {
         self: &Arc<Self>,
         ino: u64,
         truncate: bool,
-        direct: bool,
+        passthrough: bool,
     ) -> Result<(u64, OpenHints)> {
         if !truncate {
             if let Some(fh) = self.open_unstaged(ino)? {
@@ -112,8 +112,8 @@ impl Fs {
         }
         let keep = if truncate { 0 } else { u64::MAX };
         let staged = self.open_staged(ino, true, keep).await?;
-        let access = if direct {
-            Access::Direct
+        let access = if passthrough {
+            Access::Passthrough
         } else {
             Access::Write
         };
@@ -122,15 +122,15 @@ impl Fs {
         if truncate {
             ready = self.truncate_staged(ino, &staged, 0);
         }
-        if direct && ready.is_ok() {
-            ready = self.begin_direct(ino, &staged);
+        if passthrough && ready.is_ok() {
+            ready = self.begin_passthrough(ino, &staged);
         }
         if let Err(e) = ready {
             let _ = self.release(fh);
             return Err(e);
         }
         let hints = OpenHints {
-            backing: direct.then(|| Backing::Staged(staged)),
+            backing: passthrough.then(|| Backing::Staged(staged)),
             ..OpenHints::default()
         };
         Ok((fh, hints))
@@ -208,8 +208,8 @@ impl Fs {
                 staged,
                 access,
             } => {
-                if access == Access::Direct {
-                    self.end_direct(ino, &staged);
+                if access == Access::Passthrough {
+                    self.end_passthrough(ino, &staged);
                 }
                 self.release_staged(ino, &staged, access.writes())
             }

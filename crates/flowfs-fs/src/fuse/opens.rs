@@ -73,9 +73,9 @@ impl FuseAdapter {
                         "opened for writing while read from the cache's file",
                     ));
                 }
-                let direct = plan == Plan::Offer;
+                let passthrough = plan == Plan::Offer;
                 let (fh, hints) = fs
-                    .open_as(ino, OpenMode::of(write, truncate), direct)
+                    .open_as(ino, OpenMode::of(write, truncate), passthrough)
                     .await?;
                 let key = hints.backing.as_ref().map(|b| b.key());
                 plan_pt.await_compatible(ino, key).await;
@@ -103,13 +103,15 @@ impl FuseAdapter {
         let (name, ttl) = (utf8(name), self.ttl);
         // A new file opened for reading and writing may be mapped: through flowfs
         // (passthrough.rs `Access::ReadWrite`).
-        let direct = self.pt.enabled() && Access::of(flags) != Access::ReadWrite;
+        let passthrough = self.pt.enabled() && Access::of(flags) != Access::ReadWrite;
         let pt = self.pt.clone();
         self.run(
             span,
             reply,
             |fs| async move {
-                let (a, fh, hints) = fs.create_io(parent, &name?, mode, owner, direct).await?;
+                let (a, fh, hints) = fs
+                    .create_io(parent, &name?, mode, owner, passthrough)
+                    .await?;
                 Ok((fs, a, fh, hints))
             },
             move |reply, (fs, a, fh, hints)| {

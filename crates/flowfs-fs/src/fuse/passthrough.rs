@@ -105,7 +105,7 @@ pub(super) enum Plan {
 pub(super) trait OpenReply {
     fn backing(&self, file: &std::fs::File) -> std::io::Result<BackingId>;
     fn plain(self, fh: FileHandle, flags: FopenFlags);
-    fn direct(self, fh: FileHandle, flags: FopenFlags, id: &BackingId);
+    fn passthrough(self, fh: FileHandle, flags: FopenFlags, id: &BackingId);
     fn refuse(self, e: fuser::Errno);
 }
 
@@ -116,7 +116,7 @@ impl OpenReply for ReplyOpen {
     fn plain(self, fh: FileHandle, flags: FopenFlags) {
         self.opened(fh, flags);
     }
-    fn direct(self, fh: FileHandle, flags: FopenFlags, id: &BackingId) {
+    fn passthrough(self, fh: FileHandle, flags: FopenFlags, id: &BackingId) {
         self.opened_passthrough(fh, kernel_flags(flags), id);
     }
     fn refuse(self, e: fuser::Errno) {
@@ -139,7 +139,7 @@ impl OpenReply for Created {
         let g = Generation(0);
         self.reply.created(&self.ttl, &self.attr, g, fh, flags);
     }
-    fn direct(self, fh: FileHandle, flags: FopenFlags, id: &BackingId) {
+    fn passthrough(self, fh: FileHandle, flags: FopenFlags, id: &BackingId) {
         let g = Generation(0);
         let flags = kernel_flags(flags);
         (self.reply).created_passthrough(&self.ttl, &self.attr, g, fh, flags, id);
@@ -267,7 +267,7 @@ impl Passthrough {
                 *handles += 1;
                 let id = id.clone();
                 drop(s);
-                reply.direct(fh, flags, &id);
+                reply.passthrough(fh, flags, &id);
             }
             None if off => {
                 // Never again served by the kernel: nothing to keep apart.
@@ -288,7 +288,7 @@ impl Passthrough {
                 s.inodes.insert(ino, mode);
                 drop(s);
                 match id {
-                    Some((_, id)) => reply.direct(fh, flags, &id),
+                    Some((_, id)) => reply.passthrough(fh, flags, &id),
                     None => reply.plain(fh, flags),
                 }
             }

@@ -11,8 +11,8 @@
 //! on its way lost writes (issue 13) because "unchanged, drop the staged copy" was
 //! decided under one lock and the new open counted under another.
 
-mod direct;
 mod early;
+mod passthrough;
 mod report;
 mod spares;
 mod staging;
@@ -95,7 +95,7 @@ struct FileWb {
     /// (it was renamed over it): an unlink must delete that key too.
     shadows: bool,
     early: EarlyState,
-    direct: Direct,
+    passthrough: KernelWrites,
 }
 
 /// What the staging file showed (`fstat`) when flowfs last looked: the changes of a
@@ -107,9 +107,9 @@ struct DiskStat {
     ctime: (i64, i64),
 }
 
-/// Whether the kernel writes this file itself (FUSE passthrough, direct.rs).
+/// Whether the kernel writes this file itself (FUSE passthrough, passthrough.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direct {
+enum KernelWrites {
     None,
     /// `writers` passthrough writers are open; `seen`: the file when last looked at
     /// (every change up to that look has moved the generation on).
@@ -134,7 +134,7 @@ impl FileWb {
             journaled: None,
             shadows: false,
             early: EarlyState::Off,
-            direct: Direct::None,
+            passthrough: KernelWrites::None,
         }
     }
 
@@ -173,9 +173,9 @@ struct Table {
     failed: BTreeMap<String, String>,
     /// The last token handed to a background retry.
     retries: u64,
-    /// The files with passthrough writers open (an index of `FileWb::direct`, so that
+    /// The files with passthrough writers open (an index of `FileWb::passthrough`, so that
     /// stat needs not walk every staged file to find them).
-    direct: BTreeSet<u64>,
+    passthrough: BTreeSet<u64>,
 }
 
 /// While held, no upload of one staged file starts or is in flight
@@ -264,22 +264,22 @@ pub struct UploadFailure {
 pub struct WriteBack {
     staging: Staging,
     /// Whether the staging files' timestamps tell every change after a look at them
-    /// (direct.rs `fine_timestamps`).
+    /// (passthrough.rs `fine_timestamps`).
     fine: bool,
     table: Mutex<Table>,
-    /// How many files `Table::direct` holds, so that a lookup or stat with no passthrough
+    /// How many files `Table::passthrough` holds, so that a lookup or stat with no passthrough
     /// writer open anywhere takes no lock of the table (set under that lock only).
-    direct_files: AtomicUsize,
+    passthrough_files: AtomicUsize,
     aborts: Aborts,
 }
 
 impl WriteBack {
     pub fn new(staging: Staging) -> WriteBack {
         WriteBack {
-            fine: direct::fine_timestamps(staging.dir()),
+            fine: passthrough::fine_timestamps(staging.dir()),
             staging,
             table: Mutex::new(Table::default()),
-            direct_files: AtomicUsize::new(0),
+            passthrough_files: AtomicUsize::new(0),
             aborts: Aborts::default(),
         }
     }
@@ -527,8 +527,8 @@ impl WriteBack {
                 return Ok(());
             };
             // A passthrough writer's changes are unseen: journaled while it is open.
-            let open_direct = f.direct != Direct::None;
-            let want = ((f.dirty() || open_direct) && f.phase != Phase::Retired)
+            let open_passthrough = f.passthrough != KernelWrites::None;
+            let want = ((f.dirty() || open_passthrough) && f.phase != Phase::Retired)
                 .then(|| key.map(str::to_string).or_else(|| f.journaled.clone()))
                 .flatten();
             (want, f.journaled.clone())

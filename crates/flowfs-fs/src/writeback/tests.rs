@@ -67,7 +67,7 @@ fn write_back_never_names_the_namespace() {
     let files = [
         ("mod.rs", include_str!("mod.rs")),
         ("lifecycle.rs", include_str!("lifecycle.rs")),
-        ("direct.rs", include_str!("direct.rs")),
+        ("passthrough.rs", include_str!("passthrough.rs")),
         ("early.rs", include_str!("early.rs")),
         ("report.rs", include_str!("report.rs")),
         ("spares.rs", include_str!("spares.rs")),

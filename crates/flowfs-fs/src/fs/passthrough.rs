@@ -1,6 +1,6 @@
 //! Files the kernel may serve itself (FUSE passthrough): the local file behind an open
 //! file that the adapter can hand to the kernel, and what a writer served that way
-//! changes in the write-back bookkeeping (writeback/direct.rs). Whether an open is
+//! changes in the write-back bookkeeping (writeback/passthrough.rs). Whether an open is
 //! served that way is the adapter's choice (fuse/passthrough.rs); the core only offers
 //! the file and is told.
 
@@ -18,7 +18,7 @@ pub(super) enum Access {
     /// Writes arrive as `write` calls.
     Write,
     /// A writer whose writes the kernel sends to the staged file itself.
-    Direct,
+    Passthrough,
 }
 
 impl Access {
@@ -91,16 +91,16 @@ impl Fs {
 
     /// A writer of `ino`'s `staged` file will be served by passthrough: its changes are
     /// journaled before it makes any.
-    pub(super) fn begin_direct(&self, ino: u64, staged: &Arc<StagedFile>) -> Result<()> {
-        if self.wb.begin_direct(ino, staged)? {
+    pub(super) fn begin_passthrough(&self, ino: u64, staged: &Arc<StagedFile>) -> Result<()> {
+        if self.wb.begin_passthrough(ino, staged)? {
             self.journal(ino)?;
         }
         Ok(())
     }
 
     /// A passthrough writer closes: what it wrote is taken from the staged file.
-    pub(super) fn end_direct(&self, ino: u64, staged: &Arc<StagedFile>) {
-        if let Err(e) = self.wb.end_direct(ino, staged) {
+    pub(super) fn end_passthrough(&self, ino: u64, staged: &Arc<StagedFile>) {
+        if let Err(e) = self.wb.end_passthrough(ino, staged) {
             // The generation moved on anyway: the file is uploaded as it is on disk.
             tracing::warn!(
                 ino,
@@ -111,14 +111,14 @@ impl Fs {
 
     /// Sizes and mtimes of files with passthrough writers, taken from their staged files
     /// before an answer carries them (one `fstat` per such file, none without).
-    pub(super) fn refresh_direct(&self, ino: Option<u64>) {
+    pub(super) fn refresh_passthrough(&self, ino: Option<u64>) {
         match ino {
             Some(ino) => {
-                if let Err(e) = self.wb.refresh_direct(ino) {
+                if let Err(e) = self.wb.refresh_passthrough(ino) {
                     tracing::debug!(ino, "cannot stat a passthrough writer's file: {e}");
                 }
             }
-            None => self.wb.refresh_all_direct(),
+            None => self.wb.refresh_all_passthrough(),
         }
     }
 }

@@ -22,24 +22,24 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Direct, DiskStat, EarlyState, FileWb, Phase, StagedFile, WriteBack};
+use super::{DiskStat, EarlyState, FileWb, KernelWrites, Phase, StagedFile, WriteBack};
 
 impl WriteBack {
     /// A passthrough writer of `ino`'s staged `file` is opening; returns whether the
     /// file needs its journal record (its changes are unseen from now on, so they are
     /// recorded before the first one is made).
-    pub fn begin_direct(&self, ino: u64, file: &Arc<StagedFile>) -> io::Result<bool> {
+    pub fn begin_passthrough(&self, ino: u64, file: &Arc<StagedFile>) -> io::Result<bool> {
         let st = disk_stat(file)?;
         let mut t = self.table.lock();
         let Some(f) = t.files.get_mut(&ino).filter(|f| Arc::ptr_eq(&f.file, file)) else {
             return Ok(false);
         };
-        f.direct = match f.direct {
-            Direct::None => Direct::Writing {
+        f.passthrough = match f.passthrough {
+            KernelWrites::None => KernelWrites::Writing {
                 writers: 1,
                 seen: st,
             },
-            Direct::Writing { writers, seen } => Direct::Writing {
+            KernelWrites::Writing { writers, seen } => KernelWrites::Writing {
                 writers: writers + 1,
                 seen,
             },
@@ -50,43 +50,45 @@ impl WriteBack {
             f.gen += 1;
         }
         let journal = f.journaled.is_none() && f.phase != Phase::Retired;
-        t.direct.insert(ino);
-        self.direct_files.store(t.direct.len(), Ordering::Release);
+        t.passthrough.insert(ino);
+        self.passthrough_files
+            .store(t.passthrough.len(), Ordering::Release);
         Ok(journal)
     }
 
-    /// `refresh_direct` of every file with passthrough writers open (before a lookup or
+    /// `refresh_passthrough` of every file with passthrough writers open (before a lookup or
     /// a listing answers with sizes): as many `fstat`s as there are such files.
-    pub fn refresh_all_direct(&self) {
-        if self.direct_files.load(Ordering::Acquire) == 0 {
+    pub fn refresh_all_passthrough(&self) {
+        if self.passthrough_files.load(Ordering::Acquire) == 0 {
             return;
         }
         let inos: Vec<u64> = {
             let t = self.table.lock();
-            if t.direct.is_empty() {
+            if t.passthrough.is_empty() {
                 return;
             }
-            t.direct.iter().copied().collect()
+            t.passthrough.iter().copied().collect()
         };
         for ino in inos {
-            let _ = self.refresh_direct(ino);
+            let _ = self.refresh_passthrough(ino);
         }
     }
 
     /// Takes the size and mtime of `ino`'s staging file from the file while passthrough
     /// writers are open (the `fstat` runs outside the table's lock).
-    pub fn refresh_direct(&self, ino: u64) -> io::Result<()> {
-        if self.direct_files.load(Ordering::Acquire) == 0 {
+    pub fn refresh_passthrough(&self, ino: u64) -> io::Result<()> {
+        if self.passthrough_files.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
         let file = {
             let mut t = self.table.lock();
             match t.files.get(&ino) {
-                Some(f) if f.direct != Direct::None => f.file.clone(),
+                Some(f) if f.passthrough != KernelWrites::None => f.file.clone(),
                 _ => {
                     // Its writers are gone (or it left the table): out of the index.
-                    t.direct.remove(&ino);
-                    self.direct_files.store(t.direct.len(), Ordering::Release);
+                    t.passthrough.remove(&ino);
+                    self.passthrough_files
+                        .store(t.passthrough.len(), Ordering::Release);
                     return Ok(());
                 }
             }
@@ -105,7 +107,7 @@ impl WriteBack {
 
     /// A passthrough writer of `ino`'s staged `file` closes: its changes are taken in, and
     /// the generation moves on (see the module's comment).
-    pub fn end_direct(&self, ino: u64, file: &Arc<StagedFile>) -> io::Result<()> {
+    pub fn end_passthrough(&self, ino: u64, file: &Arc<StagedFile>) -> io::Result<()> {
         let st = disk_stat(file);
         let mut t = self.table.lock();
         let Some(f) = t.files.get_mut(&ino).filter(|f| Arc::ptr_eq(&f.file, file)) else {
@@ -114,12 +116,12 @@ impl WriteBack {
         if let Ok(st) = &st {
             take_stat(f, *st);
         }
-        f.direct = match f.direct {
-            Direct::Writing { writers, seen } if writers > 1 => Direct::Writing {
+        f.passthrough = match f.passthrough {
+            KernelWrites::Writing { writers, seen } if writers > 1 => KernelWrites::Writing {
                 writers: writers - 1,
                 seen,
             },
-            _ => Direct::None,
+            _ => KernelWrites::None,
         };
         // With fine timestamps, `take_stat` above moved the generation on if anything
         // changed since the last look (see the module's comment); elsewhere every close
@@ -127,9 +129,10 @@ impl WriteBack {
         if !self.fine || st.is_err() {
             f.gen += 1;
         }
-        if f.direct == Direct::None {
-            t.direct.remove(&ino);
-            self.direct_files.store(t.direct.len(), Ordering::Release);
+        if f.passthrough == KernelWrites::None {
+            t.passthrough.remove(&ino);
+            self.passthrough_files
+                .store(t.passthrough.len(), Ordering::Release);
         }
         st.map(|_| ())
     }
@@ -175,13 +178,13 @@ pub(super) fn fine_timestamps(dir: &std::path::Path) -> bool {
 
 /// What the file shows now, if it changed since last seen: a change of content or size.
 fn take_stat(f: &mut FileWb, st: DiskStat) {
-    let Direct::Writing { writers, seen } = f.direct else {
+    let KernelWrites::Writing { writers, seen } = f.passthrough else {
         return;
     };
     if st == seen {
         return;
     }
-    f.direct = Direct::Writing { writers, seen: st };
+    f.passthrough = KernelWrites::Writing { writers, seen: st };
     f.size = st.len;
     f.mtime = st.mtime;
     f.ctime = f.ctime.max(st.mtime);
