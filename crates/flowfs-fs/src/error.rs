@@ -84,8 +84,8 @@ pub enum FsError {
     Evicted,
     /// EIO: the upload of a staged file failed (`KEY: reason`, as `flowfs status` and
     /// the unmount report it); sent again later when the reason may pass.
-    #[error("{0}")]
-    Upload(String),
+    #[error(transparent)]
+    Upload(#[from] crate::writeback::UploadError),
     /// EIO: a task of this process ended without its answer (a panic, a runtime going
     /// away at unmount); a bug if it happens otherwise.
     #[error("internal: {0}")]

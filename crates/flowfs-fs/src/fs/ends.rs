@@ -54,7 +54,7 @@ impl Fs {
     /// An upload's error as `KEY: reason` (the write-back error already starts so).
     fn named_failure(&self, ino: u64, e: FsError) -> String {
         match e {
-            FsError::Upload(msg) => msg,
+            FsError::Upload(e) => e.to_string(),
             other => {
                 let key = self.inodes.lock().path(ino).map(|p| self.key(&p));
                 format!("{}: {other}", key.unwrap_or_else(|| format!("inode {ino}")))

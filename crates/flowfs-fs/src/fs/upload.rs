@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::meta::Posix;
-use crate::writeback::{Finished, Released, UploadFailure, UploadJob};
+use crate::writeback::{Finished, Released, UploadError, UploadJob};
 
 /// The pause before the first background retry of a failed upload, and the longest
 /// between two: each failure already spent the client's retry budget (a minute).
@@ -64,8 +64,9 @@ impl Fs {
         };
         if let Some(dir) = marker {
             if let Err(e) = self.wait_tree(dir, ino).await {
-                let msg = format!("not uploaded because an output of its task failed: {e}");
-                self.wb.cancel_queued(ino, Some(msg));
+                let source = Arc::new(e);
+                self.wb
+                    .cancel_queued(ino, Some(UploadError::Upstream { source }));
                 return;
             }
         }
@@ -176,9 +177,9 @@ impl Fs {
         let named = t.path(ino).map(|p| self.key(&p)).as_deref() == Some(key);
         let result = match &r {
             Ok(_) => Ok(()),
-            Err(e) => Err(UploadFailure {
-                error: format!("{key}: upload failed: {e}"),
-                retryable: e.is_retryable(),
+            Err(e) => Err(UploadError::Store {
+                key: key.to_string(),
+                source: Arc::new(e.clone()),
             }),
         };
         let fin = self.wb.finish_upload(ino, job, result, named);

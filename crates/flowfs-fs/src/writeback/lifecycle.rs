@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::{
-    Durability, Early, EarlyState, Finished, NameHold, Phase, StagedFile, UploadFailure, UploadJob,
+    Durability, Early, EarlyState, Finished, NameHold, Phase, StagedFile, UploadError, UploadJob,
     WriteBack,
 };
 
@@ -65,7 +65,7 @@ impl WriteBack {
     pub fn begin_upload(&self, ino: u64, key: &str) -> Option<UploadJob> {
         let mut t = self.table.lock();
         let f = t.files.get_mut(&ino)?;
-        if f.phase != Phase::Queued {
+        if !matches!(f.phase, Phase::Queued) {
             return None;
         }
         if !f.dirty() {
@@ -95,10 +95,14 @@ impl WriteBack {
     }
 
     /// A queued upload that will not run (its name is gone, or a task it follows failed).
-    pub fn cancel_queued(&self, ino: u64, error: Option<String>) {
+    pub fn cancel_queued(&self, ino: u64, error: Option<UploadError>) {
         let file = {
             let mut t = self.table.lock();
-            let Some(f) = t.files.get_mut(&ino).filter(|f| f.phase == Phase::Queued) else {
+            let Some(f) = t
+                .files
+                .get_mut(&ino)
+                .filter(|f| matches!(f.phase, Phase::Queued))
+            else {
                 return;
             };
             f.phase = error.map_or(Phase::Idle, |error| Phase::Failed { error, retry: None });
@@ -113,7 +117,7 @@ impl WriteBack {
         &self,
         ino: u64,
         job: &UploadJob,
-        result: Result<(), UploadFailure>,
+        result: Result<(), UploadError>,
         named: bool,
     ) -> Finished {
         let mut t = self.table.lock();
@@ -127,7 +131,7 @@ impl WriteBack {
             return out;
         };
         let rerun = matches!(f.phase, Phase::Uploading { rerun: true, .. });
-        let retired = f.phase == Phase::Retired;
+        let retired = matches!(f.phase, Phase::Retired);
         let again = !retired && (f.writers == 0 || rerun);
         match result {
             Ok(()) if retired || !named => {
@@ -144,11 +148,11 @@ impl WriteBack {
             // shrinks it under the reader): that upload is moot, the next one carries it.
             Err(_) if f.gen != job.gen && !retired => out.again = again,
             Err(e) => {
-                if e.retryable && !retired {
+                if e.may_pass() && !retired {
                     t.retries += 1;
                     out.retry = Some(t.retries);
                 }
-                out.error = Some(e.error);
+                out.error = Some(e);
             }
         }
         let Some(f) = t.files.get_mut(&ino) else {
@@ -165,7 +169,7 @@ impl WriteBack {
             };
         }
         let idle_clean = |f: &super::FileWb| {
-            f.phase == Phase::Idle && !f.dirty() && f.writers == 0 && f.readers == 0
+            matches!(f.phase, Phase::Idle) && !f.dirty() && f.writers == 0 && f.readers == 0
         };
         if t.files.get(&ino).is_some_and(idle_clean) {
             out.released = t.files.remove(&ino).map(|f| f.file);
@@ -245,13 +249,13 @@ impl WriteBack {
         t.files
             .iter()
             .filter(|(_, f)| !closed || f.writers == 0)
-            .filter(|(_, f)| f.phase != Phase::Retired)
+            .filter(|(_, f)| !matches!(f.phase, Phase::Retired))
             .map(|(i, f)| (*i, f.file.clone()))
             .collect()
     }
 
     /// The error of the last upload of `file`, reported at close and fsync.
-    pub fn error(&self, ino: u64, file: &Arc<StagedFile>) -> Option<String> {
+    pub fn error(&self, ino: u64, file: &Arc<StagedFile>) -> Option<UploadError> {
         let t = self.table.lock();
         match &t
             .files

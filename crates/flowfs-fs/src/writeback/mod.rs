@@ -26,7 +26,10 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use flowfs_client::ClientError;
 use parking_lot::Mutex;
+
+use crate::error::FsError;
 
 pub use early::{Aborts, Early};
 pub use lifecycle::send_early;
@@ -35,8 +38,38 @@ pub use staging::{OpenUpload, Orphan, Record, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};
 pub use uploader::{Loose, Uploader};
 
+/// Why a staged file is not in the bucket: kept by `Phase::Failed` with its cause, and
+/// reported by fsync, close, `flowfs status` and the unmount as `KEY: reason`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UploadError {
+    /// The store did not take the upload of `key`.
+    #[error("{key}: upload failed: {source}")]
+    Store {
+        key: String,
+        #[source]
+        source: Arc<ClientError>,
+    },
+    /// Not sent: an output of the same task (a file beside its completion marker) is not
+    /// in the bucket, and whoever sees the marker may read the outputs.
+    #[error("not uploaded because an output of its task failed: {source}")]
+    Upstream {
+        #[source]
+        source: Arc<FsError>,
+    },
+}
+
+impl UploadError {
+    /// Whether sending it again later may succeed (the store was down or throttling).
+    pub fn may_pass(&self) -> bool {
+        match self {
+            UploadError::Store { source, .. } => source.is_retryable(),
+            UploadError::Upstream { .. } => false,
+        }
+    }
+}
+
 /// Where a staged file stands on its way to the bucket.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Phase {
     /// No upload queued or in flight. Durable when `durable_gen == gen`, else dirty.
     Idle,
@@ -47,7 +80,10 @@ pub enum Phase {
     /// The last upload failed with `error`; kept until an upload is asked for again.
     /// `retry`: the token of the background retry scheduled for a failure that may go
     /// away (the store was down or throttling), `None` for one that will not by itself.
-    Failed { error: String, retry: Option<u64> },
+    Failed {
+        error: UploadError,
+        retry: Option<u64>,
+    },
     /// Its name was removed or replaced: never uploaded again.
     Retired,
 }
@@ -221,7 +257,7 @@ pub enum Released {
 pub enum Durability {
     Done,
     Pending,
-    Failed(String),
+    Failed(UploadError),
     /// Idle with changes the bucket lacks (an upload that raced with a change ended
     /// while a writer was open): the waiter asks for an upload again.
     Stalled,
@@ -249,16 +285,9 @@ pub struct Finished {
     pub stray: bool,
     /// Upload again (the file changed, or was renamed, while this upload ran).
     pub again: bool,
-    pub error: Option<String>,
+    pub error: Option<UploadError>,
     /// A background retry is due for this failure: the token `retry_due` takes.
     pub retry: Option<u64>,
-}
-
-/// Why an upload failed, and whether sending it again later may succeed.
-#[derive(Debug, Clone)]
-pub struct UploadFailure {
-    pub error: String,
-    pub retryable: bool,
 }
 
 pub struct WriteBack {
@@ -463,7 +492,7 @@ impl WriteBack {
         f.mtime = SystemTime::now();
         f.ctime = f.mtime;
         Ok(Written {
-            journal: f.journaled.is_none() && f.phase != Phase::Retired,
+            journal: f.journaled.is_none() && !matches!(f.phase, Phase::Retired),
             early_due: f.early_due(part_size),
         })
     }
@@ -528,7 +557,7 @@ impl WriteBack {
             };
             // A passthrough writer's changes are unseen: journaled while it is open.
             let open_passthrough = f.passthrough != KernelWrites::None;
-            let want = ((f.dirty() || open_passthrough) && f.phase != Phase::Retired)
+            let want = ((f.dirty() || open_passthrough) && !matches!(f.phase, Phase::Retired))
                 .then(|| key.map(str::to_string).or_else(|| f.journaled.clone()))
                 .flatten();
             (want, f.journaled.clone())

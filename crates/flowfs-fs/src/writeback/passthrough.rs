@@ -49,7 +49,7 @@ impl WriteBack {
         if !self.fine {
             f.gen += 1;
         }
-        let journal = f.journaled.is_none() && f.phase != Phase::Retired;
+        let journal = f.journaled.is_none() && !matches!(f.phase, Phase::Retired);
         t.passthrough.insert(ino);
         self.passthrough_files
             .store(t.passthrough.len(), Ordering::Release);

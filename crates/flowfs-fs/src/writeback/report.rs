@@ -39,12 +39,12 @@ impl WriteBack {
             let t = self.table.lock();
             t.files
                 .iter()
-                .filter(|(_, f)| f.dirty() && f.phase != Phase::Retired)
+                .filter(|(_, f)| f.dirty() && !matches!(f.phase, Phase::Retired))
                 .map(|(ino, f)| {
                     let state = match &f.phase {
                         Phase::Queued => PendingState::Queued,
                         Phase::Uploading { .. } => PendingState::Uploading,
-                        Phase::Failed { error, .. } => PendingState::Failed(error.clone()),
+                        Phase::Failed { error, .. } => PendingState::Failed(error.to_string()),
                         Phase::Idle | Phase::Retired => PendingState::Waiting,
                     };
                     (*ino, f.size, f.mtime, f.writers, state, f.file.clone())

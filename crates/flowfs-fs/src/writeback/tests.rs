@@ -4,10 +4,10 @@
 use super::transfer::read_part;
 use super::*;
 
-fn failure(e: flowfs_client::ClientError) -> UploadFailure {
-    UploadFailure {
-        error: e.to_string(),
-        retryable: e.is_retryable(),
+fn failure(e: flowfs_client::ClientError) -> UploadError {
+    UploadError::Store {
+        key: "k".into(),
+        source: Arc::new(e),
     }
 }
 
@@ -33,8 +33,8 @@ fn an_upload_begun_during_a_truncation_reads_only_bytes_that_are_there() {
     let read = read_part(&job.file.file, "k", 0, job.size).map(|_| ());
     let fin = wb.finish_upload(7, &job, read.map_err(failure), true);
     wb.resize_end(7, 0, before, true);
-    assert_eq!(fin.error, None);
-    assert_eq!(wb.error(7, &file), None);
+    assert!(fin.error.is_none());
+    assert!(wb.error(7, &file).is_none());
 }
 
 /// The truncation ends while that upload is still reading: the upload is stale.
@@ -46,7 +46,7 @@ fn an_upload_that_reads_across_a_truncation_is_run_again_not_failed() {
     let read = read_part(&job.file.file, "k", 0, job.size).map(|_| ());
     assert!(read.is_err(), "the old size is no longer there to read");
     let fin = wb.finish_upload(7, &job, read.map_err(failure), true);
-    assert_eq!(fin.error, None);
+    assert!(fin.error.is_none());
     assert!(fin.again, "the truncated content still has to go up");
 }
 

@@ -73,7 +73,15 @@ async fn failed_uploads_reach_fsync_and_are_kept_until_they_succeed() {
     mock.fail(Op::Put, 0, ClientError::Transient("injected".into()), 1);
     let (_, fh) = fs.create(ROOT, "out.txt", 0o644).await.unwrap();
     fs.write(fh, 0, b"precious").unwrap();
-    assert!(matches!(fs.fsync(fh).await, Err(FsError::Upload(_))));
+    let e = fs.fsync(fh).await.expect_err("the PUT failed");
+    assert!(matches!(e, FsError::Upload(_)), "{e:?}");
+    assert!(e.to_string().starts_with("out.txt: upload failed: "), "{e}");
+    // The store's error is kept as the cause, not only as words.
+    let cause = std::error::Error::source(&e).expect("a cause");
+    let client = cause
+        .downcast_ref::<Arc<ClientError>>()
+        .expect("the client's error");
+    assert!(matches!(&**client, ClientError::Transient(_)), "{client:?}");
     assert!(matches!(fs.flush(fh), Err(FsError::Upload(_))));
     assert!(mock.object("out.txt").is_none());
     // The next fsync tries again, and the data was never lost.
