@@ -15,6 +15,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import random
 import shlex
 import shutil
 import subprocess
@@ -179,10 +180,12 @@ def main(argv=None) -> int:
         util.log("measuring")
         for ms, run, w in ((ms, run, w) for ms in latencies for run in range(1, runs + 1) for w in workloads):
             server.set_latency(ms)
-            # interleaved: every tool once per workload per run; the order rotates per run
+            # Interleaved: every tool once per workload per run, in an order shuffled per
+            # run (seeded, so a rerun repeats it). A rotation kept each tool behind the same
+            # predecessor, and on this VM a run's page-cache cost depends on what ran before
+            # it: one binary in both flowfs slots measured 1.15x the CPU in one of them.
             order = [t for t in tools if t.supports(w)]
-            k = (run - 1) % len(order) if order else 0
-            order = order[k:] + order[:k]
+            random.Random(f"{run}/{w}/{ms}").shuffle(order)
             for t in order:
                 if t.unavailable:
                     variants = ["cold", "warm"] if w == "B3" else [""]
