@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::status;
+use crate::report;
 use crate::stop::Ending;
 
 pub fn runtime_dir() -> PathBuf {
@@ -144,7 +144,7 @@ fn answer(mut conn: UnixStream, ending: &Ending, owner: u32) {
     let answer = match cmd {
         "unmount" => unmount_answer(ending, false),
         "unmount --force" => unmount_answer(ending, true),
-        "status" => match serde_json::to_string(&status::report(ending)) {
+        "status" => match serde_json::to_string(&report::report(ending)) {
             Ok(j) => format!("OK {j}"),
             Err(e) => format!("ERR {e}"),
         },

@@ -7,6 +7,7 @@ mod daemon;
 mod logging;
 mod mount;
 mod mountinfo;
+mod report;
 mod run;
 mod session;
 mod status;
