@@ -79,7 +79,7 @@ pub struct CacheEntry {
     layout: Layout,
     dir: PathBuf,
     files: Mutex<Option<Arc<Files>>>,
-    mem: Ranges,
+    mem: Arc<Ranges>,
     users: Mutex<u32>,
     state: RwLock<ChunkMap>,
     /// The last use time this process wrote, per block.
@@ -99,7 +99,7 @@ impl CacheEntry {
             layout,
             dir: dir.to_path_buf(),
             files: Mutex::new(None),
-            mem: Ranges::default(),
+            mem: Arc::default(),
             users: Mutex::new(1),
             state: RwLock::new(ChunkMap::new(vec![0; layout.chunks as usize])),
             stamped: (0..layout.blocks).map(|_| AtomicU64::new(0)).collect(),
@@ -107,7 +107,7 @@ impl CacheEntry {
         }
     }
 
-    pub(super) fn mem(&self) -> &Ranges {
+    pub(super) fn mem(&self) -> &Arc<Ranges> {
         &self.mem
     }
 

@@ -3,7 +3,8 @@
 //! file (whose write may not even have happened yet).
 //!
 //! Each entry owns its ranges (`Ranges`, behind its own lock); `MemBudget` owns the
-//! count of bytes in memory and the order in which ranges go when it is over budget.
+//! count of bytes in memory and the order in which ranges go when it is over budget. It
+//! knows ranges, not entries (entry.rs holds its `Ranges`; this file does not name it).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,8 +12,6 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-
-use super::entry::CacheEntry;
 
 /// Most fetched ranges remembered for the memory budget's FIFO (stale ones included).
 const MEM_QUEUE: usize = 4096;
@@ -97,7 +96,7 @@ pub(super) struct MemBudget {
     cap: u64,
     used: AtomicU64,
     /// Ranges in memory, oldest first (stale ones too).
-    queue: Mutex<VecDeque<(Weak<CacheEntry>, u64)>>,
+    queue: Mutex<VecDeque<(Weak<Ranges>, u64)>>,
 }
 
 impl MemBudget {
@@ -116,12 +115,12 @@ impl MemBudget {
 
     /// Keeps a fetched range in memory for the reader that asked for it, within the
     /// budget: the oldest ranges go first. False if it does not fit at all.
-    pub fn remember(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes) -> bool {
+    pub fn remember(&self, e: &Arc<Ranges>, off: u64, data: Bytes) -> bool {
         let len = data.len() as u64;
         if len == 0 || len > self.cap {
             return false;
         }
-        let old = e.mem().insert(off, data);
+        let old = e.insert(off, data);
         self.used.fetch_sub(old, Ordering::Relaxed);
         self.used.fetch_add(len, Ordering::Relaxed);
         let mut q = self.queue.lock();
@@ -131,7 +130,7 @@ impl MemBudget {
                 break;
             };
             if let Some(e) = w.upgrade() {
-                self.used.fetch_sub(e.mem().remove(o), Ordering::Relaxed);
+                self.used.fetch_sub(e.remove(o), Ordering::Relaxed);
             }
         }
         true
@@ -140,17 +139,18 @@ impl MemBudget {
     /// Drops every range of `e`: the kernel reads its data file itself from now on (a
     /// pin), and they would wait for a reader that never comes until the budget pushed
     /// them out.
-    pub fn forget(&self, e: &CacheEntry) {
-        self.used.fetch_sub(e.mem().clear(), Ordering::Relaxed);
+    pub fn forget(&self, e: &Ranges) {
+        self.used.fetch_sub(e.clear(), Ordering::Relaxed);
     }
 
-    /// Bytes `[off, off + len)` of `e` if memory holds all of them.
-    pub fn read(&self, e: &CacheEntry, off: u64, len: usize) -> Option<Bytes> {
-        let end = (off + len as u64).min(e.size);
+    /// Bytes `[off, off + len)` of an entry of `size` bytes whose ranges are `e`, if
+    /// memory holds all of them.
+    pub fn read(&self, e: &Ranges, size: u64, off: u64, len: usize) -> Option<Bytes> {
+        let end = (off + len as u64).min(size);
         if off >= end {
             return None;
         }
-        let (data, freed) = e.mem().take(off, end)?;
+        let (data, freed) = e.take(off, end)?;
         self.used.fetch_sub(freed, Ordering::Relaxed);
         Some(data)
     }

@@ -223,7 +223,7 @@ impl DiskCache {
 
     /// Hands fetched bytes to the readers waiting on `fetch` (from memory).
     pub fn offer(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes, fetch: &Fetch) {
-        if self.mem.remember(e, off, data) {
+        if self.mem.remember(e.mem(), off, data) {
             fetch.set_ready();
         }
     }
@@ -310,7 +310,7 @@ impl DiskCache {
     }
 
     fn read_mem(&self, e: &CacheEntry, off: u64, len: usize) -> Option<Bytes> {
-        self.mem.read(e, off, len)
+        self.mem.read(e.mem(), e.size, off, len)
     }
 
     /// Gives up a claimed range after a failed fetch so that the next reader retries.

@@ -91,7 +91,7 @@ impl DiskCache {
         // as read from the cache once, at its open (`flowfs cache stats`).
         self.hits
             .fetch_add(e.size, std::sync::atomic::Ordering::Relaxed);
-        self.mem.forget(e);
+        self.mem.forget(e.mem());
         Ok(Some(Pinned {
             data,
             _pin: pin,
