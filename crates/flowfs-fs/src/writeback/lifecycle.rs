@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
-
 use super::{
     Durability, Early, EarlyState, Finished, NameHold, Phase, StagedFile, UploadError, UploadJob,
     WriteBack,
@@ -317,18 +315,5 @@ impl WriteBack {
             *sent += part_size;
         }
         Some((e, f.file.clone(), parts))
-    }
-}
-
-/// Sends `parts` of `file` through `early`, each holding a permit of `slots`.
-pub fn send_early(
-    early: &Arc<Early>,
-    file: &Arc<StagedFile>,
-    parts: &[u64],
-    ps: u64,
-    slots: &Arc<Semaphore>,
-) {
-    for &index in parts {
-        early.send(file.clone(), index, ps, slots.clone());
     }
 }

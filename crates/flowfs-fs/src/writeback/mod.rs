@@ -32,7 +32,6 @@ use parking_lot::Mutex;
 use crate::error::FsError;
 
 pub use early::{Aborts, Early};
-pub use lifecycle::send_early;
 pub use report::PendingState;
 pub use staging::{OpenUpload, Orphan, Record, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};

@@ -13,7 +13,7 @@ use flowfs_client::{ClientError, ObjectClient};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::{send_early, upload_file, Aborts, Early, Note, StagedFile, UploadJob, UploadSlots};
+use super::{upload_file, Aborts, Early, Note, StagedFile, UploadJob, UploadSlots};
 
 pub struct Uploader {
     client: Arc<dyn ObjectClient>,
@@ -42,7 +42,8 @@ pub struct Sent {
     pub stamped: bool,
 }
 
-/// A file to send as it is on disk (recovery of a journal): no staged state behind it.
+/// A file to send as it is on disk: a staged job's data file, or a journal's orphan (no
+/// staged state behind it).
 pub struct Loose<'a> {
     pub key: &'a str,
     pub file: &'a File,
@@ -100,28 +101,23 @@ impl Uploader {
                 return self.stamp_early(key, metadata, r, job.size).await;
             }
         }
-        let result = upload_file(
-            &self.client,
-            key,
-            &job.file.file,
-            job.size,
-            ps,
-            &self.slots,
-            metadata,
-            job.one_part,
-            Note {
-                path: job.file.whole_upload_note_path(),
-                bucket: &self.bucket,
-            },
-        )
-        .await;
+        let result = self
+            .send_loose(Loose {
+                key,
+                file: &job.file.file,
+                size: job.size,
+                metadata,
+                one_part: job.one_part,
+                note: job.file.whole_upload_note_path(),
+            })
+            .await;
         Sent {
             result,
             stamped: true,
         }
     }
 
-    /// Uploads a file found on disk (a journal's orphan).
+    /// Uploads a file as it is on disk: a staged job's, or a journal's orphan.
     pub async fn send_loose(&self, f: Loose<'_>) -> Result<String, ClientError> {
         let note = Note {
             path: f.note,
@@ -196,7 +192,10 @@ impl Uploader {
 
     /// Sends `parts` of `file` through `early`, each holding an upload slot.
     pub fn send_early(&self, early: &Arc<Early>, file: &Arc<StagedFile>, parts: &[u64]) {
-        send_early(early, file, parts, self.part_size, &self.slots.parts);
+        for &index in parts {
+            let slots = self.slots.parts.clone();
+            early.send(file.clone(), index, self.part_size, slots);
+        }
     }
 
     /// Notes keys uploaded from an earlier mount's journal.
