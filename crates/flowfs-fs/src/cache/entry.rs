@@ -36,7 +36,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::bitmap::{made_present, present, ChunkMap};
 use super::disk::punch_hole;
-use super::fetch::{Claim, Fetch};
+use super::fetch::{Claim, Claimed, Fetch};
 use super::memory::Ranges;
 use super::persist::{self, now_ms, Layout, INUSE, PIN};
 use super::shared::{ofd_lock, reopen, Lock};
@@ -264,8 +264,9 @@ impl CacheEntry {
     }
 
     /// Marks the missing chunks of `[c0, c1)` as in flight in runs of at most `max_run`
-    /// chunks, and returns those runs together with the fetches already running.
-    pub fn claim(&self, c0: u64, c1: u64, max_run: u64) -> Claim {
+    /// chunks, and returns those runs (each `Claimed`, whose drop ends it) together with
+    /// the fetches already running.
+    pub(super) fn claim(self: &Arc<Self>, c0: u64, c1: u64, max_run: u64) -> Claim {
         let mut inflight = self.inflight.lock();
         let state = self.state.read();
         let mut claim = Claim {
@@ -284,7 +285,7 @@ impl CacheEntry {
                 for i in s..c {
                     inflight.insert(i, f.clone());
                 }
-                claim.start.push((s, c, f));
+                claim.start.push(Claimed::new(self.clone(), s, c, f));
             }
         };
         while c < c1 {
@@ -312,10 +313,14 @@ impl CacheEntry {
         claim
     }
 
-    pub(super) fn drop_inflight(&self, c0: u64, c1: u64) {
+    /// Ends the claim of `fetch` on chunks `[c0, c1)` (those another fetch or a punch
+    /// holds now stay theirs).
+    pub(super) fn end_claim(&self, c0: u64, c1: u64, fetch: &Arc<Fetch>) {
         let mut inflight = self.inflight.lock();
         for c in c0..c1 {
-            inflight.remove(&c);
+            if inflight.get(&c).is_some_and(|f| Arc::ptr_eq(f, fetch)) {
+                inflight.remove(&c);
+            }
         }
     }
 
@@ -395,13 +400,9 @@ impl CacheEntry {
 
     /// Ends the reservations of taken chunks: readers waiting on them fetch them again.
     pub(super) fn end_punch(&self, t: &Taken) {
-        let mut inflight = self.inflight.lock();
-        for c in t.runs.iter().flat_map(|&(s, c)| s..c) {
-            if inflight.get(&c).is_some_and(|f| Arc::ptr_eq(f, &t.punch)) {
-                inflight.remove(&c);
-            }
+        for &(s, c) in &t.runs {
+            self.end_claim(s, c, &t.punch);
         }
-        drop(inflight);
         t.punch.finish(Ok(()));
     }
 }

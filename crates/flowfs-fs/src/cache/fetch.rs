@@ -1,13 +1,14 @@
 //! Fetches in flight: one ranged GET (or one eviction punching chunks) that readers of
-//! its chunks wait on, and the claim that tells a reader which to wait for and which to
-//! run itself.
+//! its chunks wait on, the claim that tells a reader which to wait for and which to run
+//! itself, and `Claimed`, the owner of one it runs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Notify;
 
-use crate::error::Result;
+use super::CacheEntry;
+use crate::error::{FsError, Result};
 
 /// One ranged GET in flight; every reader that needs its chunks waits on it.
 #[derive(Default)]
@@ -53,10 +54,70 @@ impl Fetch {
     }
 }
 
-/// What a reader must do to get a chunk range: wait for fetches already running and
-/// run the ones it was handed, each with the chunks of the range it covers (start chunk,
-/// end chunk, fetch).
+/// What a reader must do to get a chunk range: wait for the fetches already running
+/// (start chunk, end chunk, fetch) and run the ones it was handed.
 pub struct Claim {
     pub wait: Vec<(u64, u64, Arc<Fetch>)>,
-    pub start: Vec<(u64, u64, Arc<Fetch>)>,
+    pub start: Vec<Claimed>,
+}
+
+/// Chunks `[c0, c1)` of an entry that this holder must fetch: the one owner of a fetch
+/// in flight. Readers of those chunks wait on its `Fetch` until it ends, and it ends
+/// only by being dropped (or stored, which drops it): the chunks leave the entry's
+/// in-flight map first, then its readers wake, so a woken reader that claims them again
+/// starts a new fetch rather than waiting on this one. A holder that fails says so with
+/// `fail_all`; one that gives up or stores wakes its readers with `Ok`, and they read
+/// from memory or the file, or claim again on a miss.
+pub struct Claimed {
+    entry: Arc<CacheEntry>,
+    c0: u64,
+    c1: u64,
+    fetch: Arc<Fetch>,
+}
+
+impl Claimed {
+    pub(super) fn new(entry: Arc<CacheEntry>, c0: u64, c1: u64, fetch: Arc<Fetch>) -> Claimed {
+        Claimed {
+            entry,
+            c0,
+            c1,
+            fetch,
+        }
+    }
+
+    /// Its chunks, `[c0, c1)`.
+    pub fn chunks(&self) -> (u64, u64) {
+        (self.c0, self.c1)
+    }
+
+    /// What its readers wait on.
+    pub fn fetch(&self) -> &Arc<Fetch> {
+        &self.fetch
+    }
+
+    pub(super) fn entry(&self) -> &Arc<CacheEntry> {
+        &self.entry
+    }
+
+    /// Ends every claim of `pieces` (one GET's), then wakes their readers with `e`: a
+    /// reader woken by the failure of one piece that fetches again never finds a later
+    /// piece of the same GET still claimed (it would wait on it and fail with it,
+    /// without a request of its own).
+    pub fn fail_all(pieces: impl IntoIterator<Item = Claimed>, e: FsError) {
+        let pieces: Vec<Claimed> = pieces.into_iter().collect();
+        for p in &pieces {
+            p.entry.end_claim(p.c0, p.c1, &p.fetch);
+        }
+        for p in &pieces {
+            p.fetch.finish(Err(e.clone()));
+        }
+    }
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        // Both idempotent: `fail_all` has ended the claim and set the result already.
+        self.entry.end_claim(self.c0, self.c1, &self.fetch);
+        self.fetch.finish(Ok(()));
+    }
 }

@@ -28,7 +28,7 @@
 //! One job per file: this one is the public face and the wiring; `index.rs` the choice
 //! of victims (pure data); `evict.rs` eviction; `entry.rs` an entry (its files, fetches
 //! in flight, the checks of a read); `pin.rs` pins; `bitmap.rs` its chunk map; `fetch.rs`
-//! Fetch and Claim; `memory.rs` fetched ranges in memory; `persist.rs` the files;
+//! Fetch, Claim and Claimed (a fetch in flight, owned); `memory.rs` fetched ranges in memory; `persist.rs` the files;
 //! `shared.rs` the locks and the directory's counters; `disk.rs` statvfs, hole punching,
 //! syncfs; `admin.rs` what `flowfs cache` does.
 //!
@@ -79,7 +79,7 @@ use shared::Usage;
 
 pub use disk::{disk_space, DiskSpace};
 pub use entry::{CacheEntry, FetchLock};
-pub use fetch::Fetch;
+pub use fetch::{Claim, Claimed, Fetch};
 pub use pin::Pinned;
 
 pub const CHUNK: u64 = 64 * 1024;
@@ -221,10 +221,21 @@ impl DiskCache {
         }
     }
 
-    /// Hands fetched bytes to the readers waiting on `fetch` (from memory).
-    pub fn offer(&self, e: &Arc<CacheEntry>, off: u64, data: Bytes, fetch: &Fetch) {
-        if self.mem.remember(e.mem(), off, data) {
-            fetch.set_ready();
+    /// Claims the missing chunks of `[c0, c1)` of `e` for fetches of at most `max_run`
+    /// chunks each (fetch.rs `Claimed`), and says which fetches already running cover
+    /// the rest.
+    pub fn claim(&self, e: &Arc<CacheEntry>, c0: u64, c1: u64, max_run: u64) -> Claim {
+        e.claim(c0, c1, max_run)
+    }
+
+    /// Hands the fetched bytes of `p`, from its first chunk on, to its readers (from
+    /// memory), before they are stored.
+    pub fn offer(&self, p: &Claimed, data: Bytes) {
+        if self
+            .mem
+            .remember(p.entry().mem(), p.chunks().0 * CHUNK, data)
+        {
+            p.fetch().set_ready();
         }
     }
 
@@ -249,17 +260,13 @@ impl DiskCache {
             .map_err(|err| FsError::disk("cache map", err))
     }
 
-    /// Writes fetched bytes into the data file and marks them present, under `lock`
-    /// (none: the fetch could not lock them, the bytes are not cached). Blocks on the
-    /// disk: call it off the async workers.
-    pub fn store(
-        &self,
-        e: &Arc<CacheEntry>,
-        lock: Option<&FetchLock>,
-        off: u64,
-        data: &[u8],
-    ) -> Result<()> {
-        debug_assert_eq!(off % CHUNK, 0);
+    /// Writes the fetched bytes of `p` into the data file and marks them present, under
+    /// `lock` (none: the fetch could not lock them, the bytes are not cached), then ends
+    /// the claim (its readers wake, whatever the outcome: they have the bytes in memory,
+    /// or claim them again). Blocks on the disk: call it off the async workers.
+    pub fn store(&self, p: Claimed, lock: Option<&FetchLock>, data: &[u8]) -> Result<()> {
+        let e = p.entry().clone();
+        let off = p.chunks().0 * CHUNK;
         let end = off + data.len() as u64;
         // A trailing partial chunk counts only when it reaches the end of the object.
         let (c0, c1) = (
@@ -286,7 +293,7 @@ impl DiskCache {
                     .map_err(|err| FsError::disk("cache write", err))
             }
         };
-        e.drop_inflight(c0, end.div_ceil(CHUNK));
+        drop(p);
         let added = r?;
         self.usage.add(added as i64);
         self.fetched.fetch_add(added, Ordering::Relaxed);
@@ -311,15 +318,6 @@ impl DiskCache {
 
     fn read_mem(&self, e: &CacheEntry, off: u64, len: usize) -> Option<Bytes> {
         self.mem.read(e.mem(), e.size, off, len)
-    }
-
-    /// Gives up a claimed range after a failed fetch so that the next reader retries.
-    pub fn abandon(&self, e: &CacheEntry, c0: u64, c1: u64) {
-        e.drop_inflight(c0, c1);
-    }
-
-    pub fn finish(&self, f: &Fetch, r: Result<()>) {
-        f.finish(r);
     }
 
     /// Marks the blocks under `[off, off+len)` as recently used (in the entry's file, at

@@ -13,11 +13,19 @@ pub(super) fn insert(cache: &DiskCache, e: &Arc<CacheEntry>, off: u64, data: Byt
         .lock_fetch(e, off / CHUNK, c1, false)
         .unwrap()
         .unwrap();
-    cache.offer(e, off, data.clone(), &Fetch::default());
-    cache.store(e, Some(&lock), off, &data).unwrap();
+    let p = claimed(e, off, data.len());
+    cache.offer(&p, data.clone());
+    cache.store(p, Some(&lock), &data).unwrap();
     // As a GET task does once its lock is gone: its chunks can go too.
     drop(lock);
     cache.evict();
+}
+
+/// `len` bytes at `off` of `e` as a fetch holds them (not in the entry's in-flight map:
+/// its end touches nothing there).
+pub(super) fn claimed(e: &Arc<CacheEntry>, off: u64, len: usize) -> Claimed {
+    let c1 = (off + len as u64).div_ceil(CHUNK);
+    Claimed::new(e.clone(), off / CHUNK, c1, Arc::default())
 }
 
 pub(super) fn aligned(data: &[u8]) -> Bytes {
@@ -35,9 +43,9 @@ fn insert_read_and_evict() {
     let size = 6 << 20;
     let e = cache.entry("b", "k", "\"e\"", size).unwrap();
     assert!(e.try_read(0, 10).unwrap().is_none());
-    let claim = e.claim(0, e.chunks(), 32);
+    let claim = cache.claim(&e, 0, e.chunks(), 32);
     assert_eq!(claim.start.len(), 3);
-    e.drop_inflight(0, e.chunks());
+    drop(claim);
     let data = pattern(size, 251);
     insert(&cache, &e, 0, aligned(&data[..2 << 20]));
     assert_eq!(e.try_read(100, 1000).unwrap().unwrap(), data[100..1100]);
@@ -169,7 +177,8 @@ fn a_fetch_in_another_process_is_waited_for_not_repeated() {
             .is_err(),
         "the second process did not wait for the fetch"
     );
-    a.store(&ea, Some(&lock), 0, &aligned(&data)).unwrap();
+    let p = claimed(&ea, 0, data.len());
+    a.store(p, Some(&lock), &aligned(&data)).unwrap();
     drop(lock);
     assert_eq!(waiter.join().unwrap(), vec![true, true]);
     assert_eq!(eb.try_read(0, data.len()).unwrap().unwrap(), data);
@@ -278,11 +287,56 @@ fn claims_are_shared_between_readers() {
     let dir = tempfile::tempdir().unwrap();
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK).unwrap();
-    let first = e.claim(0, 4, 128);
+    let first = cache.claim(&e, 0, 4, 128);
     assert_eq!(first.start.len(), 1);
-    let second = e.claim(2, 6, 128);
+    let second = cache.claim(&e, 2, 6, 128);
     assert_eq!(second.wait.len(), 1);
-    assert_eq!((second.start[0].0, second.start[0].1), (4, 6));
+    assert_eq!(second.start[0].chunks(), (4, 6));
+}
+
+/// A claim ends with its holder: given up (dropped), its chunks are free to claim again
+/// and its readers wake; the next claim of them starts a new fetch.
+#[test]
+fn a_dropped_claim_frees_its_chunks_and_wakes_its_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+    let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK).unwrap();
+    let mut first = cache.claim(&e, 0, 4, 128);
+    let reader = cache.claim(&e, 0, 4, 128);
+    assert_eq!((reader.wait.len(), reader.start.len()), (1, 0));
+    drop(first.start.pop());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(reader.wait[0].2.wait()).unwrap();
+    let again = cache.claim(&e, 0, 4, 128);
+    assert_eq!((again.wait.len(), again.start.len()), (0, 1));
+    assert!(!Arc::ptr_eq(again.start[0].fetch(), &reader.wait[0].2));
+}
+
+/// A failed GET's readers all wake with its error, and every piece of it is free to
+/// claim again: a reader that fetches again starts its own GETs, it never waits on a
+/// piece of the failed one. (That the claims end before any reader wakes is `fail_all`'s
+/// order, which no single-threaded test can watch.)
+#[test]
+fn a_failed_fetch_frees_every_piece_and_wakes_its_readers_with_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+    let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK).unwrap();
+    let get = cache.claim(&e, 0, 8, 4);
+    assert_eq!(get.start.len(), 2);
+    let readers = cache.claim(&e, 0, 8, 4);
+    assert_eq!((readers.wait.len(), readers.start.len()), (2, 0));
+    Claimed::fail_all(get.start, FsError::Internal("refused".into()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for (_, _, f) in &readers.wait {
+        let r = rt.block_on(f.wait());
+        assert!(matches!(r, Err(FsError::Internal(m)) if m == "refused"));
+    }
+    let again = cache.claim(&e, 0, 8, 4);
+    assert_eq!((again.wait.len(), again.start.len()), (0, 2));
 }
 
 #[test]
@@ -333,7 +387,7 @@ fn chunks_being_punched_are_waited_for_not_fetched() {
     let e = cache.entry("b", "k", "\"e\"", data.len() as u64).unwrap();
     insert(&cache, &e, 0, aligned(&data));
     let taken = e.take_block(0);
-    let claim = e.claim(0, 2, 128);
+    let claim = cache.claim(&e, 0, 2, 128);
     assert_eq!((claim.wait.len(), claim.start.len()), (1, 0));
     entry::punch_block(&e.map_path(), &Layout::new(data.len() as u64), 0).unwrap();
     e.end_punch(&taken);
@@ -341,7 +395,7 @@ fn chunks_being_punched_are_waited_for_not_fetched() {
         .build()
         .unwrap();
     rt.block_on(claim.wait[0].2.wait()).unwrap();
-    let claim = e.claim(0, 2, 128);
+    let claim = cache.claim(&e, 0, 2, 128);
     assert_eq!((claim.wait.len(), claim.start.len()), (0, 1));
 }
 
@@ -359,8 +413,9 @@ fn a_closed_cache_writes_nothing_more() {
     assert!(state.ends_with("dirty"), "marked clean while in use");
     let g = first.entry("b", "other", "\"v1\"", CHUNK).unwrap();
     let lock = first.lock_fetch(&g, 0, 1, false).unwrap().unwrap();
+    let p = claimed(&g, 0, CHUNK as usize);
     assert!(first
-        .store(&g, Some(&lock), 0, &data[..CHUNK as usize])
+        .store(p, Some(&lock), &data[..CHUNK as usize])
         .is_err());
     let src = dir.path().join("staged");
     fs::write(&src, &data).unwrap();

@@ -2,16 +2,13 @@
 
 use std::sync::Arc;
 
-use crate::cache::{Fetch, CHUNK};
+use crate::cache::{Claimed, CHUNK};
 
 use super::{Object, Prefetcher};
 
 /// Chunks per piece of a GET: what a reader waits for at most before its bytes are
 /// handed over, however long the GET they come in.
 pub(super) const PIECE: u64 = (1 << 20) / CHUNK;
-
-/// Claimed chunks `[start, end)` and the fetch their readers wait on.
-pub(super) type Piece = (u64, u64, Arc<Fetch>);
 
 /// The longest GETs, in chunks, for what a reader needs now and for read-ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,14 +39,16 @@ impl Sizing {
 
 /// Consecutive pieces together, each group spanning at most `max_run` chunks (a piece
 /// longer than that alone).
-pub(super) fn group(pieces: Vec<Piece>, max_run: u64) -> Vec<Vec<Piece>> {
+/// (`span`: a piece's chunks.)
+pub(super) fn group<P>(pieces: Vec<P>, max_run: u64, span: fn(&P) -> (u64, u64)) -> Vec<Vec<P>> {
     let mut out = Vec::new();
-    let mut group: Vec<Piece> = Vec::new();
+    let mut group: Vec<P> = Vec::new();
     for p in pieces {
+        let (s, e) = span(&p);
         let joins = group
             .first()
             .zip(group.last())
-            .is_some_and(|(first, last)| last.1 == p.0 && p.1 - first.0 <= max_run);
+            .is_some_and(|(first, last)| span(last).1 == s && e - span(first).0 <= max_run);
         if !joins && !group.is_empty() {
             out.push(std::mem::take(&mut group));
         }
@@ -67,10 +66,10 @@ impl Prefetcher {
     pub(super) fn spawn_gets(
         self: &Arc<Self>,
         obj: &Arc<Object>,
-        pieces: Vec<Piece>,
+        pieces: Vec<Claimed>,
         max_run: u64,
     ) {
-        for g in group(pieces, max_run) {
+        for g in group(pieces, max_run, Claimed::chunks) {
             self.spawn_get(obj, g);
         }
     }
@@ -80,13 +79,16 @@ impl Prefetcher {
 mod tests {
     use super::*;
 
-    fn pieces(ranges: &[(u64, u64)]) -> Vec<Piece> {
-        let f = Arc::new(Fetch::default());
-        ranges.iter().map(|&(s, e)| (s, e, f.clone())).collect()
+    fn pieces(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        ranges.to_vec()
     }
 
-    fn spans(groups: &[Vec<Piece>]) -> Vec<(u64, u64)> {
+    fn spans(groups: &[Vec<(u64, u64)>]) -> Vec<(u64, u64)> {
         groups.iter().map(|g| (g[0].0, g[g.len() - 1].1)).collect()
+    }
+
+    fn group(p: Vec<(u64, u64)>, max_run: u64) -> Vec<Vec<(u64, u64)>> {
+        super::group(p, max_run, |&p| p)
     }
 
     #[test]

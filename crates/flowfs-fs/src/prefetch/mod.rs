@@ -11,9 +11,11 @@
 //! directory's next files, chosen by the namespace in fs/open.rs).
 //!
 //! Single flight: which chunks are in flight is kept by the cache entry
-//! (`CacheEntry::claim`), because eviction reserves the chunks it is punching in the same
+//! (`DiskCache::claim`), because eviction reserves the chunks it is punching in the same
 //! map: a reader must see a GET and a punch under way in one look, or it would write
-//! chunks into the file that the punch then zeroes.
+//! chunks into the file that the punch then zeroes. A GET owns the chunks it was handed
+//! as `Claimed` pieces: each one's store (or drop) ends its claim and wakes its readers,
+//! and `Claimed::fail_all` a failed GET's; nothing here touches the in-flight map.
 
 mod ahead;
 mod gets;
@@ -157,7 +159,7 @@ impl Prefetcher {
         let len = (len as u64).min(obj.size - off);
         let plan = (r.seq.lock()).plan(off, len, obj.size, self.part_size, self.max_readahead);
         if let Some((a, b)) = plan.ahead {
-            let claim = obj.entry.claim(a / CHUNK, b.div_ceil(CHUNK), PIECE);
+            let claim = (self.cache).claim(&obj.entry, a / CHUNK, b.div_ceil(CHUNK), PIECE);
             self.spawn_gets(obj, claim.start, self.sizing.ahead_run());
         }
         let mut retried = false;
@@ -199,13 +201,12 @@ impl Prefetcher {
         // meanwhile given up, and started another: the reader never saw the failure, and
         // a failing server cost a read three requests or more.)
         let (c0, c1) = (want.0 / CHUNK, want.1.div_ceil(CHUNK));
-        let claim = obj
-            .entry
-            .claim(need.0 / CHUNK, need.1.div_ceil(CHUNK), PIECE);
-        let waits: Vec<Arc<Fetch>> = (claim.wait.iter())
-            .chain(&claim.start)
-            .filter(|(s, e, _)| *s < c1 && *e > c0)
-            .map(|p| p.2.clone())
+        let claim = (self.cache).claim(&obj.entry, need.0 / CHUNK, need.1.div_ceil(CHUNK), PIECE);
+        let running = claim.wait.iter().map(|(s, e, f)| ((*s, *e), f));
+        let started = claim.start.iter().map(|p| (p.chunks(), p.fetch()));
+        let waits: Vec<Arc<Fetch>> = (running.chain(started))
+            .filter(|((s, e), _)| *s < c1 && *e > c0)
+            .map(|(_, f)| f.clone())
             .collect();
         self.spawn_gets(obj, claim.start, self.sizing.part_run());
         for w in waits {

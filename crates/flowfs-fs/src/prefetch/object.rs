@@ -19,12 +19,12 @@ impl Prefetcher {
                 return;
             }
         };
-        let claim = obj.entry.claim(0, obj.entry.chunks(), PIECE);
+        let claim = (self.cache).claim(&obj.entry, 0, obj.entry.chunks(), PIECE);
         if !claim.start.is_empty() {
             self.ahead.lock().fetched(&obj.key, obj.size);
         }
         let mut waits: Vec<_> = claim.wait.into_iter().map(|w| w.2).collect();
-        waits.extend(claim.start.iter().map(|p| p.2.clone()));
+        waits.extend(claim.start.iter().map(|p| p.fetch().clone()));
         self.spawn_gets(&obj, claim.start, self.sizing.part_run());
         // The entry stays open until its bytes are in, as a handle would keep it.
         let me = self.clone();

@@ -1,13 +1,13 @@
 //! The GET task: one ranged GET for consecutive claimed pieces.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cache::{FetchLock, CHUNK};
+use crate::cache::{Claimed, FetchLock, CHUNK};
 use crate::error::{FsError, Result};
 
-use super::gets::Piece;
 use super::{Object, Prefetcher};
 
 /// The longest a GET waits for another process fetching some of its chunks: past it, the
@@ -17,22 +17,14 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 impl Prefetcher {
     /// One GET for consecutive pieces. Each piece is handed to its readers as soon as its
     /// bytes are in, and written to the cache file while the rest is still arriving.
-    pub(super) fn spawn_get(self: &Arc<Self>, obj: &Arc<Object>, pieces: Vec<Piece>) {
+    pub(super) fn spawn_get(self: &Arc<Self>, obj: &Arc<Object>, pieces: Vec<Claimed>) {
         let me = self.clone();
         let obj = obj.clone();
         tokio::spawn(async move {
-            let mut done = 0;
-            if let Err(e) = me.get(&obj, &pieces, &mut done).await {
+            let mut left = VecDeque::from(pieces);
+            if let Err(e) = me.get(&obj, &mut left).await {
                 tracing::warn!(key = %obj.key, "read failed: {e}");
-                // Every chunk given up before any reader wakes: one woken by the failure
-                // of one piece and fetching again never waits on a later piece of this
-                // GET, which would fail it without a request.
-                for (c0, c1, _) in &pieces[done..] {
-                    me.cache.abandon(&obj.entry, *c0, *c1);
-                }
-                for (_, _, f) in &pieces[done..] {
-                    me.cache.finish(f, Err(e.clone()));
-                }
+                Claimed::fail_all(left, e);
             }
         });
     }
@@ -65,64 +57,68 @@ impl Prefetcher {
         }
     }
 
-    /// Sends the GET and stores what it brings; `done` counts the pieces handed over
-    /// (their readers are woken by their store, whatever happens to the rest). Pieces
-    /// another process fetched meanwhile are not fetched: their readers read the file.
-    async fn get(
-        self: &Arc<Self>,
-        obj: &Arc<Object>,
-        pieces: &[Piece],
-        done: &mut usize,
+    /// Under the fetch lock, gives up the leading and trailing pieces that another
+    /// process fetched meanwhile (their readers read the file); pieces between them are
+    /// fetched again with the rest, one GET.
+    fn skip_present(
+        &self,
+        obj: &Object,
+        lock: &FetchLock,
+        left: &mut VecDeque<Claimed>,
     ) -> Result<()> {
-        let c0 = pieces[0].0;
-        let lock = self.lock_fetch(obj, c0, pieces[pieces.len() - 1].1).await;
-        let (a, b) = match &lock {
-            Some(l) => {
-                let have = self.cache.present_under(&obj.entry, l)?;
-                let full = |p: &Piece| (p.0..p.1).all(|c| have[(c - c0) as usize]);
-                for p in pieces.iter().filter(|p| full(p)) {
-                    self.cache.abandon(&obj.entry, p.0, p.1);
-                    self.cache.finish(&p.2, Ok(()));
-                }
-                match pieces.iter().position(|p| !full(p)) {
-                    None => {
-                        *done = pieces.len();
-                        return Ok(());
-                    }
-                    Some(a) => (
-                        a,
-                        pieces.iter().rposition(|p| !full(p)).map_or(a, |b| b) + 1,
-                    ),
-                }
-            }
-            None => (0, pieces.len()),
+        let c0 = left[0].chunks().0;
+        let have = self.cache.present_under(&obj.entry, lock)?;
+        let full = |p: &Claimed| {
+            let (a, b) = p.chunks();
+            (a..b).all(|c| have[(c - c0) as usize])
         };
-        *done = a;
-        let todo = &pieces[a..b];
-        let start = todo[0].0 * CHUNK;
-        let cuts: Vec<u64> = todo.iter().map(|p| (p.1 * CHUNK).min(obj.size)).collect();
+        while left.front().is_some_and(full) {
+            left.pop_front();
+        }
+        while left.back().is_some_and(full) {
+            left.pop_back();
+        }
+        Ok(())
+    }
+
+    /// Sends the GET and stores what it brings. `left` holds the pieces not yet handed
+    /// over (their readers are woken by their store, whatever happens to the rest).
+    async fn get(self: &Arc<Self>, obj: &Arc<Object>, left: &mut VecDeque<Claimed>) -> Result<()> {
+        let (c0, c1) = (left[0].chunks().0, left[left.len() - 1].chunks().1);
+        let lock = self.lock_fetch(obj, c0, c1).await;
+        if let Some(l) = &lock {
+            self.skip_present(obj, l, left)?;
+            if left.is_empty() {
+                return Ok(());
+            }
+        }
+        let start = left[0].chunks().0 * CHUNK;
+        let cuts: Vec<u64> = (left.iter())
+            .map(|p| (p.chunks().1 * CHUNK).min(obj.size))
+            .collect();
         let _permit = (self.gets.acquire(cuts[cuts.len() - 1] - start))
             .await
             .map_err(|e| FsError::Internal(format!("GET permits: {e}")))?;
-        let mut stores = Vec::with_capacity(todo.len());
+        let (pieces, mut stores) = (left.len(), Vec::with_capacity(left.len()));
         let mut sink = |i: usize, data: Bytes| {
-            let (c0, c1, f) = todo[i].clone();
-            self.cache.offer(&obj.entry, c0 * CHUNK, data.clone(), &f);
+            // Pieces arrive in order, each once: the next one is the first left.
+            debug_assert_eq!(i, pieces - left.len());
+            let Some(p) = left.pop_front() else {
+                return;
+            };
+            self.cache.offer(&p, data.clone());
             // The cache write is blocking file I/O (it may wait for the disk under dirty
             // page throttling): not on an async worker, where it would hold up every
             // FUSE request behind it.
-            let (me, entry, lock) = (self.clone(), obj.entry.clone(), lock.clone());
+            let (me, lock) = (self.clone(), lock.clone());
             stores.push(tokio::task::spawn_blocking(move || {
-                if let Err(e) = me.cache.store(&entry, lock.as_deref(), c0 * CHUNK, &data) {
+                if let Err(e) = me.cache.store(p, lock.as_deref(), &data) {
                     // A full or broken cache disk costs the cache, not the read: the
                     // bytes are in memory for the readers waiting on them, later ones
                     // fetch again.
                     me.cache_write_failed(&e);
-                    me.cache.abandon(&entry, c0, c1);
                 }
-                me.cache.finish(&f, Ok(()));
             }));
-            *done = a + i + 1;
         };
         let got = (self.client)
             .get_range_pieces(&obj.key, start, &cuts, obj.etag.as_deref(), &mut sink)

@@ -66,12 +66,11 @@ impl Warmer {
     async fn settled(&self, r: &super::Reader) -> Result<()> {
         let e = &r.obj.entry;
         for last in [false, true] {
-            let claim = e.claim(0, e.chunks(), u64::MAX);
-            let missing: u64 = claim.start.iter().map(|(a, b, _)| b - a).sum();
-            for (c0, c1, f) in &claim.start {
-                self.cache.abandon(e, *c0, *c1);
-                self.cache.finish(f, Ok(()));
-            }
+            let claim = self.cache.claim(e, 0, e.chunks(), u64::MAX);
+            let chunks = claim.start.iter().map(|p| p.chunks());
+            let missing: u64 = chunks.map(|(a, b)| b - a).sum();
+            // Claimed only to count them: given back at once.
+            drop(claim.start);
             if missing > 0 {
                 return Err(FsError::NotCached {
                     bytes: missing * crate::cache::CHUNK,
