@@ -55,3 +55,25 @@ def test_a_reader_in_listing_order_reads_what_was_fetched_ahead(mount, s3, bucke
     assert ahead["files"] > len(files) // 2, ahead
     # Read in full: nothing fetched ahead was left unread.
     assert (ahead["files_read"], ahead["bytes_read"]) == (ahead["files"], ahead["bytes"]), ahead
+
+
+def test_names_the_kernel_forgot_are_answered_by_the_listing_it_just_took(mount, s3, bucket, proxy):
+    """`echo 3 > drop_caches` (or memory pressure) drops the kernel's dentries: it forgets
+    the directory and its files, then looks each up again. The listing, a moment old,
+    answers: no HEAD, no LIST (each name cost a HEAD and a one-key LIST before)."""
+    files = {f"top/dir/f{i:02}": payload(1000 + i, f"forgot{i}") for i in range(20)}
+    put_many(s3, bucket, files)
+    m = mount(bucket, proxy=proxy, extra=["--metadata-ttl", "3600"])
+    names = sorted(p.name for p in (m / "top" / "dir").iterdir())
+    assert len(names) == len(files)
+    subprocess.run(["sync"], check=True, timeout=60)
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError as e:
+        import pytest
+        pytest.skip(f"cannot drop the kernel's caches here: {e}")
+    proxy.reset()
+    sizes = {f"top/dir/{n}": (m / "top" / "dir" / n).stat().st_size for n in names}
+    assert sizes == {k: len(v) for k, v in files.items()}
+    assert proxy.count(P.HEAD, P.LIST) == 0, proxy.stats.summary()

@@ -306,22 +306,37 @@ impl Inodes {
         }
     }
 
+    /// Removes `ino` if nothing needs it: no kernel reference, not open, and (while its
+    /// name stands) no listing kept in it and no node below it. A directory the kernel
+    /// forgot keeps its listing (within `MAX_LISTED`), and its ancestors stay for its
+    /// path: after the kernel dropped its dentries (`drop_caches`, memory pressure), a
+    /// `cp` of its files looked each one up again with a HEAD and a one-key LIST, and
+    /// the directory too, although its listing was a moment old. Its parent is looked
+    /// at in turn, since it may have been kept only for it.
     pub fn remove_if_unreferenced(&mut self, ino: u64) {
-        let Some(node) = self.nodes.get(&ino) else {
-            return;
-        };
+        let mut next = Some(ino);
+        while let Some(ino) = next.take() {
+            next = self.remove_one(ino);
+        }
+    }
+
+    /// Removes `ino` if nothing needs it; its parent, if that may now be unneeded too.
+    fn remove_one(&mut self, ino: u64) -> Option<u64> {
+        let node = self.nodes.get(&ino)?;
         if ino == ROOT || node.lookups > 0 || node.open > 0 {
-            return;
+            return None;
         }
         let (parent, name) = (node.parent, node.name.clone());
         if self.child(parent, &name) == Some(ino) {
             // Names this mount created stay known until they are removed.
-            if node.validated().is_none() {
-                return;
+            let held = node.listing().is_some() || self.children.contains_key(&ino);
+            if node.validated().is_none() || held {
+                return None;
             }
             self.unlink_name(parent, &name, Some(ino));
         }
         self.remove_node(ino);
+        Some(parent)
     }
 
     fn remove_node(&mut self, ino: u64) {
@@ -361,6 +376,7 @@ impl Inodes {
             });
         }
         self.nodes.insert(ino, n);
+        let mut gone = vec![ino];
         while self.listed > MAX_LISTED && self.held.len() > 1 {
             let Some((_, old)) = self.held.pop_first() else {
                 break;
@@ -370,8 +386,13 @@ impl Inodes {
                     let len = listing.entries.len();
                     self.listed -= len;
                     d.listing = Some(Cached::Dropped { len });
+                    gone.push(old);
                 }
             }
+        }
+        // A directory kept only for its listing goes with it.
+        for ino in gone {
+            self.remove_if_unreferenced(ino);
         }
     }
 
@@ -492,6 +513,34 @@ mod tests {
         t.detach(ROOT, "d4");
         assert_eq!(t.listed, 2 * per);
         assert_eq!(t.held.len(), 2);
+    }
+
+    /// A directory the kernel forgot stays, with its ancestors, while its listing is
+    /// kept, and goes with the listing: what it costs is bounded by `MAX_LISTED`.
+    #[test]
+    fn a_forgotten_directory_lives_as_long_as_its_listing() {
+        let mut t = Inodes::new();
+        let now = Some(Instant::now());
+        let a = t.upsert(ROOT, "a", &Entry::dir(SystemTime::now()), now);
+        let b = t.upsert(a, "b", &Entry::dir(SystemTime::now()), now);
+        let plain = t.upsert(ROOT, "plain", &Entry::dir(SystemTime::now()), now);
+        for ino in [a, b, plain] {
+            t.get_mut(ino).unwrap().looked_up();
+        }
+        t.set_listing(b, Some(listing_of(10)));
+        for ino in [b, a, plain] {
+            t.forget(ino, 1);
+        }
+        assert_eq!(t.path(b).as_deref(), Some("a/b"), "kept, its path with it");
+        assert_eq!(t.child(ROOT, "plain"), None, "nothing kept it");
+        // Newer listings push b's out: b goes, and a, kept only for b, with it.
+        for i in 0..2 {
+            let d = t.upsert(ROOT, format!("n{i}"), &Entry::dir(SystemTime::now()), now);
+            t.get_mut(d).unwrap().looked_up();
+            t.set_listing(d, Some(listing_of(MAX_LISTED / 2)));
+        }
+        assert!(t.get(b).is_none() && t.get(a).is_none());
+        assert_eq!(t.child(ROOT, "a"), None);
     }
 
     #[test]

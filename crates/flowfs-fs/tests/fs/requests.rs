@@ -165,3 +165,40 @@ async fn a_directory_listed_again_in_ranges_holds_what_the_bucket_holds() {
     let inner = fs.lookup(big, "f00999").await.expect("a directory");
     assert_eq!(inner.kind, flowfs_fs::Kind::Dir);
 }
+
+/// `cp` of a directory's files after the kernel dropped its dentries (`drop_caches`, or
+/// memory pressure): the kernel forgets the files, their directory and its parent, then
+/// looks each name up again. The directory's listing, a moment old, answers: no request.
+/// (The directory's node went with its listing, and each name cost a HEAD and a one-key
+/// LIST again: the seventeenth session counted 2 LOOKUPs, 2 HEADs, 2 LISTs per file.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_the_kernel_forgot_are_answered_by_the_listing_still_fresh() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    for i in 0..10 {
+        mock.insert(&format!("in/d/f{i}"), b"x".to_vec());
+    }
+    let fs = fs_ttl(&mock, dir.path(), Duration::from_secs(60));
+    let top = fs.lookup(ROOT, "in").await.expect("in").ino;
+    let d = fs.lookup(top, "d").await.expect("d").ino;
+    assert_eq!(crate::common::entries(&fs, d, false).await.len(), 10);
+    let f0 = fs.lookup(d, "f0").await.expect("f0").ino;
+    // What the kernel's dentry shrinker sends, children first.
+    fs.forget(f0, 1);
+    fs.forget(d, 1);
+    fs.forget(top, 1);
+    mock.reset_counts();
+    assert_eq!(fs.lookup(ROOT, "in").await.expect("in again").ino, top);
+    assert_eq!(fs.lookup(top, "d").await.expect("d again").ino, d);
+    for f in ["f0", "f5"] {
+        assert_eq!(
+            fs.lookup(d, f).await.expect("a file again").kind,
+            Kind::File
+        );
+    }
+    let sent: u64 = [Op::Head, Op::List, Op::Get]
+        .iter()
+        .map(|&o| mock.count(o))
+        .sum();
+    assert_eq!(sent, 0, "answered from the listing kept");
+}
