@@ -67,18 +67,9 @@ pub enum FsError {
         #[source]
         source: Arc<std::io::Error>,
     },
-    /// EIO: the cache was closed by the unmount while a read still used it.
-    #[error("the cache is closed (unmounted)")]
-    CacheClosed,
-    /// EIO: fetched bytes could not be written to the cache (another process held their
-    /// chunks too long, or the cache disk failed: the log says which).
-    #[error("{bytes} bytes were read but could not be cached: {why}")]
-    NotCached {
-        /// How many bytes were read and not cached.
-        bytes: u64,
-        /// Why.
-        why: &'static str,
-    },
+    /// EIO: the cache failed (closed by the unmount, its disk, bytes it could not keep).
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
     /// EIO: what a read needed was evicted again before it was read, four times over.
     #[error("cached data was evicted while being read; raise --cache-size")]
     Evicted,
@@ -113,8 +104,7 @@ impl FsError {
             FsError::TooBig(_) => libc::EFBIG,
             FsError::Store(_)
             | FsError::Disk { .. }
-            | FsError::CacheClosed
-            | FsError::NotCached { .. }
+            | FsError::Cache(_)
             | FsError::Evicted
             | FsError::Upload(_)
             | FsError::Internal(_) => libc::EIO,

@@ -30,7 +30,7 @@
 //! in flight, the checks of a read); `pin.rs` pins; `bitmap.rs` its chunk map; `fetch.rs`
 //! Fetch, Claim and Claimed (a fetch in flight, owned); `memory.rs` fetched ranges in memory; `persist.rs` the files;
 //! `shared.rs` the locks and the directory's counters; `disk.rs` statvfs, hole punching,
-//! syncfs; `admin.rs` what `flowfs cache` does.
+//! syncfs; `error.rs` CacheError; `admin.rs` what `flowfs cache` does.
 //!
 //! Locks of the cache in this process (an entry's own are described in entry.rs):
 //! - `inner`: the entries open in this process (hash -> entry). A hit does not take it;
@@ -48,6 +48,7 @@ mod bitmap;
 mod disk;
 mod durable;
 mod entry;
+mod error;
 mod evict;
 mod fetch;
 mod index;
@@ -70,7 +71,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
-use crate::error::{FsError, Result};
 use memory::MemBudget;
 use persist::identity;
 #[cfg(test)]
@@ -79,6 +79,7 @@ use shared::Usage;
 
 pub use disk::{disk_space, DiskSpace};
 pub use entry::{CacheEntry, FetchLock};
+pub use error::CacheError;
 pub use fetch::{Claim, Claimed, Fetch};
 pub use pin::Pinned;
 
@@ -160,11 +161,11 @@ impl DiskCache {
     }
 
     /// The cache entry of one object version, shared by every handle that reads it.
-    pub fn entry(&self, bucket: &str, key: &str, etag: &str, size: u64) -> Result<Arc<CacheEntry>> {
+    pub fn entry(&self, bucket: &str, key: &str, etag: &str, size: u64) -> Arc<CacheEntry> {
         let (ident, hash) = identity(bucket, key, etag, size);
         if let Some(e) = self.inner.lock().get(&hash) {
             e.add_user();
-            return Ok(e.clone());
+            return e.clone();
         }
         // Outside `inner`: the file is opened (or made) and its map read. If it cannot
         // be, the entry reads without the cache (reads, fetches and stores try again).
@@ -182,11 +183,11 @@ impl DiskCache {
         let mut inner = self.inner.lock();
         if let Some(other) = inner.get(&hash) {
             other.add_user();
-            return Ok(other.clone());
+            return other.clone();
         }
         let e = Arc::new(e);
         inner.insert(hash, e.clone());
-        Ok(e)
+        e
     }
 
     /// Takes over the file at `src` (same file system), which holds all `size` bytes of
@@ -248,23 +249,27 @@ impl DiskCache {
         c0: u64,
         c1: u64,
         wait: bool,
-    ) -> Result<Option<FetchLock>> {
+    ) -> Result<Option<FetchLock>, CacheError> {
         e.lock_fetch(c0, c1, wait)
-            .map_err(|err| FsError::disk("cache lock", err))
+            .map_err(CacheError::disk("cache lock"))
     }
 
     /// Under a fetch lock, which of its chunks are present (fetched by another process
     /// meanwhile).
-    pub fn present_under(&self, e: &CacheEntry, lock: &FetchLock) -> Result<Vec<bool>> {
-        e.present_under(lock)
-            .map_err(|err| FsError::disk("cache map", err))
+    pub fn present_under(&self, e: &CacheEntry, lock: &FetchLock) -> Result<Vec<bool>, CacheError> {
+        e.present_under(lock).map_err(CacheError::disk("cache map"))
     }
 
     /// Writes the fetched bytes of `p` into the data file and marks them present, under
     /// `lock` (none: the fetch could not lock them, the bytes are not cached), then ends
     /// the claim (its readers wake, whatever the outcome: they have the bytes in memory,
     /// or claim them again). Blocks on the disk: call it off the async workers.
-    pub fn store(&self, p: Claimed, lock: Option<&FetchLock>, data: &[u8]) -> Result<()> {
+    pub fn store(
+        &self,
+        p: Claimed,
+        lock: Option<&FetchLock>,
+        data: &[u8],
+    ) -> Result<(), CacheError> {
         let e = p.entry().clone();
         let off = p.chunks().0 * CHUNK;
         let end = off + data.len() as u64;
@@ -279,8 +284,8 @@ impl DiskCache {
         );
         let open = self.open.read_recursive();
         let r = match lock {
-            _ if !*open => Err(FsError::CacheClosed),
-            None => Err(FsError::NotCached {
+            _ if !*open => Err(CacheError::Closed),
+            None => Err(CacheError::NotCached {
                 bytes: data.len() as u64,
                 why: "another process held their chunks too long",
             }),
@@ -290,7 +295,7 @@ impl DiskCache {
                 self.changes.note(&self.usage, Some(&e.map_path()));
                 e.write(lock, off, data)
                     .and_then(|()| e.set_present(lock, c0, c1))
-                    .map_err(|err| FsError::disk("cache write", err))
+                    .map_err(CacheError::disk("cache write"))
             }
         };
         drop(p);

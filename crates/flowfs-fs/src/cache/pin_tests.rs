@@ -24,7 +24,7 @@ fn a_pinned_entry_survives_eviction_by_another_process() {
     let (data, limit) = (pattern(2 * one, 229), 3 * one + CHUNK);
     let a = DiskCache::open(dir.path(), limit, 0).unwrap();
     let b = DiskCache::open(dir.path(), limit, 0).unwrap();
-    let ea = a.entry("b", "old", "\"v1\"", 2 * one).unwrap();
+    let ea = a.entry("b", "old", "\"v1\"", 2 * one);
     insert(&a, &ea, 0, aligned(&data));
     let pin = a
         .pin_complete(&ea)
@@ -33,7 +33,7 @@ fn a_pinned_entry_survives_eviction_by_another_process() {
     // The handle closes: the pin alone holds the entry.
     a.release(&ea);
     std::thread::sleep(std::time::Duration::from_millis(5)); // a later use time
-    let eb = b.entry("b", "new", "\"v1\"", 2 * one).unwrap();
+    let eb = b.entry("b", "new", "\"v1\"", 2 * one);
     insert(&b, &eb, 0, aligned(&data));
     assert_eq!(first_hole(pin.file()), (2 * one, 2 * one));
     let mut got = vec![0u8; data.len()];
@@ -43,14 +43,14 @@ fn a_pinned_entry_survives_eviction_by_another_process() {
     assert!(b.used() <= limit, "{} bytes in the directory", b.used());
     assert!(eb.try_read(0, 10).unwrap().is_none());
     // Pins are shared: another process pins it too.
-    let fb = b.entry("b", "old", "\"v1\"", 2 * one).unwrap();
+    let fb = b.entry("b", "old", "\"v1\"", 2 * one);
     assert!(b.pin_complete(&fb).unwrap().is_some());
     b.release(&fb);
     drop(pin);
     std::thread::sleep(std::time::Duration::from_millis(5));
-    let ec = b.entry("b", "newer", "\"v1\"", one).unwrap();
+    let ec = b.entry("b", "newer", "\"v1\"", one);
     insert(&b, &ec, 0, aligned(&data[..one as usize]));
-    let ea = a.entry("b", "old", "\"v1\"", 2 * one).unwrap();
+    let ea = a.entry("b", "old", "\"v1\"", 2 * one);
     assert!(
         ea.try_read(0, 10).unwrap().is_none(),
         "unpinned, it goes first"
@@ -69,7 +69,7 @@ fn a_pin_needs_every_chunk() {
     let size = data.len() as u64;
     let a = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let b = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let ea = a.entry("b", "k", "\"v1\"", size).unwrap();
+    let ea = a.entry("b", "k", "\"v1\"", size);
     assert!(a.pin_complete(&ea).unwrap().is_none());
     insert(&a, &ea, 0, aligned(&data[..2 * one as usize]));
     assert!(
@@ -77,7 +77,7 @@ fn a_pin_needs_every_chunk() {
         "its last chunk is missing"
     );
     insert(&a, &ea, 2 * one, aligned(&data[2 * one as usize..]));
-    let eb = b.entry("b", "k", "\"v1\"", size).unwrap();
+    let eb = b.entry("b", "k", "\"v1\"", size);
     // An eviction holds the pin byte: no pin, and no waiting for it.
     let evicting = File::options()
         .read(true)
@@ -100,7 +100,7 @@ fn a_pin_needs_every_chunk() {
         a.pin_complete(&ea).unwrap().is_none(),
         "pinned on a stale hint"
     );
-    let empty = a.entry("b", "empty", "\"v1\"", 0).unwrap();
+    let empty = a.entry("b", "empty", "\"v1\"", 0);
     assert!(a.pin_complete(&empty).unwrap().is_none());
 }
 
@@ -113,7 +113,7 @@ fn the_data_file_is_the_objects_length() {
     let data = pattern(3 * CHUNK + 5, 223);
     let size = data.len() as u64;
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let e = cache.entry("b", "k", "\"v1\"", size).unwrap();
+    let e = cache.entry("b", "k", "\"v1\"", size);
     let path = e.data_path();
     let meta = fs::metadata(&path).unwrap();
     assert_eq!((meta.len(), meta.blocks()), (size, 0));
@@ -130,7 +130,7 @@ fn the_data_file_is_the_objects_length() {
     let staged = dir.path().join("staged");
     fs::write(&staged, &data).unwrap();
     assert!(cache.adopt("b", "k2", "\"v1\"", size, &staged));
-    let f = cache.entry("b", "k2", "\"v1\"", size).unwrap();
+    let f = cache.entry("b", "k2", "\"v1\"", size);
     let pin = cache.pin_complete(&f).unwrap().expect("adopted whole");
     assert_eq!(first_hole(pin.file()), (size, size));
     assert_eq!(
@@ -148,7 +148,7 @@ fn other_formats_and_orphans_are_removed_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let data = pattern(2 * CHUNK, 211);
     let (cache, e) = holding(dir.path(), &data);
-    let g = cache.entry("b", "k2", "\"v1\"", CHUNK).unwrap();
+    let g = cache.entry("b", "k2", "\"v1\"", CHUNK);
     insert(&cache, &g, 0, aligned(&data[..CHUNK as usize]));
     let (gone, gone_map) = (g.data_path(), g.map_path());
     cache.release(&e);
@@ -169,9 +169,9 @@ fn other_formats_and_orphans_are_removed_at_open() {
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     assert!(strays.iter().all(|p| !p.exists()) && !gone_map.exists());
     assert_eq!(cache.used(), 2 * CHUNK);
-    let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let e = cache.entry("b", "k", "\"v1\"", data.len() as u64);
     assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
-    let g = cache.entry("b", "k2", "\"v1\"", CHUNK).unwrap();
+    let g = cache.entry("b", "k2", "\"v1\"", CHUNK);
     assert!(g.try_read(0, 1).unwrap().is_none());
     assert_eq!(fs::metadata(g.data_path()).unwrap().len(), CHUNK);
 }
@@ -186,7 +186,7 @@ fn a_pin_frees_fetched_bytes_waiting_in_memory() {
     let one = BLOCK_CHUNKS * CHUNK;
     let data = pattern(one, 223);
     let cache = DiskCache::open(dir.path(), 1 << 30, 4 << 20).unwrap();
-    let e = cache.entry("b", "k", "\"v1\"", one).unwrap();
+    let e = cache.entry("b", "k", "\"v1\"", one);
     insert(&cache, &e, 0, aligned(&data));
     assert_eq!(cache.mem.used(), one, "the fetched bytes wait in memory");
     let hits = || cache.hits.load(std::sync::atomic::Ordering::Relaxed);

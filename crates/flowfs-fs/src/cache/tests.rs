@@ -3,6 +3,7 @@
 //! so their OFD locks conflict as two processes' do).
 
 use super::*;
+use crate::error::FsError;
 use flowfs_client::AlignedBuf;
 
 /// What a fetch does with the bytes it got: under the chunks' fetch lock, to the
@@ -41,7 +42,7 @@ fn insert_read_and_evict() {
     let dir = tempfile::tempdir().unwrap();
     let cache = DiskCache::open(dir.path(), 4 << 20, 0).unwrap();
     let size = 6 << 20;
-    let e = cache.entry("b", "k", "\"e\"", size).unwrap();
+    let e = cache.entry("b", "k", "\"e\"", size);
     assert!(e.try_read(0, 10).unwrap().is_none());
     let claim = cache.claim(&e, 0, e.chunks(), 32);
     assert_eq!(claim.start.len(), 3);
@@ -62,7 +63,7 @@ fn insert_read_and_evict() {
 /// A cache (1 GiB) on `dir` that holds `data` as version v1 of `b/k`, its entry open.
 pub(super) fn holding(dir: &Path, data: &[u8]) -> (DiskCache, Arc<CacheEntry>) {
     let cache = DiskCache::open(dir, 1 << 30, 0).unwrap();
-    let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let e = cache.entry("b", "k", "\"v1\"", data.len() as u64);
     insert(&cache, &e, 0, aligned(data));
     (cache, e)
 }
@@ -77,9 +78,9 @@ fn survives_reopen_and_keys_by_etag() {
     drop(cache);
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     assert_eq!(cache.used(), 2 * CHUNK);
-    let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let e = cache.entry("b", "k", "\"v1\"", data.len() as u64);
     assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
-    let other = cache.entry("b", "k", "\"v2\"", data.len() as u64).unwrap();
+    let other = cache.entry("b", "k", "\"v2\"", data.len() as u64);
     assert!(other.try_read(0, 1).unwrap().is_none());
 }
 
@@ -94,7 +95,7 @@ fn a_killed_processs_cache_is_kept_until_a_reboot() {
             fs::write(dir.path().join("objects/state"), "another-boot dirty").unwrap();
         }
         let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+        let e = cache.entry("b", "k", "\"v1\"", data.len() as u64);
         let got = e.try_read(0, data.len()).unwrap();
         if reboot {
             // The machine went down: unsynced data may be gone.
@@ -115,11 +116,11 @@ fn bytes_written_but_not_marked_are_never_served() {
     let data = pattern(2 * CHUNK, 241);
     let a = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let b = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let ea = a.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let ea = a.entry("b", "k", "\"v1\"", data.len() as u64);
     let lock = a.lock_fetch(&ea, 0, 2, false).unwrap().unwrap();
     ea.write(&lock, 0, &data).unwrap();
     drop(lock); // killed here
-    let eb = b.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let eb = b.entry("b", "k", "\"v1\"", data.len() as u64);
     assert!(eb.try_read(0, 10).unwrap().is_none());
     let lock = b.lock_fetch(&eb, 0, 2, false).unwrap().unwrap();
     assert_eq!(b.present_under(&eb, &lock).unwrap(), vec![false, false]);
@@ -131,15 +132,15 @@ fn a_second_process_reads_what_the_first_fetched() {
     let data = pattern(40 * CHUNK + 123, 239);
     let (first, e) = holding(dir.path(), &data);
     let second = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let f = second.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let f = second.entry("b", "k", "\"v1\"", data.len() as u64);
     let got = second.read(&f, 5 * CHUNK + 7, 3 * CHUNK as usize).unwrap();
     assert_eq!(
         got.unwrap(),
         data[(5 * CHUNK + 7) as usize..(8 * CHUNK + 7) as usize]
     );
     // Fetched later by the first, while the second has the entry open: read on a miss.
-    let g = first.entry("b", "k2", "\"v1\"", CHUNK).unwrap();
-    let h = second.entry("b", "k2", "\"v1\"", CHUNK).unwrap();
+    let g = first.entry("b", "k2", "\"v1\"", CHUNK);
+    let h = second.entry("b", "k2", "\"v1\"", CHUNK);
     assert!(h.try_read(0, 10).unwrap().is_none());
     insert(&first, &g, 0, aligned(&data[..CHUNK as usize]));
     assert_eq!(h.try_read(0, 10).unwrap().unwrap(), data[..10]);
@@ -156,8 +157,8 @@ fn a_fetch_in_another_process_is_waited_for_not_repeated() {
     let data = pattern(4 * CHUNK, 233);
     let a = Arc::new(DiskCache::open(dir.path(), 1 << 30, 0).unwrap());
     let b = Arc::new(DiskCache::open(dir.path(), 1 << 30, 0).unwrap());
-    let ea = a.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
-    let eb = b.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let ea = a.entry("b", "k", "\"v1\"", data.len() as u64);
+    let eb = b.entry("b", "k", "\"v1\"", data.len() as u64);
     let lock = a.lock_fetch(&ea, 0, 4, false).unwrap().unwrap();
     // Overlapping chunks: not at once.
     assert!(b
@@ -194,11 +195,11 @@ fn the_limit_holds_for_the_directory_and_evicted_bytes_are_not_served() {
     // Three blocks and a chunk (an eviction goes a 64th below the limit).
     let a = DiskCache::open(dir.path(), 3 * one + CHUNK, 0).unwrap();
     let b = DiskCache::open(dir.path(), 3 * one + CHUNK, 0).unwrap();
-    let ea = a.entry("b", "old", "\"v1\"", data.len() as u64).unwrap();
+    let ea = a.entry("b", "old", "\"v1\"", data.len() as u64);
     insert(&a, &ea, 0, aligned(&data));
     assert_eq!(ea.try_read(0, 10).unwrap().unwrap(), data[..10]);
     std::thread::sleep(std::time::Duration::from_millis(5)); // a later use time
-    let eb = b.entry("b", "new", "\"v1\"", data.len() as u64).unwrap();
+    let eb = b.entry("b", "new", "\"v1\"", data.len() as u64);
     insert(&b, &eb, 0, aligned(&data));
     assert!(
         b.used() <= 3 * one + CHUNK,
@@ -226,7 +227,7 @@ fn eviction_skips_chunks_being_fetched_and_files_in_use() {
     let one = BLOCK_CHUNKS * CHUNK;
     let data = pattern(one, 227);
     let a = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let ea = a.entry("b", "k", "\"v1\"", one).unwrap();
+    let ea = a.entry("b", "k", "\"v1\"", one);
     insert(&a, &ea, 0, aligned(&data));
     let l = Layout::new(one);
     let (path, data) = (ea.map_path(), ea.data_path());
@@ -255,7 +256,7 @@ fn the_cache_gives_way_to_free_space() {
     cache.release(&e);
     // A floor above the disk's free space: nothing is kept, nothing adopted.
     let cache = cache.with_min_free(u64::MAX / 4);
-    let e = cache.entry("b", "k2", "\"v1\"", data.len() as u64).unwrap();
+    let e = cache.entry("b", "k2", "\"v1\"", data.len() as u64);
     insert(&cache, &e, 0, aligned(&data));
     assert_eq!(cache.used(), 0);
     let staged = dir.path().join("staged");
@@ -273,7 +274,7 @@ fn an_adopted_file_is_read_by_every_process() {
     fs::write(&staged, &data).unwrap();
     assert!(a.adopt("b", "k", "\"v1\"", data.len() as u64, &staged));
     let b = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let e = b.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let e = b.entry("b", "k", "\"v1\"", data.len() as u64);
     assert_eq!(e.try_read(0, data.len()).unwrap().unwrap(), data);
     // Already cached: refused, the file left as it was.
     fs::write(&staged, &data).unwrap();
@@ -286,7 +287,7 @@ fn an_adopted_file_is_read_by_every_process() {
 fn claims_are_shared_between_readers() {
     let dir = tempfile::tempdir().unwrap();
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK).unwrap();
+    let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK);
     let first = cache.claim(&e, 0, 4, 128);
     assert_eq!(first.start.len(), 1);
     let second = cache.claim(&e, 2, 6, 128);
@@ -300,7 +301,7 @@ fn claims_are_shared_between_readers() {
 fn a_dropped_claim_frees_its_chunks_and_wakes_its_readers() {
     let dir = tempfile::tempdir().unwrap();
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK).unwrap();
+    let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK);
     let mut first = cache.claim(&e, 0, 4, 128);
     let reader = cache.claim(&e, 0, 4, 128);
     assert_eq!((reader.wait.len(), reader.start.len()), (1, 0));
@@ -322,7 +323,7 @@ fn a_dropped_claim_frees_its_chunks_and_wakes_its_readers() {
 fn a_failed_fetch_frees_every_piece_and_wakes_its_readers_with_the_error() {
     let dir = tempfile::tempdir().unwrap();
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK).unwrap();
+    let e = cache.entry("b", "k", "\"e\"", 10 * CHUNK);
     let get = cache.claim(&e, 0, 8, 4);
     assert_eq!(get.start.len(), 2);
     let readers = cache.claim(&e, 0, 8, 4);
@@ -347,7 +348,7 @@ fn fetched_ranges_are_read_from_memory_once_then_from_the_file() {
     // An odd size: the last range ends in a partial page, written through the page cache.
     let size = (4 << 20) + 1234;
     let data = pattern(size, 253);
-    let e = cache.entry("b", "k", "\"e\"", size).unwrap();
+    let e = cache.entry("b", "k", "\"e\"", size);
     let (map, file) = (e.map_path(), e.data_path());
     for off in (0..size).step_by(1 << 20) {
         let end = (off + (1 << 20)).min(size);
@@ -384,7 +385,7 @@ fn chunks_being_punched_are_waited_for_not_fetched() {
     let dir = tempfile::tempdir().unwrap();
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let data = vec![1u8; 2 * CHUNK as usize];
-    let e = cache.entry("b", "k", "\"e\"", data.len() as u64).unwrap();
+    let e = cache.entry("b", "k", "\"e\"", data.len() as u64);
     insert(&cache, &e, 0, aligned(&data));
     let taken = e.take_block(0);
     let claim = cache.claim(&e, 0, 2, 128);
@@ -411,16 +412,15 @@ fn a_closed_cache_writes_nothing_more() {
     first.close();
     let state = fs::read_to_string(dir.path().join("objects/state")).unwrap();
     assert!(state.ends_with("dirty"), "marked clean while in use");
-    let g = first.entry("b", "other", "\"v1\"", CHUNK).unwrap();
+    let g = first.entry("b", "other", "\"v1\"", CHUNK);
     let lock = first.lock_fetch(&g, 0, 1, false).unwrap().unwrap();
     let p = claimed(&g, 0, CHUNK as usize);
-    assert!(first
-        .store(p, Some(&lock), &data[..CHUNK as usize])
-        .is_err());
+    let stored = first.store(p, Some(&lock), &data[..CHUNK as usize]);
+    assert!(matches!(stored, Err(CacheError::Closed)), "{stored:?}");
     let src = dir.path().join("staged");
     fs::write(&src, &data).unwrap();
     assert!(!first.adopt("b", "adopted", "\"v1\"", data.len() as u64, &src));
-    let f = second.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let f = second.entry("b", "k", "\"v1\"", data.len() as u64);
     assert_eq!(f.try_read(0, data.len()).unwrap().unwrap(), data);
     second.release(&f);
     second.close();
@@ -511,7 +511,7 @@ fn each_process_counts_until_it_synced_its_changes() {
     let a = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let b = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let unsynced = |c: &DiskCache| c.usage.get_at(shared::UNSYNCED);
-    let ea = a.entry("b", "k1", "\"v1\"", data.len() as u64).unwrap();
+    let ea = a.entry("b", "k1", "\"v1\"", data.len() as u64);
     insert(&a, &ea, 0, aligned(&data));
     insert(&a, &ea, 0, aligned(&data));
     assert_eq!(
@@ -519,7 +519,7 @@ fn each_process_counts_until_it_synced_its_changes() {
         1,
         "a process counts once, at its first change"
     );
-    let eb = b.entry("b", "k2", "\"v1\"", data.len() as u64).unwrap();
+    let eb = b.entry("b", "k2", "\"v1\"", data.len() as u64);
     insert(&b, &eb, 0, aligned(&data));
     assert_eq!(unsynced(&a), 2);
     a.close();
@@ -539,7 +539,7 @@ fn a_writer_killed_before_its_sync_is_synced_by_the_last_process() {
     let data = pattern(2 * CHUNK, 233);
     let b = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let a = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
-    let ea = a.entry("b", "k", "\"v1\"", data.len() as u64).unwrap();
+    let ea = a.entry("b", "k", "\"v1\"", data.len() as u64);
     insert(&a, &ea, 0, aligned(&data));
     drop(ea);
     drop(a); // killed: no close

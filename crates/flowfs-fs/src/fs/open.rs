@@ -76,7 +76,7 @@ impl Fs {
         let (handle, backing) = if size == 0 {
             (Handle::Empty { ino }, None)
         } else {
-            let reader = self.open_reader(ino, key, etag, size)?;
+            let reader = self.open_reader(key, etag, size);
             let backing = passthrough.then(|| self.cached_backing(&reader)).flatten();
             let handle = Handle::Remote {
                 ino,
@@ -136,25 +136,15 @@ impl Fs {
         Ok((fh, hints))
     }
 
-    /// The reader of an open of `ino` (counted open in its node): the object version
-    /// `etag` of `size` bytes at `key`. A failure takes the node's count back.
+    /// The reader of an open: the object version `etag` of `size` bytes at `key`.
     pub(super) fn open_reader(
         &self,
-        ino: u64,
         key: String,
         etag: Option<Arc<str>>,
         size: u64,
-    ) -> Result<Arc<Reader>> {
-        match self
-            .prefetch
-            .open(key, etag.as_deref().map(String::from), size)
-        {
-            Ok(r) => Ok(Arc::new(r)),
-            Err(e) => {
-                self.close_node(ino);
-                Err(e)
-            }
-        }
+    ) -> Arc<Reader> {
+        let etag = etag.as_deref().map(String::from);
+        Arc::new(self.prefetch.open(key, etag, size))
     }
 
     pub(super) fn handle(&self, fh: u64) -> Result<Handle> {

@@ -26,7 +26,7 @@ impl Fs {
             n.opened();
             (self.key(&path), etag, n.entry.size)
         };
-        let reader = self.open_reader(ino, key, etag, size)?;
+        let reader = self.open_reader(key, etag, size);
         Ok(Some(self.handles.add(Handle::Unstaged { ino, reader })))
     }
 

@@ -34,7 +34,7 @@ use bytes::Bytes;
 use flowfs_client::ObjectClient;
 use parking_lot::Mutex;
 
-use crate::cache::{CacheEntry, DiskCache, Fetch, Pinned, CHUNK};
+use crate::cache::{CacheEntry, CacheError, DiskCache, Fetch, Pinned, CHUNK};
 use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 pub use ahead::AheadStats;
@@ -107,24 +107,24 @@ impl Prefetcher {
 
     /// The object version `key` at `etag` (none: any), `size` bytes, with its cache entry
     /// open.
-    fn version(&self, key: String, etag: Option<String>, size: u64) -> Result<Arc<Object>> {
+    fn version(&self, key: String, etag: Option<String>, size: u64) -> Arc<Object> {
         let version = etag.as_deref().unwrap_or("");
-        let entry = self.cache.entry(&self.bucket, &key, version, size)?;
-        Ok(Arc::new(Object {
+        let entry = self.cache.entry(&self.bucket, &key, version, size);
+        Arc::new(Object {
             key,
             etag,
             size,
             entry,
-        }))
+        })
     }
 
     /// A reader of `key` at `etag` (none: any version), `size` bytes: an open handle.
-    pub(crate) fn open(&self, key: String, etag: Option<String>, size: u64) -> Result<Reader> {
+    pub(crate) fn open(&self, key: String, etag: Option<String>, size: u64) -> Reader {
         self.ahead.lock().opened(&key);
-        Ok(Reader {
-            obj: self.version(key, etag, size)?,
+        Reader {
+            obj: self.version(key, etag, size),
             seq: Mutex::new(SeqState::default()),
-        })
+        }
     }
 
     /// The object `r` reads as one local file, held against eviction, when every byte
@@ -221,7 +221,7 @@ impl Prefetcher {
         Ok(())
     }
 
-    fn cache_write_failed(&self, e: &FsError) {
+    fn cache_write_failed(&self, e: &CacheError) {
         // Once per mount at warn level: a full disk would otherwise log every fetch.
         if !self.cache_write_warned.swap(true, Ordering::Relaxed) {
             tracing::warn!("cannot write the disk cache, reading without it: {e}");

@@ -12,13 +12,7 @@ impl Prefetcher {
     /// fetched waits in memory (within its budget) for the reader that opens it next.
     /// A failure is only logged: that reader fetches again.
     pub(crate) fn object(self: &Arc<Self>, key: String, etag: Option<String>, size: u64) {
-        let obj = match self.version(key, etag, size) {
-            Ok(obj) => obj,
-            Err(e) => {
-                tracing::debug!("no prefetch: {e}");
-                return;
-            }
-        };
+        let obj = self.version(key, etag, size);
         let claim = (self.cache).claim(&obj.entry, 0, obj.entry.chunks(), PIECE);
         if !claim.start.is_empty() {
             self.ahead.lock().fetched(&obj.key, obj.size);

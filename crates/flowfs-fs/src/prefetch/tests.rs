@@ -51,7 +51,7 @@ impl Setup {
     }
 
     fn open(&self, key: &str, etag: &Option<String>, size: u64) -> Reader {
-        (self.p.open(key.to_string(), etag.clone(), size)).expect("open")
+        self.p.open(key.to_string(), etag.clone(), size)
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use flowfs_client::ObjectClient;
 
 use super::Prefetcher;
-use crate::cache::DiskCache;
+use crate::cache::{CacheError, DiskCache};
 use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 
@@ -39,7 +39,7 @@ impl Warmer {
     pub async fn object(&self, key: &str) -> Result<u64> {
         let meta = self.client.head(key).await?;
         let size = meta.info.size;
-        let r = self.pre.open(key.to_string(), Some(meta.info.etag), size)?;
+        let r = self.pre.open(key.to_string(), Some(meta.info.etag), size);
         let mut off = 0;
         let mut res = Ok(size);
         while off < size {
@@ -72,10 +72,10 @@ impl Warmer {
             // Claimed only to count them: given back at once.
             drop(claim.start);
             if missing > 0 {
-                return Err(FsError::NotCached {
+                return Err(FsError::Cache(CacheError::NotCached {
                     bytes: missing * crate::cache::CHUNK,
                     why: "the log says why",
-                });
+                }));
             }
             if claim.wait.is_empty() || last {
                 return Ok(());
