@@ -1,6 +1,7 @@
 //! The file system core: every operation as an async function over the object client,
 //! with no FUSE and no HTTP types. The FUSE adapter and the unit tests both call this.
-//! `Fs` routes each operation to a few owners: the namespace (`Inodes`), the open
+//! `Fs` routes each operation to a few owners: the namespace (`Namespace`: `Inodes`,
+//! the per-inode locks, the walks' listings), the open
 //! handles (`Handles`), the reader (`Prefetcher`, over the `DiskCache`), the write-back
 //! table (`WriteBack`) and the `Uploader`. This file holds the state and what every part
 //! shares (attributes, keys); `lookup` and `readdir` answer names, `open` the life of an
@@ -13,6 +14,7 @@ mod ends;
 mod handles;
 mod locks;
 mod lookup;
+mod names;
 mod namespace;
 mod open;
 mod pages;
@@ -43,7 +45,7 @@ pub use crate::writeback::PendingState;
 use crate::writeback::{download_into, NewFile, StagedFile, Staging, Uploader, WriteBack};
 pub use attrs::{Attr, AttrChanges, DirItem};
 use handles::{Handle, Handles};
-use locks::Locks;
+use names::Namespace;
 use passthrough::Access;
 pub use passthrough::{Backing, BackingKey};
 use remote::{batched, percent_encode};
@@ -105,11 +107,10 @@ const MAX_SYMLINK: u64 = 4096;
 /// or HTTP types.
 pub struct Fs {
     cfg: FsConfig,
-    /// Directories have no time of their own in S3: they show the mount time.
-    started: SystemTime,
     client: Arc<dyn ObjectClient>,
     cache: Arc<DiskCache>,
-    inodes: Mutex<Inodes>,
+    /// The inode table, the per-inode orders of name changes, the walks' listings.
+    ns: Namespace,
     /// Open files and directories by handle number.
     handles: Handles,
     /// Reads from the store: read-ahead, GETs, the prefetch of a directory's next files.
@@ -118,11 +119,6 @@ pub struct Fs {
     up: Uploader,
     /// Every staged file and where it stands on its way to the bucket.
     wb: WriteBack,
-    /// Per inode: one download of an object opened for modification at a time; a
-    /// rename, an unlink and a metadata rewrite never overlap.
-    locks: Locks,
-    /// Listings fetched ahead of directory walks.
-    walks: walk::Walks,
 }
 
 fn valid_name(name: &str) -> Result<()> {
@@ -160,13 +156,10 @@ impl Fs {
             prefetch: Arc::new(Prefetcher::new(&cfg, client.clone(), cache.clone())),
             up: Uploader::new(client.clone(), &cfg.bucket, cfg.part_size, cfg.max_uploads),
             wb: WriteBack::new(staging),
-            locks: Locks::default(),
-            walks: walk::Walks::default(),
-            started: SystemTime::now(),
+            ns: Namespace::new(),
             cfg,
             client,
             cache,
-            inodes: Mutex::new(Inodes::new()),
             handles: Handles::default(),
         })
     }
@@ -223,7 +216,7 @@ impl Fs {
 
     /// The target of symlink `ino`.
     pub async fn readlink(&self, ino: u64) -> Result<String> {
-        let t = self.inodes.lock();
+        let t = self.ns.lock();
         let n = t.get(ino).ok_or(FsError::NotFound)?;
         match (&n.entry.kind, &n.entry.target) {
             (Kind::Symlink, Some(target)) => Ok(target.to_string()),

@@ -12,13 +12,12 @@
 
 #[path = "../client/conformance/mod.rs"]
 mod conformance;
-mod weed;
 
 use std::sync::Arc;
 
 use flowfs_client::{ClientError, ObjectClient};
 
-use weed::{product_client, use_credentials, Weed};
+use flowfs_testkit::weed::{self, product_client, use_credentials, Weed};
 
 const BUCKET: &str = "flowfs-conformance";
 

@@ -126,7 +126,7 @@ impl Fs {
             self.wb.set_mtime(ino, m);
         }
         let rewrite = {
-            let mut t = self.inodes.lock();
+            let mut t = self.ns.lock();
             let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
             let mut p = n.entry.posix().unwrap_or_default();
             if let Some(m) = c.mode {
@@ -175,10 +175,10 @@ impl Fs {
         // The key is read and written while no rename or unlink of the node runs, and
         // while no directory above it moves (key first: a directory's rename holds its
         // own key, then the moves).
-        let _key = self.locks.key(ino).await;
+        let _key = self.ns.locks().key(ino).await;
         let _moves = self.up.hold_shared().await;
         let (key, posix) = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             // A staged file's coming upload carries them too; an upload landing first
             // makes the copy's condition fail, and one landing later carries them.
             let Some(n) = t.get(ino).filter(|n| !n.is_unlinked()) else {
@@ -212,7 +212,7 @@ impl Fs {
             .await
         {
             Ok(put) => {
-                let mut t = self.inodes.lock();
+                let mut t = self.ns.lock();
                 if let Some(n) = t.get_mut(ino) {
                     // The body is the same: what the kernel and the cache hold stays good.
                     if n.entry.etag.as_deref() == Some(etag) {
@@ -259,7 +259,7 @@ impl Fs {
         if let Some((_, true)) = self.wb.request_upload(ino) {
             self.spawn_upload(ino);
         }
-        self.attr_of(&self.inodes.lock(), ino)
+        self.attr_of(&self.ns.lock(), ino)
     }
 
     /// Waits for the metadata rewrites under way, at most `limit`.
@@ -297,7 +297,7 @@ impl Fs {
     ) -> Result<Attr> {
         if let Some(size) = size {
             self.check_writable()?;
-            let kind = self.inodes.lock().get(ino).map(|n| n.entry.kind);
+            let kind = self.ns.lock().get(ino).map(|n| n.entry.kind);
             match kind {
                 Some(Kind::File) => {}
                 Some(Kind::Dir) => return Err(FsError::IsDir),
@@ -306,7 +306,7 @@ impl Fs {
             self.truncate(ino, size, fh).await?;
         }
         self.change_attrs(ino, c)?;
-        self.attr_of(&self.inodes.lock(), ino)
+        self.attr_of(&self.ns.lock(), ino)
     }
 
     /// truncate(2) and ftruncate(2): the staged content gets its new length; without an

@@ -92,7 +92,7 @@ impl Fs {
         pick: impl Fn(&Inodes, u64) -> bool,
     ) -> Vec<(u64, Arc<StagedFile>)> {
         let staged = self.wb.staged(true);
-        let t = self.inodes.lock();
+        let t = self.ns.lock();
         staged.into_iter().filter(|(i, _)| pick(&t, *i)).collect()
     }
 

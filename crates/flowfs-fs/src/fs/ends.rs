@@ -56,7 +56,7 @@ impl Fs {
         match e {
             FsError::Upload(e) => e.to_string(),
             other => {
-                let key = self.inodes.lock().path(ino).map(|p| self.key(&p));
+                let key = self.ns.lock().path(ino).map(|p| self.key(&p));
                 format!("{}: {other}", key.unwrap_or_else(|| format!("inode {ino}")))
             }
         }
@@ -66,7 +66,7 @@ impl Fs {
     /// last upload failed), for an unmount that gave up.
     fn not_durable(&self, waited: Duration) -> Vec<String> {
         let pending = self.wb.pending_report();
-        let t = self.inodes.lock();
+        let t = self.ns.lock();
         let mut out: Vec<String> = pending
             .into_iter()
             .filter_map(|p| match p.state {

@@ -11,7 +11,7 @@ impl Fs {
         valid_name(name)?;
         self.refresh_passthrough(None);
         let (path, marker, was_dir) = {
-            let mut t = self.inodes.lock();
+            let mut t = self.ns.lock();
             let p = t.get(parent).ok_or(FsError::NotFound)?;
             if p.entry.kind != Kind::Dir {
                 return Err(FsError::NotDir);
@@ -45,7 +45,7 @@ impl Fs {
         let (found, at) = self
             .ask_store(parent, name, &path, (marker, was_dir))
             .await?;
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         match found {
             Some(e) => {
                 let ino = t.upsert(parent, name, &e, Some(at));
@@ -66,7 +66,7 @@ impl Fs {
 
     /// The kernel dropped `n` references to `ino`; a node neither referenced nor open goes.
     pub fn forget(&self, ino: u64, n: u64) {
-        self.inodes.lock().forget(ino, n);
+        self.ns.lock().forget(ino, n);
     }
 
     /// The attributes of `ino`; a file not open is confirmed with the store once the TTL
@@ -74,7 +74,7 @@ impl Fs {
     pub async fn getattr(self: &Arc<Self>, ino: u64) -> Result<Attr> {
         self.refresh_passthrough(Some(ino));
         let path = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             // Directories are confirmed by the lookups of their parent; a staged file is
             // newer than the bucket's copy.
@@ -92,12 +92,12 @@ impl Fs {
 
     pub(super) async fn revalidate(self: &Arc<Self>, ino: u64, path: &str) -> Result<Attr> {
         let (parent, name) = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             (n.parent(), n.name().clone())
         };
         let (found, at) = self.ask_store(parent, &name, path, (false, false)).await?;
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
         match found {
             Some(e) if e.kind == n.entry.kind => {
@@ -164,7 +164,7 @@ impl Fs {
         if self.cfg.metadata_ttl.is_zero() {
             return None;
         }
-        let t = self.inodes.lock();
+        let t = self.ns.lock();
         let p = t.get(parent)?;
         if p.listed_len()? > RELIST_MAX {
             return None;
@@ -175,7 +175,7 @@ impl Fs {
     /// Lists `parent` again in a task of its own; a listing already under way is joined,
     /// not repeated.
     fn relist_behind(self: &Arc<Self>, parent: u64) {
-        let Some(lock) = self.inodes.lock().get_mut(parent).map(|p| p.list_lock()) else {
+        let Some(lock) = self.ns.lock().get_mut(parent).map(|p| p.list_lock()) else {
             return;
         };
         if lock.try_lock().is_ok() {
@@ -191,10 +191,10 @@ impl Fs {
     /// The listing of `parent` once the one under way ends; never ready if that one
     /// failed (the lookup's own request answers then).
     async fn listing_when_relisted(&self, parent: u64) -> Listing {
-        let lock = self.inodes.lock().get_mut(parent).map(|p| p.list_lock());
+        let lock = self.ns.lock().get_mut(parent).map(|p| p.list_lock());
         if let Some(lock) = lock {
             let _guard = lock.lock().await;
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let fresh = t
                 .get(parent)
                 .and_then(|p| p.fresh_listing(self.cfg.metadata_ttl));

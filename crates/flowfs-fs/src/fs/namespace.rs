@@ -5,12 +5,12 @@ use super::*;
 
 impl Fs {
     pub(super) async fn resolve(self: &Arc<Self>, parent: u64, name: &str) -> Result<u64> {
-        if let Some(ino) = self.inodes.lock().child(parent, name) {
+        if let Some(ino) = self.ns.lock().child(parent, name) {
             return Ok(ino);
         }
         let a = self.lookup(parent, name).await?;
         // The lookup above is ours, not the kernel's.
-        if let Some(n) = self.inodes.lock().get_mut(a.ino) {
+        if let Some(n) = self.ns.lock().get_mut(a.ino) {
             n.lookup_undone();
         }
         Ok(a.ino)
@@ -74,7 +74,7 @@ impl Fs {
                 return Err(e);
             }
         }
-        let attr = self.attr_of(&self.inodes.lock(), ino)?;
+        let attr = self.attr_of(&self.ns.lock(), ino)?;
         let hints = OpenHints {
             backing: passthrough.then(|| Backing::Staged(staged)),
             ..OpenHints::default()
@@ -120,7 +120,7 @@ impl Fs {
         self.check_writable()?;
         valid_name(name)?;
         let (path, known_absent) = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let p = t.get(parent).ok_or(FsError::NotFound)?;
             if p.entry.kind != Kind::Dir {
                 return Err(FsError::NotDir);
@@ -155,7 +155,7 @@ impl Fs {
                 &metadata,
             )
             .await?;
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         let at = Instant::now();
         let ino = t.upsert(parent, name, &e, Some(at));
         if let Some(n) = t.get_mut(ino) {
@@ -208,7 +208,7 @@ impl Fs {
         if let Some((_, true)) = self.wb.request_upload(ino) {
             self.spawn_upload(ino);
         }
-        self.attr_of(&self.inodes.lock(), ino)
+        self.attr_of(&self.ns.lock(), ino)
     }
 
     /// Removes the name of a file or symlink and deletes its object; a staged copy is
@@ -217,9 +217,9 @@ impl Fs {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
         // A metadata rewrite landing after the delete would bring the object back.
-        let _key = self.locks.key(ino).await;
+        let _key = self.ns.locks().key(ino).await;
         let key = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             if n.entry.kind == Kind::Dir {
                 return Err(FsError::IsDir);
@@ -230,7 +230,7 @@ impl Fs {
             self.client.delete(&key).await?;
         }
         self.wb.forget_key(&key);
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         if let Some(n) = t.get_mut(ino) {
             n.confirm(Instant::now());
             // Its link count changed (still open, fstat shows it).
@@ -246,7 +246,7 @@ impl Fs {
     /// Whether a directory holds anything, in the bucket or staged here.
     pub(super) async fn dir_has_children(&self, ino: u64, path: &str) -> Result<bool> {
         let staged_child = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let any = t.children_of(ino).any(|(i, _)| self.wb.stat(i).is_some());
             any
         };
@@ -266,9 +266,9 @@ impl Fs {
         self.check_writable()?;
         let ino = self.resolve(parent, name).await?;
         // A rewrite of its marker landing after the delete would bring it back.
-        let _key = self.locks.key(ino).await;
+        let _key = self.ns.locks().key(ino).await;
         let path = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             if n.entry.kind != Kind::Dir {
                 return Err(FsError::NotDir);
@@ -279,7 +279,7 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         self.client.delete(&self.dir_prefix(&path)).await?;
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         t.detach(parent, name);
         Self::listing_put(&mut t, parent, name, None);
         Self::entries_changed(&mut t, parent);
@@ -300,7 +300,7 @@ impl Fs {
         content: &[u8],
     ) -> Result<(u64, Arc<StagedFile>)> {
         let ino = {
-            let mut t = self.inodes.lock();
+            let mut t = self.ns.lock();
             if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
                 return Err(FsError::NotDir);
             }
@@ -335,7 +335,7 @@ impl Fs {
 
     /// Takes back a name whose staged file could not be made.
     fn undo_create(&self, parent: u64, name: &str, ino: u64) {
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         if let Some(n) = t.get_mut(ino) {
             n.lookup_undone();
             n.confirm(Instant::now());

@@ -35,7 +35,7 @@ impl Fs {
             self.check_writable()?;
         }
         let (path, fresh) = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             match n.entry.kind {
                 Kind::Dir => return Err(FsError::IsDir),
@@ -65,7 +65,7 @@ impl Fs {
         }
         let key = self.key(&path);
         let (etag, size, keep) = {
-            let mut t = self.inodes.lock();
+            let mut t = self.ns.lock();
             let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
             let etag = n.entry.etag.clone().filter(|e| !e.is_empty());
             let keep = etag.is_some() && n.page_cache_etag() == etag.as_ref();
@@ -153,7 +153,7 @@ impl Fs {
 
     /// A handle on a staged file `WriteBack` has already counted.
     pub(super) fn open_local(&self, ino: u64, staged: Arc<StagedFile>, access: Access) -> u64 {
-        if let Some(n) = self.inodes.lock().get_mut(ino) {
+        if let Some(n) = self.ns.lock().get_mut(ino) {
             n.opened();
         }
         self.handles.add(Handle::Local {
@@ -236,7 +236,7 @@ impl Fs {
     /// files then come as fast as one big one.
     pub(super) fn prefetch_siblings(&self, ino: u64) {
         let todo: Vec<(String, Entry)> = {
-            let mut t = self.inodes.lock();
+            let mut t = self.ns.lock();
             let Some(n) = t.get(ino) else { return };
             let (parent, name) = (n.parent(), n.name().to_string());
             let Some(dir) = t.path(parent) else { return };

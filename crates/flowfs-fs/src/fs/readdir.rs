@@ -6,7 +6,7 @@ use super::*;
 impl Fs {
     /// A handle for reading directory `ino`; its listing is taken at the first readdir.
     pub fn opendir(&self, ino: u64) -> Result<u64> {
-        let t = self.inodes.lock();
+        let t = self.ns.lock();
         let n = t.get(ino).ok_or(FsError::NotFound)?;
         if n.entry.kind != Kind::Dir {
             return Err(FsError::NotDir);
@@ -38,7 +38,7 @@ impl Fs {
                 .and_then(|n| n.fresh_listing(self.cfg.metadata_ttl).cloned())
         };
         let lock = {
-            let mut t = self.inodes.lock();
+            let mut t = self.ns.lock();
             if let Some(l) = fresh(&t) {
                 return Ok(Some(l));
             }
@@ -47,7 +47,7 @@ impl Fs {
         // Concurrent lookups in one directory share a single listing.
         let _guard = lock.lock().await;
         let path = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             if let Some(l) = fresh(&t) {
                 return Ok(Some(l));
             }
@@ -58,7 +58,7 @@ impl Fs {
         else {
             return Ok(None);
         };
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         if let Some(n) = t.get_mut(ino) {
             n.set_marked(marked);
             if let Some(p) = marker {
@@ -127,7 +127,7 @@ impl Fs {
             ));
         }
         let items = h.items.clone().unwrap_or_default();
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         let dir_entry = t.get(ino).ok_or(FsError::NotFound)?.entry.clone();
         let parent = t.get(ino).map_or(ROOT, |n| n.parent());
         let mut out = Vec::new();

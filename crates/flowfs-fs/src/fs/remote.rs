@@ -180,7 +180,7 @@ impl Fs {
         if list.objects.is_empty() && list.prefixes.is_empty() {
             return Ok(None);
         }
-        let mut e = Entry::dir(self.started);
+        let mut e = Entry::dir(self.ns.started());
         // The marker (listed first) holds the directory's own attributes.
         if marker && list.objects.first().is_some_and(|o| o.key == dir) {
             e.set_posix(self.marker_posix(dir).await?);
@@ -219,7 +219,7 @@ impl Fs {
     ) -> Result<Option<(BTreeMap<String, Entry>, Option<Posix>, bool)>> {
         let prefix = self.dir_prefix(path);
         let splits = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let last = t.get(ino).and_then(|n| n.listing());
             last.filter(|l| l.entries.len() <= RELIST_MAX)
                 .map(pages::splits_of)
@@ -238,7 +238,7 @@ impl Fs {
             for p in &page.prefixes {
                 let name = &p[prefix.len()..p.len() - 1];
                 if valid_name(name).is_ok() {
-                    entries.insert(name.to_string(), Entry::dir(self.started));
+                    entries.insert(name.to_string(), Entry::dir(self.ns.started()));
                 }
             }
             for o in &page.objects {
@@ -272,7 +272,7 @@ impl Fs {
         );
         // The directory's own attributes, from its marker, unless known already.
         let known = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             t.get(ino)
                 .and_then(|n| n.entry.posix())
                 .is_some_and(|p| p.mode.is_some())
@@ -304,7 +304,7 @@ impl Fs {
         // A symlink this mount already knows under the same ETag needs no HEAD: a
         // pipeline's task directories hold many (Nextflow stages inputs as symlinks).
         {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let before = t.get(ino).and_then(|n| n.listing().cloned());
             let resolved =
                 |e: &Entry| (e.kind == Kind::Symlink && e.target.is_some()) || e.posix.is_some();

@@ -33,9 +33,9 @@ impl Fs {
         let (first, second) = (ino.min(target.unwrap_or(0)), ino.max(target.unwrap_or(0)));
         let _first = match first {
             0 => None,
-            i => Some(self.locks.key(i).await),
+            i => Some(self.ns.locks().key(i).await),
         };
-        let _second = self.locks.key(second).await;
+        let _second = self.ns.locks().key(second).await;
         let (kind, old_path, new_path) = self.rename_paths(ino, newparent, newname)?;
         let replaced_remote = match target {
             Some(tino) => self.rename_clear_target(kind, tino, &new_path).await?,
@@ -68,7 +68,7 @@ impl Fs {
         newparent: u64,
         newname: &str,
     ) -> Result<(Kind, String, String)> {
-        let t = self.inodes.lock();
+        let t = self.ns.lock();
         let n = t.get(ino).ok_or(FsError::NotFound)?;
         if n.entry.kind == Kind::Dir && t.is_within(newparent, ino) {
             return Err(FsError::Invalid("cannot move a directory into itself"));
@@ -85,7 +85,7 @@ impl Fs {
     /// Makes room at the target name: an empty directory's marker goes, a file's pending
     /// upload is retired. True when the replaced file was (or may be) in the bucket.
     async fn rename_clear_target(&self, kind: Kind, tino: u64, new_path: &str) -> Result<bool> {
-        let tkind = self.inodes.lock().get(tino).map(|n| n.entry.kind);
+        let tkind = self.ns.lock().get(tino).map(|n| n.entry.kind);
         match (kind == Kind::Dir, tkind == Some(Kind::Dir)) {
             (false, true) => Err(FsError::IsDir),
             (true, false) => Err(FsError::NotDir),
@@ -127,7 +127,7 @@ impl Fs {
         let ((parent, name), (newparent, newname)) = (from, to);
         let staged = self.wb.staged(false);
         let rejournal: Vec<u64> = {
-            let mut t = self.inodes.lock();
+            let mut t = self.ns.lock();
             t.rename(ino, newparent, newname);
             let entry = t.get_mut(ino).map(|n| {
                 n.reconfirm();

@@ -19,12 +19,12 @@ impl Fs {
             return Ok(f);
         }
         // One download per object; opens of other files never wait for it.
-        let _guard = self.locks.fill(ino).await;
+        let _guard = self.ns.locks().fill(ino).await;
         if let Some(f) = self.wb.open(ino, write) {
             return Ok(f);
         }
         let (path, etag, size, mtime) = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let n = t.get(ino).ok_or(FsError::NotFound)?;
             let path = t.path(ino).ok_or(FsError::NotFound)?;
             (
@@ -73,7 +73,7 @@ impl Fs {
     /// operation: a file is never changed without crash protection.
     pub(super) fn journal(&self, ino: u64) -> Result<()> {
         let (key, rec) = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let mut rec = crate::writeback::Record::default();
             if let Some(n) = t.get(ino) {
                 rec.symlink = n.entry.kind == Kind::Symlink;
@@ -127,7 +127,7 @@ impl Fs {
         let ps = self.cfg.part_size;
         let mut metadata = HashMap::new();
         let key = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             let (Some(n), Some(path)) = (t.get(ino), t.path(ino)) else {
                 return;
             };
@@ -158,7 +158,7 @@ impl Fs {
     }
 
     pub(super) fn close_node(&self, ino: u64) {
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         if let Some(n) = t.get_mut(ino) {
             n.closed();
         }

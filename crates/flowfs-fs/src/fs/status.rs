@@ -74,7 +74,7 @@ impl Fs {
     pub fn status(&self) -> Status {
         let report = self.wb.pending_report();
         let mut pending: Vec<PendingFile> = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             report
                 .into_iter()
                 .map(|r| PendingFile {

@@ -16,7 +16,7 @@ impl Fs {
             return Ok(None);
         }
         let (key, etag, size) = {
-            let mut t = self.inodes.lock();
+            let mut t = self.ns.lock();
             let path = t.path(ino).ok_or(FsError::NotFound)?;
             let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
             let etag = n.entry.etag.clone().filter(|e| !e.is_empty());

@@ -52,7 +52,7 @@ impl Fs {
     pub(super) async fn upload(self: Arc<Self>, ino: u64, retry: std::time::Duration) {
         // A completion marker goes last: whoever sees it may read the task's outputs.
         let marker = {
-            let t = self.inodes.lock();
+            let t = self.ns.lock();
             t.get(ino)
                 .filter(|n| {
                     self.cfg
@@ -107,7 +107,7 @@ impl Fs {
         &self,
         ino: u64,
     ) -> Option<(UploadJob, String, HashMap<String, String>, Posix)> {
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         let Some(path) = t.path(ino) else {
             drop(t);
             self.wb.cancel_queued(ino, None);
@@ -171,7 +171,7 @@ impl Fs {
         r: std::result::Result<String, ClientError>,
         carried: &Carried,
     ) -> (Finished, bool) {
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         let mtime = r.as_ref().ok().and(carried.posix.mtime);
         let rewrite = r.is_ok() && self.after_upload_attrs(&t, ino, carried);
         let named = t.path(ino).map(|p| self.key(&p)).as_deref() == Some(key);
@@ -234,7 +234,7 @@ impl Fs {
         write: bool,
     ) {
         let out = self.wb.release(ino, staged, write);
-        let mut t = self.inodes.lock();
+        let mut t = self.ns.lock();
         if let Some(n) = t.get_mut(ino) {
             n.closed();
             match out {

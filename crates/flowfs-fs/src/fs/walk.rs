@@ -105,7 +105,7 @@ impl Fs {
     /// What this mount fetched ahead since it started.
     pub fn read_ahead(&self) -> ReadAhead {
         ReadAhead {
-            walks: self.walks.stats(),
+            walks: self.ns.walks().stats(),
             files: self.prefetch.ahead_stats(),
         }
     }
@@ -113,7 +113,7 @@ impl Fs {
     /// Returns once the listings fetched ahead of walks so far have ended (for tests
     /// and benchmarks that count requests).
     pub async fn read_ahead_settled(&self) {
-        self.walks.settled().await;
+        self.ns.walks().settled().await;
     }
 
     /// Directory `ino` is read from its start with `listing`: lists ahead the
@@ -123,25 +123,25 @@ impl Fs {
             return; // no listing is used twice: one fetched ahead would be waste
         }
         let todo = {
-            let mut t = self.inodes.lock();
+            let mut t = self.ns.lock();
             let mut todo = self.subdirs_ahead(&mut t, ino, listing);
             todo.extend(self.siblings_ahead(&mut t, ino));
             todo
         };
         for dir in todo {
-            if !self.walks.enqueue(dir) {
+            if !self.ns.walks().enqueue(dir) {
                 continue;
             }
             let me = self.clone();
             tokio::spawn(async move {
-                let kept = match me.walks.lists.clone().acquire_owned().await {
+                let kept = match me.ns.walks().lists.clone().acquire_owned().await {
                     Ok(_permit) => me.listing_within(dir, 1).await,
                     Err(_) => Ok(None),
                 };
                 if let Err(e) = &kept {
                     tracing::debug!(dir, "listing ahead of a walk failed: {e}");
                 }
-                me.walks.done(dir, matches!(kept, Ok(Some(_))));
+                me.ns.walks().done(dir, matches!(kept, Ok(Some(_))));
             });
         }
     }

@@ -1,19 +1,17 @@
 //! The core's shared test bodies (tests/fs/bodies.rs) over the product's S3 backend and a
-//! real SeaweedFS that this test starts and stops itself (the client conformance suite's
-//! `weed mini` harness). The same bodies run over the mock in tests/fs (on_mock.rs). Its
+//! real SeaweedFS that this test starts and stops itself (flowfs-testkit's `weed mini`
+//! harness). The same bodies run over the mock in tests/fs (on_mock.rs). Its
 //! own binary with one test function on one thread, because it points the credential
 //! chain at the server through environment variables, which must race no other thread.
 //! FLOWFS_CONFORMANCE_S3=0 skips it on purpose; without a `weed` it fails.
 
 #[path = "../fs/bodies.rs"]
 mod bodies;
-#[path = "../../../flowfs-client/tests/conformance_seaweedfs/weed.rs"]
-mod weed;
 
 use std::sync::Arc;
 
 use flowfs_client::ObjectClient;
-use weed::{product_client, use_credentials, Weed};
+use flowfs_testkit::weed::{self, product_client, use_credentials, Weed};
 
 const BUCKET: &str = "flowfs-core";
 
