@@ -59,7 +59,13 @@ impl Fs {
         }
         // A staged prefix is already a change the bucket lacks.
         let durable = kept == size;
-        Ok(self.wb.install(ino, file, (kept, mtime), write, durable))
+        let staged = self.wb.install(ino, file, (kept, mtime), write, durable);
+        // The node describes the staged copy until it is uploaded or given up (then it
+        // is confirmed): a kernel forget meanwhile left a lookup the bucket's older copy.
+        if let Some(n) = self.ns.lock().get_mut(ino) {
+            n.own();
+        }
+        Ok(staged)
     }
 
     /// Sets the length of `ino`'s staged content (O_TRUNC, ftruncate), journaled.

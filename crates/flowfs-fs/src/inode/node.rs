@@ -133,6 +133,13 @@ impl Node {
         self.validated = at.map(Stamp::of);
     }
 
+    /// This mount owns its attributes now (its content is staged here, a change the
+    /// bucket lacks): no listing or lookup replaces them, and no forget of the kernel
+    /// removes the node, until `confirm` says the bucket holds them again.
+    pub fn own(&mut self) {
+        self.validated = None;
+    }
+
     /// Its attributes were confirmed at `at`.
     pub fn confirm(&mut self, at: Instant) {
         self.validated = Some(Stamp::of(at));

@@ -61,6 +61,9 @@ pub enum Step {
     },
     FailNextUpload,
     Yield(u8),
+    /// The kernel drops its dentries (`drop_caches`, memory pressure): it forgets every
+    /// inode no open file holds.
+    Forget,
     Crash,
 }
 
@@ -85,6 +88,7 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(name, len, seed)| Step::RemotePut { name, len, seed }),
         1 => Just(Step::FailNextUpload),
         3 => (1u8..20).prop_map(Step::Yield),
+        1 => Just(Step::Forget),
         1 => Just(Step::Crash),
     ]
 }
@@ -124,7 +128,9 @@ struct Mount {
     fs: Arc<Fs>,
     handles: Vec<Handle>,
     /// Closed (flushed) handles whose RELEASE the kernel has not delivered yet.
-    releases: Vec<u64>,
+    releases: Vec<(u64, u64)>,
+    /// The kernel's references per inode (one per lookup or create answered).
+    looked: HashMap<u64, u64>,
 }
 
 struct World {
@@ -154,6 +160,7 @@ fn new_mount(mock: &Arc<MockClient>, cache: &std::path::Path) -> Mount {
         fs,
         handles: Vec::new(),
         releases: Vec::new(),
+        looked: HashMap::new(),
     }
 }
 
@@ -184,7 +191,24 @@ impl World {
     fn ino_of(&mut self, name: &str) -> std::result::Result<u64, FsError> {
         let m = self.m();
         let fs = m.fs.clone();
-        m.rt.block_on(fs.lookup(ROOT, name)).map(|a| a.ino)
+        let ino = m.rt.block_on(fs.lookup(ROOT, name)).map(|a| a.ino)?;
+        *m.looked.entry(ino).or_default() += 1;
+        Ok(ino)
+    }
+
+    fn forget(&mut self) {
+        let Some(m) = self.mount.as_mut() else { return };
+        let held: Vec<u64> = (m.handles.iter().map(|h| h.ino))
+            .chain(m.releases.iter().map(|r| r.1))
+            .collect();
+        let gone: Vec<(u64, u64)> = (m.looked.iter())
+            .filter(|(ino, _)| !held.contains(ino))
+            .map(|(&ino, &n)| (ino, n))
+            .collect();
+        for (ino, n) in gone {
+            m.looked.remove(&ino);
+            m.fs.forget(ino, n);
+        }
     }
 
     fn open(&mut self, name: usize, write: bool, trunc: bool) {
@@ -225,6 +249,7 @@ impl World {
         let m = self.m();
         let fs = m.fs.clone();
         let (a, fh) = m.rt.block_on(fs.create(ROOT, n, 0o644)).expect("create");
+        *m.looked.entry(a.ino).or_default() += 1;
         self.model.files.push(MFile::default());
         let file = self.model.files.len() - 1;
         self.model.names.insert(n.to_string(), file);
@@ -270,13 +295,13 @@ impl World {
     }
 
     fn close(&mut self, h: usize) {
-        let Some((fh, ..)) = self.handle(h) else {
+        let Some((fh, ino, ..)) = self.handle(h) else {
             return;
         };
         let m = self.m();
         let i = m.handles.iter().position(|x| x.fh == fh).expect("handle");
         m.handles.remove(i);
-        m.releases.push(fh);
+        m.releases.push((fh, ino));
         // An upload failure may be reported here; the data stays staged.
         let _ = self.sync(|fs| fs.flush(fh));
     }
@@ -286,7 +311,7 @@ impl World {
         if m.releases.is_empty() {
             return;
         }
-        let fh = m.releases.remove(i % m.releases.len());
+        let (fh, _) = m.releases.remove(i % m.releases.len());
         self.sync(|fs| fs.release(fh)).expect("release");
     }
 
@@ -390,6 +415,7 @@ impl World {
                     }
                 });
             }
+            Step::Forget => self.forget(),
             Step::Crash => self.crash(),
         }
     }
@@ -452,7 +478,7 @@ impl World {
             let _ = m.fs.flush(h.fh);
             m.fs.release(h.fh).expect("release");
         }
-        for fh in &m.releases {
+        for (fh, _) in &m.releases {
             m.fs.release(*fh).expect("release");
         }
         let failed = m.rt.block_on(m.fs.flush_all());
@@ -578,4 +604,14 @@ fn a_staged_file_renamed_after_a_failed_upload_keeps_its_attributes() {
         FailNextUpload,
         Rename(2, 0),
     ]);
+}
+
+/// A file changed by a truncate (its upload queued, not yet sent), then forgotten by the
+/// kernel (`drop_caches`): the node went with the kernel's last reference, and the next
+/// lookup made a new one from the bucket's older copy, its size and bytes, while the
+/// change was still on its way up.
+#[test]
+fn a_changed_file_the_kernel_forgot_shows_its_change_until_it_is_uploaded() {
+    use Step::*;
+    run(&[Create(3), Crash, TruncatePath { name: 3, size: 1 }, Forget]);
 }
