@@ -329,3 +329,28 @@ def test_mount_under_faults_retries_cut_listings(mount, bucket, s3, seaweed):
         finally:
             proxy.stop()
     assert cut > 0, "no listing body was cut"
+
+
+def test_a_change_forgotten_by_the_kernel_before_its_upload_is_still_what_stat_and_read_see(
+        mount, bucket, s3, fault_proxy):
+    """An object changed here (`>>`), its upload held up by a slow store, and the kernel's
+    dentries dropped meanwhile (`drop_caches`, memory pressure): `stat` and `cat` show the
+    change, not the bucket's older copy (they did: the node went with the kernel's last
+    reference, and the next lookup asked the bucket), and the change lands."""
+    s3.put_object(Bucket=bucket, Key="kept/x", Body=b"v1")
+    m = mount(bucket, proxy=fault_proxy, extra=["--metadata-ttl", "0"])
+    p = m / "kept" / "x"
+    assert p.read_bytes() == b"v1"
+    fault_proxy.configure({"rates": {P.PUT: {F.STALL: 1.0}}, "stall_seconds": 6})
+    with open(p, "ab") as f:
+        f.write(b" and v2")
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError as e:
+        pytest.skip(f"cannot drop the kernel's caches here: {e}")
+    assert p.stat().st_size == len(b"v1 and v2")
+    assert p.read_bytes() == b"v1 and v2"
+    fault_proxy.clear_faults()
+    unmount_checked(m, fault_proxy)
+    assert s3.get_object(Bucket=bucket, Key="kept/x")["Body"].read() == b"v1 and v2"

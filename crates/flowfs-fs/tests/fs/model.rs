@@ -59,6 +59,8 @@ pub enum Step {
         len: u16,
         seed: u8,
     },
+    /// Another client deletes an object this mount never changed and has no handle on.
+    RemoteDelete(usize),
     FailNextUpload,
     Yield(u8),
     /// The kernel drops its dentries (`drop_caches`, memory pressure): it forgets every
@@ -86,6 +88,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => n.clone().prop_map(Step::Unlink),
         1 => (n.clone(), 0u16..20_000, any::<u8>())
             .prop_map(|(name, len, seed)| Step::RemotePut { name, len, seed }),
+        1 => n.clone().prop_map(Step::RemoteDelete),
         1 => Just(Step::FailNextUpload),
         3 => (1u8..20).prop_map(Step::Yield),
         1 => Just(Step::Forget),
@@ -114,6 +117,9 @@ struct Handle {
 struct MFile {
     data: Vec<u8>,
     version: u64,
+    /// Put by another client and not touched by this mount since (opened for writing,
+    /// truncated, renamed): another client may delete it.
+    remote: bool,
 }
 
 /// What POSIX and SEMANTICS.md say the files are.
@@ -226,6 +232,9 @@ impl World {
         let (fh, _) =
             m.rt.block_on(fs.open(ino, OpenMode::of(write, write && trunc)))
                 .expect("open");
+        if write {
+            self.model.files[file].remote = false;
+        }
         if write && trunc {
             let f = &mut self.model.files[file];
             f.data.clear();
@@ -292,6 +301,7 @@ impl World {
         let f = &mut self.model.files[file];
         f.data.resize(size as usize, 0);
         f.version += 1;
+        f.remote = false;
     }
 
     fn close(&mut self, h: usize) {
@@ -315,8 +325,27 @@ impl World {
         self.sync(|fs| fs.release(fh)).expect("release");
     }
 
+    /// What the kernel does before an unlink or a rename of a name whose entry has timed
+    /// out (the model's TTL is 0): it looks the name up again, and a name another client
+    /// deleted is ENOENT there, before flowfs is asked to remove it.
+    fn revalidate(&mut self, name: &str) -> bool {
+        match self.ino_of(name) {
+            Err(FsError::NotFound) => {
+                assert!(!self.model.names.contains_key(name), "{name} lost");
+                false
+            }
+            r => {
+                r.expect("lookup");
+                true
+            }
+        }
+    }
+
     fn rename(&mut self, a: usize, b: usize) {
         let (from, to) = (NAMES[a], NAMES[b]);
+        if !self.revalidate(from) {
+            return;
+        }
         let m = self.m();
         let fs = m.fs.clone();
         let r = m.rt.block_on(fs.rename(ROOT, from, ROOT, to, false));
@@ -327,6 +356,7 @@ impl World {
             ),
             Some(f) => {
                 r.expect("rename");
+                self.model.files[f].remote = false;
                 self.model.names.insert(to.to_string(), f);
             }
         }
@@ -334,6 +364,9 @@ impl World {
 
     fn unlink(&mut self, name: usize) {
         let n = NAMES[name];
+        if !self.revalidate(n) {
+            return;
+        }
         let m = self.m();
         let fs = m.fs.clone();
         let r = m.rt.block_on(fs.unlink(ROOT, n));
@@ -355,10 +388,29 @@ impl World {
         }
         let data = bytes(len as usize, seed);
         self.mock.insert(n, data.clone());
-        self.model.files.push(MFile { data, version: 0 });
+        self.model.files.push(MFile {
+            data,
+            version: 0,
+            remote: true,
+        });
         self.model
             .names
             .insert(n.to_string(), self.model.files.len() - 1);
+    }
+
+    fn remote_delete(&mut self, name: usize) {
+        let n = NAMES[name];
+        let Some(&file) = self.model.names.get(n) else {
+            return;
+        };
+        // An open reader of an object deleted under it has no promised outcome; a closed
+        // one's late RELEASE reads nothing.
+        let used = (self.mount.as_ref()).is_some_and(|m| m.handles.iter().any(|h| h.file == file));
+        if !self.model.files[file].remote || used {
+            return;
+        }
+        self.mock.remove(n);
+        self.model.names.remove(n);
     }
 
     fn crash(&mut self) {
@@ -402,6 +454,7 @@ impl World {
             Step::Rename(a, b) => self.rename(a, b),
             Step::Unlink(n) => self.unlink(n),
             Step::RemotePut { name, len, seed } => self.remote_put(name, len, seed),
+            Step::RemoteDelete(n) => self.remote_delete(n),
             Step::FailNextUpload => {
                 let e = || ClientError::Transient("injected".into());
                 self.mock.fail(MockOp::Put, 0, e(), 1);
