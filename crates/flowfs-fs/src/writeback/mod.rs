@@ -12,6 +12,7 @@
 //! decided under one lock and the new open counted under another.
 
 mod early;
+mod file;
 mod passthrough;
 mod report;
 mod spares;
@@ -19,7 +20,6 @@ mod staging;
 mod transfer;
 mod uploader;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::AtomicUsize;
@@ -32,6 +32,7 @@ use parking_lot::Mutex;
 use crate::error::FsError;
 
 pub use early::{Aborts, Early};
+use file::{DiskStat, EarlyState, FileWb, KernelWrites, Table};
 pub use report::PendingState;
 pub use staging::{OpenUpload, Orphan, Record, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};
@@ -97,122 +98,6 @@ pub struct Written {
 }
 
 /// The early multipart upload of a new file written front to back.
-#[derive(Debug)]
-enum EarlyState {
-    /// Not for this file (not written front to back, renamed, or already uploading).
-    Off,
-    /// Bytes `[0, sent)` are claimed by `upload` (created with its first part).
-    On {
-        sent: u64,
-        upload: Option<Arc<Early>>,
-    },
-}
-
-#[derive(Debug)]
-struct FileWb {
-    file: Arc<StagedFile>,
-    size: u64,
-    /// The time of the last change of content or size (what stat shows while staged).
-    mtime: SystemTime,
-    /// The time of the last change of content, size or mtime here (ctime; the node's
-    /// own may be later: a chmod). The epoch until the first.
-    ctime: SystemTime,
-    /// Bumped by every change of content or size.
-    gen: u64,
-    /// The generation the bucket holds (0: none).
-    durable_gen: u64,
-    writers: u32,
-    readers: u32,
-    phase: Phase,
-    /// The key the journal record names, if there is one.
-    journaled: Option<String>,
-    /// The bucket holds an object at this file's key that is not one of its uploads
-    /// (it was renamed over it): an unlink must delete that key too.
-    shadows: bool,
-    early: EarlyState,
-    passthrough: KernelWrites,
-}
-
-/// What the staging file showed (`fstat`) when flowfs last looked: the changes of a
-/// passthrough writer are seen only there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct DiskStat {
-    len: u64,
-    mtime: SystemTime,
-    ctime: (i64, i64),
-}
-
-/// Whether the kernel writes this file itself (FUSE passthrough, passthrough.rs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum KernelWrites {
-    None,
-    /// `writers` passthrough writers are open; `seen`: the file when last looked at
-    /// (every change up to that look has moved the generation on).
-    Writing {
-        writers: u32,
-        seen: DiskStat,
-    },
-}
-
-impl FileWb {
-    fn new(file: Arc<StagedFile>, size: u64, durable: bool, mtime: SystemTime) -> FileWb {
-        FileWb {
-            file,
-            size,
-            mtime,
-            ctime: SystemTime::UNIX_EPOCH,
-            gen: 1,
-            durable_gen: u64::from(durable),
-            writers: 0,
-            readers: 0,
-            phase: Phase::Idle,
-            journaled: None,
-            shadows: false,
-            early: EarlyState::Off,
-            passthrough: KernelWrites::None,
-        }
-    }
-
-    fn dirty(&self) -> bool {
-        self.gen != self.durable_gen
-    }
-
-    fn uploading(&self) -> bool {
-        matches!(self.phase, Phase::Uploading { .. })
-    }
-
-    /// A change below `off`: bytes an early upload has sent are stale, so it is dropped
-    /// (and aborted as it drops).
-    fn changed_below(&mut self, off: u64) {
-        if let EarlyState::On { sent, .. } = self.early {
-            if off < sent {
-                self.early = EarlyState::Off;
-            }
-        }
-    }
-
-    /// Whether a whole part is left behind the early upload's last part (with the one
-    /// after it, which may still change).
-    fn early_due(&self, part_size: u64) -> bool {
-        match &self.early {
-            EarlyState::On { sent, .. } => self.size >= sent + 2 * part_size,
-            EarlyState::Off => false,
-        }
-    }
-}
-
-#[derive(Default)]
-struct Table {
-    files: HashMap<u64, FileWb>,
-    /// Keys a recovery could not upload: key -> error, for `flowfs unmount`.
-    failed: BTreeMap<String, String>,
-    /// The last token handed to a background retry.
-    retries: u64,
-    /// The files with passthrough writers open (an index of `FileWb::passthrough`, so that
-    /// stat needs not walk every staged file to find them).
-    passthrough: BTreeSet<u64>,
-}
-
 /// While held, no upload of one staged file starts or is in flight
 /// (`WriteBack::hold_name`).
 pub struct NameHold {

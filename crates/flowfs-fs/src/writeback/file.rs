@@ -1,0 +1,131 @@
+//! One staged file's state in the write-back table (`FileWb`: size, generations, open
+//! writers and readers, upload phase, journal key, early upload, passthrough writers) and
+//! the table itself, under the write-back's one lock (mod.rs). Plain data: every change is
+//! a method of `WriteBack` (mod.rs, lifecycle.rs, passthrough.rs).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::{Early, Phase, StagedFile};
+
+#[derive(Debug)]
+pub(super) enum EarlyState {
+    /// Not for this file (not written front to back, renamed, or already uploading).
+    Off,
+    /// Bytes `[0, sent)` are claimed by `upload` (created with its first part).
+    On {
+        sent: u64,
+        upload: Option<Arc<Early>>,
+    },
+}
+
+#[derive(Debug)]
+pub(super) struct FileWb {
+    pub(super) file: Arc<StagedFile>,
+    pub(super) size: u64,
+    /// The time of the last change of content or size (what stat shows while staged).
+    pub(super) mtime: SystemTime,
+    /// The time of the last change of content, size or mtime here (ctime; the node's
+    /// own may be later: a chmod). The epoch until the first.
+    pub(super) ctime: SystemTime,
+    /// Bumped by every change of content or size.
+    pub(super) gen: u64,
+    /// The generation the bucket holds (0: none).
+    pub(super) durable_gen: u64,
+    pub(super) writers: u32,
+    pub(super) readers: u32,
+    pub(super) phase: Phase,
+    /// The key the journal record names, if there is one.
+    pub(super) journaled: Option<String>,
+    /// The bucket holds an object at this file's key that is not one of its uploads
+    /// (it was renamed over it): an unlink must delete that key too.
+    pub(super) shadows: bool,
+    pub(super) early: EarlyState,
+    pub(super) passthrough: KernelWrites,
+}
+
+/// What the staging file showed (`fstat`) when flowfs last looked: the changes of a
+/// passthrough writer are seen only there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DiskStat {
+    pub(super) len: u64,
+    pub(super) mtime: SystemTime,
+    pub(super) ctime: (i64, i64),
+}
+
+/// Whether the kernel writes this file itself (FUSE passthrough, passthrough.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KernelWrites {
+    None,
+    /// `writers` passthrough writers are open; `seen`: the file when last looked at
+    /// (every change up to that look has moved the generation on).
+    Writing {
+        writers: u32,
+        seen: DiskStat,
+    },
+}
+
+impl FileWb {
+    pub(super) fn new(
+        file: Arc<StagedFile>,
+        size: u64,
+        durable: bool,
+        mtime: SystemTime,
+    ) -> FileWb {
+        FileWb {
+            file,
+            size,
+            mtime,
+            ctime: SystemTime::UNIX_EPOCH,
+            gen: 1,
+            durable_gen: u64::from(durable),
+            writers: 0,
+            readers: 0,
+            phase: Phase::Idle,
+            journaled: None,
+            shadows: false,
+            early: EarlyState::Off,
+            passthrough: KernelWrites::None,
+        }
+    }
+
+    pub(super) fn dirty(&self) -> bool {
+        self.gen != self.durable_gen
+    }
+
+    pub(super) fn uploading(&self) -> bool {
+        matches!(self.phase, Phase::Uploading { .. })
+    }
+
+    /// A change below `off`: bytes an early upload has sent are stale, so it is dropped
+    /// (and aborted as it drops).
+    pub(super) fn changed_below(&mut self, off: u64) {
+        if let EarlyState::On { sent, .. } = self.early {
+            if off < sent {
+                self.early = EarlyState::Off;
+            }
+        }
+    }
+
+    /// Whether a whole part is left behind the early upload's last part (with the one
+    /// after it, which may still change).
+    pub(super) fn early_due(&self, part_size: u64) -> bool {
+        match &self.early {
+            EarlyState::On { sent, .. } => self.size >= sent + 2 * part_size,
+            EarlyState::Off => false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Table {
+    pub(super) files: HashMap<u64, FileWb>,
+    /// Keys a recovery could not upload: key -> error, for `flowfs unmount`.
+    pub(super) failed: BTreeMap<String, String>,
+    /// The last token handed to a background retry.
+    pub(super) retries: u64,
+    /// The files with passthrough writers open (an index of `FileWb::passthrough`, so that
+    /// stat needs not walk every staged file to find them).
+    pub(super) passthrough: BTreeSet<u64>,
+}
