@@ -2,7 +2,7 @@
 //! at a time across processes (`objects/evict.lock`, flock; the next one looks at the
 //! count again once it has the lock, and finds nothing to do if its holder did it). It
 //! scans every sidecar, orders their blocks by use time (index.rs), and punches the
-//! oldest under each block's fetch lock (entry.rs `punch_block`), skipping blocks being
+//! oldest under each block's fetch lock (punch.rs `punch_block`), skipping blocks being
 //! fetched and entries a process pins (pin.rs: newer blocks go in their place). Entries
 //! left empty and in use by nobody are removed. No lock of the cache is held across its
 //! I/O; a cache hit never waits for it (a hit of this process on a block it takes waits
@@ -12,9 +12,9 @@ use std::collections::HashSet;
 use std::os::unix::io::AsRawFd;
 
 use super::disk::disk_space;
-use super::entry::{punch_block, remove_unused};
 use super::index::Index;
 use super::persist::{self, map_path, Scanned};
+use super::punch::{punch_block, remove_unused};
 use super::{bitmap, DiskCache, BLOCK_CHUNKS, CHUNK};
 
 /// An eviction brings the directory this far below its limit (a 64th, at most 64 MiB),

@@ -27,8 +27,9 @@
 //!
 //! One job per file: this one is the public face and the wiring; `index.rs` the choice
 //! of victims (pure data); `evict.rs` eviction; `entry.rs` an entry (its files, fetches
-//! in flight, the checks of a read); `pin.rs` pins; `bitmap.rs` its chunk map; `fetch.rs`
-//! Fetch, Claim and Claimed (a fetch in flight, owned); `memory.rs` fetched ranges in memory; `persist.rs` the files;
+//! in flight, the checks of a read); `punch.rs` an entry's files as eviction changes
+//! them; `pin.rs` pins; `bitmap.rs` its chunk map; `fetch.rs` Fetch, Claim and Claimed (a
+//! fetch in flight, owned); `memory.rs` fetched ranges in memory; `persist.rs` the files;
 //! `shared.rs` the locks and the directory's counters; `disk.rs` statvfs, hole punching,
 //! syncfs; `error.rs` CacheError; `admin.rs` what `flowfs cache` does.
 //!
@@ -57,6 +58,7 @@ mod persist;
 mod pin;
 #[cfg(test)]
 mod pin_tests;
+mod punch;
 mod shared;
 #[cfg(test)]
 mod tests;

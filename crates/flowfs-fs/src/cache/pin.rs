@@ -8,7 +8,7 @@
 //! - a pin holds a shared lock on it, taken without waiting, on an open file of its own,
 //!   and checks under it that every chunk's word in the sidecar says present;
 //! - eviction takes an exclusive lock on it, without waiting, before it clears any word
-//!   or removes the entry, and keeps it until it has punched (entry.rs `punch_block`,
+//!   or removes the entry, and keeps it until it has punched (punch.rs `punch_block`,
 //!   `remove_unused`); it skips the entry when it cannot. So either the pin came first
 //!   and no eviction touches the entry until it is dropped, or the eviction came first
 //!   and the pin is refused (then it may see cleared words: refused too).

@@ -94,7 +94,7 @@ fn a_pin_needs_every_chunk() {
     );
     drop(pin);
     // Another process punched a block; a's hint still says present.
-    let punched = entry::punch_block(&eb.map_path(), &Layout::new(size), 1).unwrap();
+    let punched = punch::punch_block(&eb.map_path(), &Layout::new(size), 1).unwrap();
     assert_eq!(punched, Some(one));
     assert!(
         a.pin_complete(&ea).unwrap().is_none(),

@@ -232,13 +232,13 @@ fn eviction_skips_chunks_being_fetched_and_files_in_use() {
     let l = Layout::new(one);
     let (path, data) = (ea.map_path(), ea.data_path());
     let lock = a.lock_fetch(&ea, 3, 4, false).unwrap().unwrap();
-    assert_eq!(entry::punch_block(&path, &l, 0).unwrap(), Some(0));
+    assert_eq!(punch::punch_block(&path, &l, 0).unwrap(), Some(0));
     drop(lock);
-    assert_eq!(entry::punch_block(&path, &l, 0).unwrap(), Some(one));
+    assert_eq!(punch::punch_block(&path, &l, 0).unwrap(), Some(one));
     assert!(ea.try_read(0, 1).unwrap().is_none());
-    assert!(!entry::remove_unused(&path, &l), "removed a file in use");
+    assert!(!punch::remove_unused(&path, &l), "removed a file in use");
     a.release(&ea);
-    assert!(entry::remove_unused(&path, &l));
+    assert!(punch::remove_unused(&path, &l));
     assert!(!path.exists() && !data.exists());
 }
 
@@ -390,7 +390,7 @@ fn chunks_being_punched_are_waited_for_not_fetched() {
     let taken = e.take_block(0);
     let claim = cache.claim(&e, 0, 2, 128);
     assert_eq!((claim.wait.len(), claim.start.len()), (1, 0));
-    entry::punch_block(&e.map_path(), &Layout::new(data.len() as u64), 0).unwrap();
+    punch::punch_block(&e.map_path(), &Layout::new(data.len() as u64), 0).unwrap();
     e.end_punch(&taken);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
