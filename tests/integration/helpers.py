@@ -1,4 +1,5 @@
-"""Data helpers shared by the tests (deterministic payloads, hashes, uploads)."""
+"""Data helpers shared by the tests (deterministic payloads, hashes, uploads), and the
+kernel's caches dropped as memory pressure would."""
 
 from __future__ import annotations
 
@@ -7,7 +8,19 @@ import hashlib
 import io
 import random
 
+import pytest
+
 MiB = 1024 * 1024
+
+
+def drop_kernel_caches() -> None:
+    """`echo 3 > drop_caches`: the kernel forgets its dentries and inodes (and clean pages),
+    as under memory pressure; the test is skipped where that is not allowed."""
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError as e:
+        pytest.skip(f"cannot drop the kernel's caches here: {e}")
 
 
 def payload(size: int, seed: int | str) -> bytes:

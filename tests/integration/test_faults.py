@@ -37,7 +37,7 @@ from fault_helpers import (
     wait_uploaded,
     write_file,
 )
-from helpers import MiB, payload, put_many, sha256, upload_large
+from helpers import MiB, drop_kernel_caches, payload, put_many, sha256, upload_large
 from seaweed import SeaweedServer
 from test_write_mix import PREFIX as MIX_PREFIX, SEED as MIX_SEED, Twin, run_mix, seed_trees
 from write_helpers import check_objects, restart_same_ports, snapshot
@@ -344,11 +344,7 @@ def test_a_change_forgotten_by_the_kernel_before_its_upload_is_still_what_stat_a
     fault_proxy.configure({"rates": {P.PUT: {F.STALL: 1.0}}, "stall_seconds": 6})
     with open(p, "ab") as f:
         f.write(b" and v2")
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-    except OSError as e:
-        pytest.skip(f"cannot drop the kernel's caches here: {e}")
+    drop_kernel_caches()
     assert p.stat().st_size == len(b"v1 and v2")
     assert p.read_bytes() == b"v1 and v2"
     fault_proxy.clear_faults()

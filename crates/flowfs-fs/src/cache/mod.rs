@@ -272,7 +272,7 @@ impl DiskCache {
         lock: Option<&FetchLock>,
         data: &[u8],
     ) -> Result<(), CacheError> {
-        let e = p.entry().clone();
+        let e = p.entry();
         let off = p.chunks().0 * CHUNK;
         let end = off + data.len() as u64;
         // A trailing partial chunk counts only when it reaches the end of the object.
