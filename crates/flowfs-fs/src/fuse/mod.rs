@@ -8,84 +8,26 @@
 //! `reply::answer`: the one place that maps an `FsError` to its errno and logs it, at
 //! debug level, inside that span.
 
+mod adapter;
+mod dirs;
 mod opens;
 mod passthrough;
 mod reply;
 
 use std::ffi::OsStr;
-use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Waker};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use fuser::{
     FileHandle, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr,
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyWrite, Request,
 };
-use tokio::runtime::Handle;
-use tracing::{Instrument, Span};
 
-use crate::error::{FsError, Result};
+use crate::error::FsError;
 use crate::fs::{AttrChanges, Fs};
-use passthrough::Passthrough;
-use reply::{answer, file_type, span, to_fuse, utf8, About, Replies};
-
-/// Answers the kernel's FUSE requests with the methods of `Fs`.
-pub struct FuseAdapter {
-    fs: Arc<Fs>,
-    rt: Handle,
-    ttl: Duration,
-    pt: Arc<Passthrough>,
-}
-
-impl FuseAdapter {
-    /// An adapter over `fs` that runs what must wait on the runtime of `rt`.
-    pub fn new(fs: Arc<Fs>, rt: Handle) -> FuseAdapter {
-        let ttl = fs.config().metadata_ttl;
-        let pt = Arc::new(Passthrough::new(false));
-        FuseAdapter { fs, rt, ttl, pt }
-    }
-
-    /// Serves files whose bytes are local (staged copies) by FUSE passthrough where the
-    /// kernel allows it (`on`: `--passthrough auto`).
-    pub fn with_passthrough(mut self, on: bool) -> FuseAdapter {
-        self.pt = Arc::new(Passthrough::new(on));
-        self
-    }
-
-    /// Runs the operation `op` (given the file system) in `span` and answers `reply` with
-    /// its outcome (`ok` for a value, `answer` for an error).
-    fn run<R, T, F>(
-        &self,
-        span: Span,
-        reply: R,
-        op: impl FnOnce(Arc<Fs>) -> F,
-        ok: impl FnOnce(R, T) + Send + 'static,
-    ) where
-        R: Replies + Send + 'static,
-        F: Future<Output = Result<T>> + Send + 'static,
-    {
-        let fut = op(self.fs.clone());
-        self.poll_here(async move { answer(reply, fut.await, ok) }.instrument(span));
-    }
-
-    /// Answers a request on this FUSE thread when it needs no waiting (metadata in
-    /// memory, data already fetched): most requests of a warm or prefetched workload.
-    /// Only a request that must wait moves to the runtime. Handing every request to
-    /// another thread cost two context switches each, the largest single cost of
-    /// reading many small files on a small machine.
-    fn poll_here<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
-        let _rt = self.rt.enter();
-        let mut fut = Box::pin(fut);
-        let mut cx = Context::from_waker(Waker::noop());
-        // Polling again from the runtime registers its real waker: a resource first
-        // polled here with the no-op waker is then watched as usual.
-        if fut.as_mut().poll(&mut cx).is_pending() {
-            self.rt.spawn(fut);
-        }
-    }
-}
+pub use adapter::FuseAdapter;
+use reply::{answer, done, span, to_fuse, utf8, About};
 
 impl fuser::Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -165,7 +107,7 @@ impl fuser::Filesystem for FuseAdapter {
     ) {
         let _span = span("flush", About::Handle(ino.0, fh.0)).entered();
         // close() learns here that an earlier upload of this file failed.
-        answer(reply, self.fs.flush(fh.0), |r, ()| r.ok());
+        answer(reply, self.fs.flush(fh.0), done);
     }
 
     fn release(
@@ -183,7 +125,7 @@ impl fuser::Filesystem for FuseAdapter {
         let _rt = self.rt.enter();
         let r = self.fs.release(fh.0);
         self.pt.released(ino.0);
-        answer(reply, r, |r, ()| r.ok());
+        answer(reply, r, done);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -205,14 +147,7 @@ impl fuser::Filesystem for FuseAdapter {
             span("readdir", About::Handle(ino.0, fh.0)),
             reply,
             |fs| async move { fs.readdir(ino.0, fh.0, offset, false).await },
-            |mut r, items| {
-                for it in items {
-                    if r.add(INodeNo(it.ino), it.next, file_type(it.kind), &it.name) {
-                        break;
-                    }
-                }
-                r.ok()
-            },
+            dirs::fill,
         );
     }
 
@@ -229,24 +164,7 @@ impl fuser::Filesystem for FuseAdapter {
             span("readdirplus", About::Handle(ino.0, fh.0)),
             reply,
             |fs| async move { fs.readdir(ino.0, fh.0, offset, true).await },
-            move |mut r, items| {
-                let mut full = false;
-                for it in items {
-                    let counted = it.name != "." && it.name != "..";
-                    if !full {
-                        if let Some(a) = &it.attr {
-                            let attr = to_fuse(a);
-                            let (ino, g) = (INodeNo(it.ino), Generation(0));
-                            full = r.add(ino, it.next, &it.name, &ttl, &attr, g);
-                        }
-                    }
-                    // The kernel takes a reference only on entries it received.
-                    if full && counted {
-                        nodes.forget(it.ino, 1);
-                    }
-                }
-                r.ok()
-            },
+            move |r, items| dirs::fill_plus(r, items, ttl, &nodes),
         );
     }
 
@@ -288,18 +206,12 @@ impl fuser::Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let time = |t: Option<fuser::TimeOrNow>| {
-            t.map(|t| match t {
-                fuser::TimeOrNow::SpecificTime(t) => t,
-                fuser::TimeOrNow::Now => SystemTime::now(),
-            })
-        };
         let c = AttrChanges {
             mode,
             uid,
             gid,
-            atime: time(atime),
-            mtime: time(mtime),
+            atime: dirs::time(atime),
+            mtime: dirs::time(mtime),
         };
         let (fh, ttl) = (fh.map(|f| f.0), self.ttl);
         self.run(
@@ -354,23 +266,15 @@ impl fuser::Filesystem for FuseAdapter {
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let span = span("unlink", About::Entry(parent.0, name));
         let name = utf8(name);
-        self.run(
-            span,
-            reply,
-            |fs| async move { fs.unlink(parent.0, &name?).await },
-            |r, ()| r.ok(),
-        );
+        let op = |fs: Arc<Fs>| async move { fs.unlink(parent.0, &name?).await };
+        self.run(span, reply, op, done);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let span = span("rmdir", About::Entry(parent.0, name));
         let name = utf8(name);
-        self.run(
-            span,
-            reply,
-            |fs| async move { fs.rmdir(parent.0, &name?).await },
-            |r, ()| r.ok(),
-        );
+        let op = |fs: Arc<Fs>| async move { fs.rmdir(parent.0, &name?).await };
+        self.run(span, reply, op, done);
     }
 
     fn symlink(
@@ -421,7 +325,7 @@ impl fuser::Filesystem for FuseAdapter {
                 fs.rename(parent.0, &name, newparent.0, &newname, noreplace)
                     .await
             },
-            |r, ()| r.ok(),
+            done,
         );
     }
 
@@ -473,12 +377,8 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.run(
-            span("fsync", About::Handle(ino.0, fh.0)),
-            reply,
-            |fs| async move { fs.fsync(fh.0).await },
-            |r, ()| r.ok(),
-        );
+        let span = span("fsync", About::Handle(ino.0, fh.0));
+        self.run(span, reply, |fs| async move { fs.fsync(fh.0).await }, done);
     }
 
     fn fsyncdir(
@@ -489,12 +389,9 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.run(
-            span("fsyncdir", About::Handle(ino.0, fh.0)),
-            reply,
-            |fs| async move { fs.fsyncdir(ino.0).await },
-            |r, ()| r.ok(),
-        );
+        let span = span("fsyncdir", About::Handle(ino.0, fh.0));
+        let op = |fs: Arc<Fs>| async move { fs.fsyncdir(ino.0).await };
+        self.run(span, reply, op, done);
     }
 
     fn create(
@@ -531,7 +428,7 @@ impl fuser::Filesystem for FuseAdapter {
                 }
                 fs.fallocate(fh.0, offset, length).await
             },
-            |r, ()| r.ok(),
+            done,
         );
     }
 

@@ -136,3 +136,8 @@ pub(super) fn open_flags(hints: &OpenHints) -> FopenFlags {
     }
     f
 }
+
+/// The answer of an operation that returns nothing but success.
+pub(super) fn done(r: ReplyEmpty, (): ()) {
+    r.ok()
+}

@@ -1,0 +1,72 @@
+//! The adapter's own state (the file system, the runtime, the kernel's attribute TTL, the
+//! passthrough switch) and the two ways it answers a request: on the FUSE thread when nothing
+//! has to be waited for, on tokio when something must.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tracing::{Instrument, Span};
+
+use super::passthrough::Passthrough;
+use super::reply::{answer, Replies};
+use crate::error::Result;
+use crate::fs::Fs;
+
+/// Answers the kernel's FUSE requests with the methods of `Fs`.
+pub struct FuseAdapter {
+    pub(super) fs: Arc<Fs>,
+    pub(super) rt: Handle,
+    pub(super) ttl: Duration,
+    pub(super) pt: Arc<Passthrough>,
+}
+
+impl FuseAdapter {
+    /// An adapter over `fs` that runs what must wait on the runtime of `rt`.
+    pub fn new(fs: Arc<Fs>, rt: Handle) -> FuseAdapter {
+        let ttl = fs.config().metadata_ttl;
+        let pt = Arc::new(Passthrough::new(false));
+        FuseAdapter { fs, rt, ttl, pt }
+    }
+
+    /// Serves files whose bytes are local (staged copies) by FUSE passthrough where the
+    /// kernel allows it (`on`: `--passthrough auto`).
+    pub fn with_passthrough(mut self, on: bool) -> FuseAdapter {
+        self.pt = Arc::new(Passthrough::new(on));
+        self
+    }
+
+    /// Runs the operation `op` (given the file system) in `span` and answers `reply` with
+    /// its outcome (`ok` for a value, `answer` for an error).
+    pub(super) fn run<R, T, F>(
+        &self,
+        span: Span,
+        reply: R,
+        op: impl FnOnce(Arc<Fs>) -> F,
+        ok: impl FnOnce(R, T) + Send + 'static,
+    ) where
+        R: Replies + Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        let fut = op(self.fs.clone());
+        self.poll_here(async move { answer(reply, fut.await, ok) }.instrument(span));
+    }
+
+    /// Answers a request on this FUSE thread when it needs no waiting (metadata in
+    /// memory, data already fetched): most requests of a warm or prefetched workload.
+    /// Only a request that must wait moves to the runtime. Handing every request to
+    /// another thread cost two context switches each, the largest single cost of
+    /// reading many small files on a small machine.
+    pub(super) fn poll_here<F: Future<Output = ()> + Send + 'static>(&self, fut: F) {
+        let _rt = self.rt.enter();
+        let mut fut = Box::pin(fut);
+        let mut cx = Context::from_waker(Waker::noop());
+        // Polling again from the runtime registers its real waker: a resource first
+        // polled here with the no-op waker is then watched as usual.
+        if fut.as_mut().poll(&mut cx).is_pending() {
+            self.rt.spawn(fut);
+        }
+    }
+}

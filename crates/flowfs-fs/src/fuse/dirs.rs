@@ -1,0 +1,48 @@
+//! Directory listings and times in fuser's types: how the core's `DirItem`s fill a
+//! readdir or readdirplus answer, and how a setattr's "now" becomes a time.
+
+use std::time::{Duration, SystemTime};
+
+use fuser::{Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus, TimeOrNow};
+
+use super::reply::{file_type, to_fuse};
+use crate::fs::{DirItem, Fs};
+
+/// Fills a readdir answer until the kernel's buffer is full.
+pub(super) fn fill(mut r: ReplyDirectory, items: Vec<DirItem>) {
+    for it in items {
+        if r.add(INodeNo(it.ino), it.next, file_type(it.kind), &it.name) {
+            break;
+        }
+    }
+    r.ok()
+}
+
+/// Fills a readdirplus answer until the kernel's buffer is full. The core counted a lookup
+/// for every item it listed; the kernel takes one only for the entries it received, so the
+/// rest are forgotten again.
+pub(super) fn fill_plus(mut r: ReplyDirectoryPlus, items: Vec<DirItem>, ttl: Duration, fs: &Fs) {
+    let mut full = false;
+    for it in items {
+        let counted = it.name != "." && it.name != "..";
+        if !full {
+            if let Some(a) = &it.attr {
+                let attr = to_fuse(a);
+                let (ino, g) = (INodeNo(it.ino), Generation(0));
+                full = r.add(ino, it.next, &it.name, &ttl, &attr, g);
+            }
+        }
+        if full && counted {
+            fs.forget(it.ino, 1);
+        }
+    }
+    r.ok()
+}
+
+/// A setattr's time: the one given, or the moment of the request.
+pub(super) fn time(t: Option<TimeOrNow>) -> Option<SystemTime> {
+    t.map(|t| match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    })
+}
