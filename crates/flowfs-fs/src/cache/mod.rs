@@ -52,6 +52,8 @@ mod entry;
 mod error;
 mod evict;
 mod fetch;
+#[cfg(test)]
+mod fetch_tests;
 mod index;
 mod memory;
 mod persist;
@@ -59,6 +61,7 @@ mod pin;
 #[cfg(test)]
 mod pin_tests;
 mod punch;
+mod root;
 mod shared;
 #[cfg(test)]
 mod tests;
@@ -118,7 +121,7 @@ impl DiskCache {
     /// that uses it. `mem_cap` bounds the fetched bytes kept in memory until a reader
     /// takes them.
     pub fn open(cache_dir: &Path, capacity: u64, mem_cap: u64) -> io::Result<DiskCache> {
-        let root = persist::lock_root(cache_dir)?;
+        let root = root::lock_root(cache_dir)?;
         let evict_lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -367,13 +370,13 @@ impl DiskCache {
         // Evictions of this process stop here too (they hold `open` for reading).
         self.flush_counts();
         self.changes.sync(&self.root, &self.usage);
-        if persist::alone(&self.lock) {
+        if root::alone(&self.lock) {
             if self.usage.get_at(shared::UNSYNCED) > 0 {
                 // A process killed before it made its changes durable.
                 disk::sync_fs(&self.root);
                 self.usage.set_at(shared::UNSYNCED, 0);
             }
-            persist::mark_clean(&self.root);
+            root::mark_clean(&self.root);
         }
         crate::dirlock::unlock(&self.lock);
     }
