@@ -1,13 +1,33 @@
 //! One staged file's state in the write-back table (`FileWb`: size, generations, open
-//! writers and readers, upload phase, journal key, early upload, passthrough writers) and
-//! the table itself, under the write-back's one lock (mod.rs). Plain data: every change is
+//! writers and readers, upload phase (`Phase`, the state machine of its way to the bucket),
+//! journal key, early upload, passthrough writers) and the table itself, under the write-back's one lock (mod.rs). Plain data: every change is
 //! a method of `WriteBack` (mod.rs, lifecycle.rs, passthrough.rs).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::{Early, Phase, StagedFile};
+use super::{Early, StagedFile, UploadError};
+
+/// Where a staged file stands on its way to the bucket.
+#[derive(Debug, Clone)]
+pub enum Phase {
+    /// No upload queued or in flight. Durable when `durable_gen == gen`, else dirty.
+    Idle,
+    /// An upload task is spawned and has not started.
+    Queued,
+    /// An upload of generation `gen` is in flight; `rerun`: asked for again meanwhile.
+    Uploading { gen: u64, rerun: bool },
+    /// The last upload failed with `error`; kept until an upload is asked for again.
+    /// `retry`: the token of the background retry scheduled for a failure that may go
+    /// away (the store was down or throttling), `None` for one that will not by itself.
+    Failed {
+        error: UploadError,
+        retry: Option<u64>,
+    },
+    /// Its name was removed or replaced: never uploaded again.
+    Retired,
+}
 
 #[derive(Debug)]
 pub(super) enum EarlyState {

@@ -11,7 +11,9 @@
 //! on its way lost writes (issue 13) because "unchanged, drop the staged copy" was
 //! decided under one lock and the new open counted under another.
 
+mod asks;
 mod early;
+mod error;
 mod file;
 mod passthrough;
 mod report;
@@ -26,153 +28,18 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use flowfs_client::ClientError;
 use parking_lot::Mutex;
 
-use crate::error::FsError;
 
+pub use asks::{Durability, Finished, NameHold, NewFile, Released, StagedStat, UploadJob, Written};
 pub use early::{Aborts, Early};
+pub use error::UploadError;
+pub use file::Phase;
 use file::{DiskStat, EarlyState, FileWb, KernelWrites, Table};
 pub use report::PendingState;
 pub use staging::{OpenUpload, Orphan, Record, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};
 pub use uploader::{Loose, Uploader};
-
-/// Why a staged file is not in the bucket: kept by `Phase::Failed` with its cause, and
-/// reported by fsync, close, `flowfs status` and the unmount as `KEY: reason`.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum UploadError {
-    /// The store did not take the upload of `key`.
-    #[error("{key}: upload failed: {source}")]
-    Store {
-        key: String,
-        #[source]
-        source: Arc<ClientError>,
-    },
-    /// Not sent: an output of the same task (a file beside its completion marker) is not
-    /// in the bucket, and whoever sees the marker may read the outputs.
-    #[error("not uploaded because an output of its task failed: {source}")]
-    Upstream {
-        #[source]
-        source: Arc<FsError>,
-    },
-}
-
-impl UploadError {
-    /// Whether sending it again later may succeed (the store was down or throttling).
-    pub fn may_pass(&self) -> bool {
-        match self {
-            UploadError::Store { source, .. } => source.is_retryable(),
-            UploadError::Upstream { .. } => false,
-        }
-    }
-}
-
-/// Where a staged file stands on its way to the bucket.
-#[derive(Debug, Clone)]
-pub enum Phase {
-    /// No upload queued or in flight. Durable when `durable_gen == gen`, else dirty.
-    Idle,
-    /// An upload task is spawned and has not started.
-    Queued,
-    /// An upload of generation `gen` is in flight; `rerun`: asked for again meanwhile.
-    Uploading { gen: u64, rerun: bool },
-    /// The last upload failed with `error`; kept until an upload is asked for again.
-    /// `retry`: the token of the background retry scheduled for a failure that may go
-    /// away (the store was down or throttling), `None` for one that will not by itself.
-    Failed {
-        error: UploadError,
-        retry: Option<u64>,
-    },
-    /// Its name was removed or replaced: never uploaded again.
-    Retired,
-}
-
-/// What a write asks of its caller next.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Written {
-    /// The file needs its journal record (its first change since it was durable).
-    pub journal: bool,
-    /// A whole part is left behind a front-to-back writer: claim the early parts.
-    pub early_due: bool,
-}
-
-/// The early multipart upload of a new file written front to back.
-/// While held, no upload of one staged file starts or is in flight
-/// (`WriteBack::hold_name`).
-pub struct NameHold {
-    _guard: tokio::sync::OwnedMutexGuard<()>,
-}
-
-/// How a new staged file starts.
-pub enum NewFile {
-    /// Created by `create`: one writer, nothing in the bucket, may go up early.
-    Created,
-    /// Closed as it is made, uploaded at once: a symlink (its target is the content) or a
-    /// special file (empty).
-    Closed,
-}
-
-/// What stat shows of a staged file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StagedStat {
-    pub size: u64,
-    /// The time of its last write, truncation or utimens.
-    pub mtime: SystemTime,
-    /// The time of its last write, truncation or utimens here (the epoch before any).
-    pub ctime: SystemTime,
-}
-
-/// What a release asks its caller to do.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Released {
-    Nothing,
-    /// Spawn the upload task (the phase is `Queued`).
-    Upload,
-    /// The staged file was given up (retired): the node follows the bucket again.
-    Dropped,
-    /// The staged file left the table unchanged since its upload (or its download): the
-    /// node follows the bucket again, and the caller may hand the data, which is the
-    /// object's version the node names, to the cache before it discards the file.
-    Clean,
-}
-
-/// What `wait_durable` sees.
-pub enum Durability {
-    Done,
-    Pending,
-    Failed(UploadError),
-    /// Idle with changes the bucket lacks (an upload that raced with a change ended
-    /// while a writer was open): the waiter asks for an upload again.
-    Stalled,
-}
-
-/// One upload to run, taken by `begin_upload`.
-pub struct UploadJob {
-    pub file: Arc<StagedFile>,
-    pub gen: u64,
-    pub size: u64,
-    pub early: Option<Arc<Early>>,
-    /// Goes up as a single-part multipart upload, whose `-1` ETag tells a listing that
-    /// it may be a symlink: a symlink outside a marked directory (set by the caller).
-    pub one_part: bool,
-}
-
-/// What the end of an upload asks its caller to do.
-#[derive(Debug, Default)]
-pub struct Finished {
-    /// The bucket now holds the file as it is: the node takes the new ETag and size.
-    pub durable: bool,
-    /// The staged file left the table (no handle uses it): the cache may adopt its data.
-    pub released: Option<Arc<StagedFile>>,
-    /// The object just written belongs to a name given up meanwhile: delete it.
-    pub stray: bool,
-    /// Upload again (the file changed, or was renamed, while this upload ran).
-    pub again: bool,
-    pub error: Option<UploadError>,
-    /// A background retry is due for this failure: the token `retry_due` takes.
-    pub retry: Option<u64>,
-}
 
 pub struct WriteBack {
     staging: Staging,
