@@ -30,7 +30,6 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
-
 pub use asks::{Durability, Finished, NameHold, NewFile, Released, StagedStat, UploadJob, Written};
 pub use early::{Aborts, Early};
 pub use error::UploadError;
