@@ -186,37 +186,6 @@ async fn namespace_changes_move_objects() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_mounts_staged_files_are_uploaded_by_the_next() {
-    let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    {
-        let fs = fs_on(&mock, dir.path(), "");
-        mock.fail(
-            Op::Put,
-            0,
-            ClientError::Transient("server down".into()),
-            1000,
-        );
-        let (_, fh) = fs.create(ROOT, "result.txt", 0o644).await.unwrap();
-        fs.write(fh, 0, b"computed for hours").unwrap();
-        fs.release(fh).unwrap();
-        assert_eq!(fs.flush_all().await.len(), 1);
-        // Dropped without a clean shutdown: as after kill -9.
-        crash(fs).await;
-    }
-    let mock2 = Arc::new(MockClient::new());
-    let fs = fs_on(&mock2, dir.path(), "");
-    let (ok, failed) = fs.recover().await;
-    assert_eq!(ok, vec!["result.txt".to_string()]);
-    assert!(failed.is_empty());
-    assert_eq!(
-        mock2.object("result.txt").unwrap(),
-        b"computed for hours".to_vec()
-    );
-    assert!(fs.recover().await.0.is_empty(), "recovered once");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn symlinks_cost_their_upload_only_and_known_ones_no_head_in_listings() {
     let dir = tempfile::tempdir().unwrap();
     let mock = Arc::new(MockClient::new());
@@ -258,40 +227,6 @@ async fn symlinks_cost_their_upload_only_and_known_ones_no_head_in_listings() {
     // and the first mount still shows them as symlinks
     let a = fs.lookup(d, "in0.bam").await.unwrap();
     assert_eq!(a.kind, Kind::Symlink);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_mounts_symlink_is_recovered_as_a_symlink() {
-    let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    {
-        let fs = fs_on(&mock, dir.path(), "");
-        mock.fail(
-            Op::CreateMultipart,
-            0,
-            ClientError::Transient("server down".into()),
-            1000,
-        );
-        fs.symlink(ROOT, "ref.fa", "../genome/ref.fa")
-            .await
-            .unwrap();
-        assert_eq!(fs.flush_all().await.len(), 1);
-        assert!(mock.object("ref.fa").is_none());
-        // Dropped without a clean shutdown: as after kill -9.
-        crash(fs).await;
-    }
-    let mock2 = Arc::new(MockClient::new());
-    let fs = fs_on(&mock2, dir.path(), "");
-    let (ok, failed) = fs.recover().await;
-    assert_eq!(ok, vec!["ref.fa".to_string()]);
-    assert!(failed.is_empty());
-    assert_eq!(
-        mock2.object("ref.fa").unwrap(),
-        b"../genome/ref.fa".to_vec()
-    );
-    let a = fs.lookup(ROOT, "ref.fa").await.unwrap();
-    assert_eq!(a.kind, Kind::Symlink);
-    assert_eq!(fs.readlink(a.ino).await.unwrap(), "../genome/ref.fa");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -478,50 +413,4 @@ async fn mkdir_after_a_lookup_found_nothing_sends_only_its_marker() {
         Err(FsError::Exists)
     ));
     assert!(mock.count(Op::Head) + mock.count(Op::List) >= 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_early_upload_left_open_by_a_crashed_mount_is_aborted_by_the_next() {
-    let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    let body = data(4 << 20, 9);
-    {
-        // The mount on a runtime of its own, which dies with it. (It ran on the test's,
-        // and a 50 ms sleep stood for "the part tasks are done": one still running when
-        // the mount was dropped held the early upload, whose drop then aborted it.)
-        let (mock, cache, body) = (mock.clone(), dir.path().to_path_buf(), body.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            let fs = {
-                let _e = rt.enter();
-                fs_on(&mock, &cache, "")
-            };
-            rt.block_on(async {
-                let (_, fh) = fs.create(ROOT, "half.bam", 0o644).await.unwrap();
-                fs.write(fh, 0, &body).unwrap();
-                await_count(&mock, Op::UploadPart, 3).await;
-            });
-            // Gone without closing the file or aborting anything, as after kill -9: the
-            // runtime goes first (its tasks end where they stand, no abort can start),
-            // then the Fs.
-            drop(rt);
-            drop(fs);
-        })
-        .join()
-        .unwrap();
-    }
-    // The three parts a whole part behind the writer went; the tail waited for the close.
-    assert_eq!(mock.count(Op::UploadPart), 3);
-    assert_eq!(mock.open_uploads(), 1, "the crash left the upload open");
-    let fs = fs_on(&mock, dir.path(), "");
-    let (ok, failed) = fs.recover().await;
-    assert_eq!(ok, vec!["half.bam".to_string()]);
-    assert!(failed.is_empty());
-    assert_eq!(mock.object("half.bam").unwrap(), body);
-    assert_eq!(mock.open_uploads(), 0, "the open upload was aborted");
-    assert!(fs.recover().await.0.is_empty(), "recovered once");
-    assert_eq!(mock.count(Op::AbortMultipart), 1);
 }

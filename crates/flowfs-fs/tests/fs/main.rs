@@ -11,6 +11,7 @@ mod on_mock;
 mod passthrough;
 mod posix;
 mod reads;
+mod recovery;
 mod rename_upload;
 mod requests;
 mod scale_probe;

@@ -102,3 +102,21 @@ pub async fn await_count(mock: &MockClient, op: Op, n: u64) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+/// A runtime of one thread: its tasks run only while the test blocks on it.
+pub fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A mount whose tasks run on `rt`: dropping `rt` kills them, as a crash would.
+pub fn mount_in(
+    rt: &tokio::runtime::Runtime,
+    mock: &Arc<MockClient>,
+    dir: &std::path::Path,
+) -> Arc<Fs> {
+    let _e = rt.enter();
+    crate::common::fs_on(mock, dir, "")
+}

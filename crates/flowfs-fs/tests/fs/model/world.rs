@@ -79,10 +79,7 @@ pub(super) struct World {
 }
 
 fn new_mount(mock: &Arc<MockClient>, cache: &std::path::Path) -> Mount {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = crate::common::current_thread();
     let mut cfg = FsConfig::new("b", "", cache.to_path_buf());
     cfg.part_size = PART;
     // Every open and lookup asks the store: another client's puts are seen at once.
