@@ -51,6 +51,28 @@ pub fn split_pieces(
     Ok(())
 }
 
+/// The end of a `get_range_pieces` request, `None` when it asks for no byte: an empty
+/// range needs no request.
+pub(crate) fn pieces_end(start: u64, cuts: &[u64]) -> Option<u64> {
+    cuts.last().copied().filter(|&end| end > start)
+}
+
+/// `get_range` of a backend whose request is its `get_range_pieces`: the range as one
+/// piece.
+pub(crate) async fn range_as_one_piece<C: ObjectClient + ?Sized>(
+    client: &C,
+    key: &str,
+    start: u64,
+    end: u64,
+    etag: Option<&str>,
+) -> Result<Bytes> {
+    let mut out = Bytes::new();
+    client
+        .get_range_pieces(key, start, &[end], etag, &mut |_, b| out = b)
+        .await?;
+    Ok(out)
+}
+
 /// What a listing or a HEAD tells about one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
