@@ -1,5 +1,9 @@
 //! An in-memory bucket for unit tests of the file system core: request counters, injected
 //! failures of the nth call of an operation, and a fixed latency per request.
+//!
+//! This file holds the bucket's state and the requests as S3 answers them; what a test
+//! sets and reads besides requests is in harness.rs, the listing in listing.rs, and the
+//! writes to the object table in objects.rs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +19,8 @@ use crate::{
     PutResult, Result, UploadInfo,
 };
 
+mod harness;
+mod listing;
 mod objects;
 
 use objects::lower;
@@ -88,137 +94,6 @@ pub struct MockClient {
     copy_limits: CopyLimits,
 }
 
-impl MockClient {
-    /// An empty bucket with no faults and no latency.
-    pub fn new() -> MockClient {
-        MockClient::default()
-    }
-
-    /// Puts an object as another S3 client would (no request is counted).
-    pub fn insert(&self, key: &str, data: impl Into<Bytes>) {
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.objects.lock().insert(
-            key.to_string(),
-            Obj {
-                data: data.into(),
-                etag: format!("\"mock{n}\""),
-                modified: SystemTime::now(),
-                metadata: HashMap::new(),
-            },
-        );
-    }
-
-    /// Puts an object with user metadata as another S3 client (s3fs, rclone) would; no
-    /// request is counted.
-    pub fn insert_with_metadata(
-        &self,
-        key: &str,
-        data: impl Into<Bytes>,
-        metadata: &[(&str, &str)],
-    ) {
-        self.insert(key, data);
-        if let Some(o) = self.objects.lock().get_mut(key) {
-            o.metadata = metadata
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-        }
-    }
-
-    /// Deletes an object as another client would (no request is counted).
-    pub fn remove(&self, key: &str) {
-        self.objects.lock().remove(key);
-    }
-
-    /// The content of `key`, if present.
-    pub fn object(&self, key: &str) -> Option<Bytes> {
-        self.objects.lock().get(key).map(|o| o.data.clone())
-    }
-
-    /// The user metadata of `key`, if present.
-    pub fn metadata(&self, key: &str) -> Option<HashMap<String, String>> {
-        self.objects.lock().get(key).map(|o| o.metadata.clone())
-    }
-
-    /// Every key in the bucket, sorted.
-    pub fn keys(&self) -> Vec<String> {
-        self.objects.lock().keys().cloned().collect()
-    }
-
-    /// Requests of kind `op` received since the start or the last `reset_counts`.
-    pub fn count(&self, op: Op) -> u64 {
-        self.counts.lock().get(&op).copied().unwrap_or(0)
-    }
-
-    /// Body bytes returned by GETs so far.
-    pub fn get_bytes(&self) -> u64 {
-        self.get_bytes.load(Ordering::Relaxed)
-    }
-
-    /// Sets the request and byte counters back to zero.
-    pub fn reset_counts(&self) {
-        self.counts.lock().clear();
-        self.get_bytes.store(0, Ordering::Relaxed);
-    }
-
-    /// Keys in the order their objects became visible (puts, completed uploads, copies).
-    pub fn visible_order(&self) -> Vec<String> {
-        self.visible.lock().clone()
-    }
-
-    /// Multipart uploads created and neither completed nor aborted.
-    pub fn open_uploads(&self) -> usize {
-        self.uploads.lock().len()
-    }
-
-    /// The call after `skip` more calls of `op` fails with `err`, `times` times in a row.
-    pub fn fail(&self, op: Op, skip: u64, err: ClientError, times: u64) {
-        self.faults.lock().push((op, skip, err, times));
-    }
-
-    /// Drops every failure not yet injected.
-    pub fn clear_faults(&self) {
-        self.faults.lock().clear();
-    }
-
-    /// The next `times` GET bodies break after `after` bytes, as a connection lost in
-    /// the middle of a download; the pieces complete before that are delivered.
-    pub fn cut_bodies(&self, after: u64, times: u64) {
-        *self.cut.lock() = Some((after, times));
-    }
-
-    /// Every later request waits `d` before it is served.
-    pub fn set_latency(&self, d: Duration) {
-        *self.latency.lock() = d;
-    }
-
-    /// Every later request of kind `op` waits `d` before it is served (on top of
-    /// `set_latency`): holds a state open, such as a multipart upload whose parts hang.
-    pub fn set_latency_of(&self, op: Op, d: Duration) {
-        self.op_latency.lock().insert(op, d);
-    }
-
-    async fn enter(&self, op: Op) -> Result<()> {
-        *self.counts.lock().entry(op).or_insert(0) += 1;
-        let extra = self.op_latency.lock().get(&op).copied().unwrap_or_default();
-        let latency = *self.latency.lock() + extra;
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
-        }
-        let mut faults = self.faults.lock();
-        for f in faults.iter_mut().filter(|f| f.0 == op) {
-            if f.1 > 0 {
-                f.1 -= 1;
-            } else if f.3 > 0 {
-                f.3 -= 1;
-                return Err(f.2.clone());
-            }
-        }
-        faults.retain(|f| f.1 > 0 || f.3 > 0);
-        Ok(())
-    }
-}
-
 fn info(key: &str, o: &Obj) -> ObjectInfo {
     ObjectInfo {
         key: key.to_string(),
@@ -233,19 +108,31 @@ fn http_error(what: &str, status: u16, code: &str, msg: &str) -> ClientError {
     ClientError::Other(format!("{what}: HTTP {status} {code}: {msg}"))
 }
 
+/// The object of `key` as a request conditional on `etag` (if given) finds it: `NotFound`
+/// when there is none, `Precondition` when it is another version, as on S3. One lookup
+/// for the requests that read an object and the one that rewrites it in place.
+fn version<'a>(
+    objects: &'a mut BTreeMap<String, Obj>,
+    key: &str,
+    etag: Option<&str>,
+) -> Result<&'a mut Obj> {
+    let o = objects
+        .get_mut(key)
+        .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
+    if etag.is_some_and(|e| e != o.etag) {
+        return Err(ClientError::Precondition(key.to_string()));
+    }
+    Ok(o)
+}
+
 /// What the mock does on the server side of a request: the checks and answers of S3.
 impl MockClient {
     /// One ranged GET of `[start, end)`, `end > start`: as much of it as the object has,
     /// `InvalidRange` (416) when it starts at or after the end, as on S3.
     async fn fetch(&self, key: &str, start: u64, end: u64, etag: Option<&str>) -> Result<Bytes> {
         self.enter(Op::Get).await?;
-        let objects = self.objects.lock();
-        let o = objects
-            .get(key)
-            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
-        if etag.is_some_and(|e| e != o.etag) {
-            return Err(ClientError::Precondition(key.to_string()));
-        }
+        let mut objects = self.objects.lock();
+        let o = version(&mut objects, key, etag)?;
         let len = o.data.len() as u64;
         if start >= len {
             let msg = "The requested range is not satisfiable";
@@ -255,86 +142,6 @@ impl MockClient {
         self.get_bytes.fetch_add((e - s) as u64, Ordering::Relaxed);
         // Aligned like the S3 backend's, so that tests take the same cache write path.
         Ok(AlignedBuf::from_slice(&o.data[s..e]).into_bytes())
-    }
-
-    /// ListObjectsV2: keys after `start_after` are rolled up into common prefixes, then
-    /// paged; `token` continues after the last entry of the page that handed it out.
-    async fn list(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-        start_after: &str,
-    ) -> Result<ListPage> {
-        self.enter(Op::List).await?;
-        let what = format!("list {prefix}");
-        let after = match token {
-            None => None,
-            Some(t) => match self.tokens.lock().get(&t) {
-                Some((p, last)) if p == prefix => Some(last.clone()),
-                _ => {
-                    let msg = "The continuation token provided is incorrect";
-                    return Err(http_error(&what, 400, "InvalidArgument", msg));
-                }
-            },
-        };
-        let max = max_keys.unwrap_or(1000).max(1) as usize;
-        let mut page = ListPage::default();
-        let mut last: Option<String> = None;
-        for (name, obj) in self.entries(prefix, delimiter, start_after) {
-            if after.as_ref().is_some_and(|a| name.as_str() <= a.as_str()) {
-                continue;
-            }
-            if page.objects.len() + page.prefixes.len() == max {
-                let t = format!(
-                    "mock-token-{}",
-                    self.next_id.fetch_add(1, Ordering::Relaxed)
-                );
-                let last = last.unwrap_or_default();
-                self.tokens
-                    .lock()
-                    .insert(t.clone(), (prefix.to_string(), last));
-                page.next_token = Some(t);
-                break;
-            }
-            match obj {
-                Some(o) => page.objects.push(o),
-                None => page.prefixes.push(name.clone()),
-            }
-            last = Some(name);
-        }
-        Ok(page)
-    }
-
-    /// Every entry below `prefix` after `start_after`, in key order, prefixes collapsed.
-    fn entries(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        start_after: &str,
-    ) -> Vec<(String, Option<ObjectInfo>)> {
-        let objects = self.objects.lock();
-        let mut entries: Vec<(String, Option<ObjectInfo>)> = Vec::new();
-        for (key, o) in objects.range(prefix.to_string()..) {
-            if !key.starts_with(prefix) {
-                break;
-            }
-            if key.as_str() <= start_after {
-                continue;
-            }
-            let rest = &key[prefix.len()..];
-            match delimiter.and_then(|d| rest.find(d).map(|i| (i, d))) {
-                Some((i, d)) => {
-                    let p = format!("{prefix}{}{d}", &rest[..i]);
-                    if entries.last().map(|e| &e.0) != Some(&p) {
-                        entries.push((p, None));
-                    }
-                }
-                None => entries.push((key.clone(), Some(info(key, o)))),
-            }
-        }
-        entries
     }
 }
 
@@ -346,10 +153,8 @@ impl ObjectClient for MockClient {
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.enter(Op::Head).await?;
-        let objects = self.objects.lock();
-        let o = objects
-            .get(key)
-            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
+        let mut objects = self.objects.lock();
+        let o = version(&mut objects, key, None)?;
         Ok(ObjectMeta {
             info: info(key, o),
             metadata: o.metadata.clone(),
@@ -363,10 +168,7 @@ impl ObjectClient for MockClient {
         end: u64,
         etag: Option<&str>,
     ) -> Result<Bytes> {
-        let mut out = Bytes::new();
-        self.get_range_pieces(key, start, &[end], etag, &mut |_, b| out = b)
-            .await?;
-        Ok(out)
+        crate::range_as_one_piece(self, key, start, end, etag).await
     }
 
     async fn get_range_pieces(
@@ -378,25 +180,11 @@ impl ObjectClient for MockClient {
         sink: &mut (dyn FnMut(usize, Bytes) + Send),
     ) -> Result<()> {
         // An empty range needs no request, as in the S3 backend.
-        let Some(&end) = cuts.last().filter(|&&end| end > start) else {
+        let Some(end) = crate::pieces_end(start, cuts) else {
             return Ok(());
         };
-        let data = self.fetch(key, start, end, etag).await?;
-        let cut = {
-            let mut c = self.cut.lock();
-            match *c {
-                Some((after, times)) if times > 0 => {
-                    *c = (times > 1).then_some((after, times - 1));
-                    Some(after)
-                }
-                _ => None,
-            }
-        };
         // A cut body is a short one: the pieces before the cut arrive, then the error.
-        let data = match cut {
-            Some(after) => data.slice(..(after as usize).min(data.len())),
-            None => data,
-        };
+        let data = self.cut(self.fetch(key, start, end, etag).await?);
         crate::split_pieces(key, start, cuts, &data, sink)
     }
 

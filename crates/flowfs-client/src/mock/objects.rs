@@ -22,12 +22,7 @@ impl MockClient {
         etag: Option<&str>,
     ) -> Result<PutResult> {
         let mut objects = self.objects.lock();
-        let o = objects
-            .get_mut(key)
-            .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
-        if etag.is_some_and(|e| e != o.etag) {
-            return Err(ClientError::Precondition(key.to_string()));
-        }
+        let o = version(&mut objects, key, etag)?;
         if o.data.len() as u64 > self.copy_limits.max_copy {
             let msg = "The specified copy source is larger than the maximum allowable size";
             return Err(http_error(key, 400, "InvalidRequest", msg));
@@ -48,13 +43,8 @@ impl MockClient {
         etag: Option<&str>,
     ) -> Result<String> {
         let body = {
-            let objects = self.objects.lock();
-            let o = objects
-                .get(key)
-                .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
-            if etag.is_some_and(|e| e != o.etag) {
-                return Err(ClientError::Precondition(key.to_string()));
-            }
+            let mut objects = self.objects.lock();
+            let o = version(&mut objects, key, etag)?;
             if start >= end || end > o.data.len() as u64 {
                 return Err(http_error(key, 400, "InvalidRange", "bad copy range"));
             }
