@@ -115,6 +115,15 @@ mod tests {
         t.elapsed()
     }
 
+    /// A limiter cut by a throttle after `n` requests that took `each`, and its rate then.
+    async fn throttled_after(n: u32, each: Duration) -> (Limiter, f64) {
+        let l = Limiter::default();
+        send(&l, n, each).await;
+        l.throttled();
+        let rate = l.rate().expect("limited after a throttle");
+        (l, rate)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn off_until_the_first_throttle() {
         let l = Limiter::default();
@@ -124,11 +133,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_throttle_cuts_the_rate_below_what_was_sent_and_spaces_requests() {
-        let l = Limiter::default();
         // 200 requests per second for two seconds, then SlowDown.
-        send(&l, 400, Duration::from_millis(5)).await;
-        l.throttled();
-        let rate = l.rate().expect("limited after a throttle");
+        let (l, rate) = throttled_after(400, Duration::from_millis(5)).await;
         assert!((130.0..=150.0).contains(&rate), "rate {rate}");
         // Requests that take no time now go at the limited rate.
         let took = send(&l, 100, Duration::ZERO).await;
@@ -142,10 +148,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn successes_raise_the_rate_until_the_limit_is_off() {
-        let l = Limiter::default();
-        send(&l, 100, Duration::from_millis(10)).await;
-        l.throttled();
-        let first = l.rate().expect("limited");
+        let (l, first) = throttled_after(100, Duration::from_millis(10)).await;
         for _ in 0..10 {
             l.acquire().await;
             l.succeeded();

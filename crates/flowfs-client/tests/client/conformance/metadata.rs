@@ -4,9 +4,9 @@
 //! lower-cased, a copy of a non-multipart object keeps its MD5 ETag).
 
 use flowfs_client::copy::{copy_in_parts, CopyLimits};
-use flowfs_client::{ClientError, CompletedPart, ObjectClient};
+use flowfs_client::{ClientError, ObjectClient};
 
-use super::{assert_not_found, data, err, meta};
+use super::{assert_not_found, data, err, meta, upload};
 
 /// S3's smallest part but the last.
 const PART: usize = 5 << 20;
@@ -66,14 +66,10 @@ pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &st
         .create_multipart(&key, &meta(&[("mode", "33261")]))
         .await
         .expect("create");
-    let mut parts = Vec::new();
-    for (n, body) in [(1, data(PART, 3)), (2, data(10, 4))] {
-        let etag = c.upload_part(&key, &id, n, body).await.expect("part");
-        parts.push(CompletedPart {
-            part_number: n,
-            etag,
-        });
-    }
+    let parts = vec![
+        upload(c, &key, &id, 1, data(PART, 3)).await,
+        upload(c, &key, &id, 2, data(10, 4)).await,
+    ];
     let done = c
         .complete_multipart(&key, &id, parts)
         .await

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flowfs_client::{ClientError, ObjectClient, Result};
+use flowfs_client::{ClientError, CompletedPart, ObjectClient, Result};
 
 pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -153,6 +153,31 @@ pub async fn put(c: &dyn ObjectClient, key: &str, body: Bytes) -> String {
         .await
         .unwrap_or_else(|e| panic!("put {key}: {e}"))
         .etag
+}
+
+/// A multipart upload of `key` without metadata; its id.
+pub async fn open_upload(c: &dyn ObjectClient, key: &str) -> String {
+    c.create_multipart(key, &HashMap::new())
+        .await
+        .unwrap_or_else(|e| panic!("create upload of {key}: {e}"))
+}
+
+/// Part `n` of upload `id`, as the completion wants it.
+pub async fn upload(
+    c: &dyn ObjectClient,
+    key: &str,
+    id: &str,
+    n: i32,
+    body: Bytes,
+) -> CompletedPart {
+    let etag = c
+        .upload_part(key, id, n, body)
+        .await
+        .unwrap_or_else(|e| panic!("upload part {n}: {e}"));
+    CompletedPart {
+        part_number: n,
+        etag,
+    }
 }
 
 /// The error of `r`, which must be one.

@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use flowfs_client::{ClientError, CompletedPart, ObjectClient};
+use flowfs_client::{ClientError, ObjectClient};
 
-use super::{assert_not_found, data, err, meta, put};
+use super::{assert_not_found, data, err, meta, open_upload, put, upload};
 
 /// S3's smallest part but the last.
 const PART: usize = 5 << 20;
@@ -31,17 +31,6 @@ pub async fn delete_removes_the_object(c: &dyn ObjectClient, p: &str) {
         page.objects.iter().all(|o| o.key == p && o.size == 0),
         "listed after delete: {page:?}"
     );
-}
-
-async fn upload(c: &dyn ObjectClient, key: &str, id: &str, n: i32, body: Bytes) -> CompletedPart {
-    let etag = c
-        .upload_part(key, id, n, body)
-        .await
-        .unwrap_or_else(|e| panic!("upload part {n}: {e}"));
-    CompletedPart {
-        part_number: n,
-        etag,
-    }
 }
 
 pub async fn multipart_round_trip(c: &dyn ObjectClient, p: &str) {
@@ -84,10 +73,7 @@ pub async fn multipart_round_trip(c: &dyn ObjectClient, p: &str) {
 /// (404, `NotFound`) and no object appears.
 pub async fn multipart_abort_forgets_the_upload(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}aborted");
-    let id = c
-        .create_multipart(&key, &HashMap::new())
-        .await
-        .expect("create");
+    let id = open_upload(c, &key).await;
     let part = upload(c, &key, &id, 1, data(1000, 3)).await;
     c.abort_multipart(&key, &id).await.expect("abort");
     assert_not_found(
@@ -145,10 +131,7 @@ pub async fn list_uploads_names_the_open_uploads_of_one_key(c: &dyn ObjectClient
 
 pub async fn multipart_unknown_upload_id_is_not_found(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
-    let real = c
-        .create_multipart(&key, &HashMap::new())
-        .await
-        .expect("create");
+    let real = open_upload(c, &key).await;
     let bogus = format!("{real}x");
     assert_not_found(
         c.upload_part(&key, &bogus, 1, data(10, 5)).await,
@@ -160,10 +143,7 @@ pub async fn multipart_unknown_upload_id_is_not_found(c: &dyn ObjectClient, p: &
 /// Completion checks each part's ETag: a wrong one is `InvalidPart` (400, `Other`).
 pub async fn multipart_complete_with_wrong_etag_fails(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
-    let id = c
-        .create_multipart(&key, &HashMap::new())
-        .await
-        .expect("create");
+    let id = open_upload(c, &key).await;
     let mut part = upload(c, &key, &id, 1, data(1000, 6)).await;
     part.etag = "\"0123456789abcdef0123456789abcdef\"".to_string();
     let e = err(
