@@ -57,22 +57,6 @@ pub(crate) fn pieces_end(start: u64, cuts: &[u64]) -> Option<u64> {
     cuts.last().copied().filter(|&end| end > start)
 }
 
-/// `get_range` of a backend whose request is its `get_range_pieces`: the range as one
-/// piece.
-pub(crate) async fn range_as_one_piece<C: ObjectClient + ?Sized>(
-    client: &C,
-    key: &str,
-    start: u64,
-    end: u64,
-    etag: Option<&str>,
-) -> Result<Bytes> {
-    let mut out = Bytes::new();
-    client
-        .get_range_pieces(key, start, &[end], etag, &mut |_, b| out = b)
-        .await?;
-    Ok(out)
-}
-
 /// What a listing or a HEAD tells about one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
@@ -140,14 +124,25 @@ pub trait ObjectClient: Send + Sync + 'static {
     /// Size, ETag, time and user metadata of `key`; `NotFound` if absent.
     async fn head(&self, key: &str) -> Result<ObjectMeta>;
     /// Bytes `[start, end)` of `key`. With `etag`, fails with `Precondition` if the object
-    /// changed since, so a reader never mixes two versions.
-    async fn get_range(&self, key: &str, start: u64, end: u64, etag: Option<&str>)
-        -> Result<Bytes>;
+    /// changed since, so a reader never mixes two versions. The range as one piece of
+    /// `get_range_pieces`: every backend sends the same request for both.
+    async fn get_range(
+        &self,
+        key: &str,
+        start: u64,
+        end: u64,
+        etag: Option<&str>,
+    ) -> Result<Bytes> {
+        let mut out = Bytes::new();
+        self.get_range_pieces(key, start, &[end], etag, &mut |_, b| out = b)
+            .await?;
+        Ok(out)
+    }
     /// One GET of `[start, cuts.last())` handed over in pieces as the body arrives: piece
     /// `i` ends at `cuts[i]` and goes to `sink(i, bytes)` once complete, so that a reader
     /// waiting on the front of a long range does not wait for its end. Pieces delivered
-    /// before an error are whole and right; the error covers the rest. This default
-    /// fetches the whole range first.
+    /// before an error are whole and right; the error covers the rest. An empty range
+    /// (`pieces_end` is `None`) sends no request.
     async fn get_range_pieces(
         &self,
         key: &str,
@@ -155,13 +150,7 @@ pub trait ObjectClient: Send + Sync + 'static {
         cuts: &[u64],
         etag: Option<&str>,
         sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        let Some(&end) = cuts.last() else {
-            return Ok(());
-        };
-        let data = self.get_range(key, start, end, etag).await?;
-        split_pieces(key, start, cuts, &data, sink)
-    }
+    ) -> Result<()>;
     /// One page of the keys below `prefix`, grouped at `delimiter` into common prefixes.
     async fn list_page(
         &self,

@@ -172,19 +172,6 @@ impl ObjectClient for Retrying {
         self.retry("HEAD", key, || self.inner.head(key)).await
     }
 
-    async fn get_range(
-        &self,
-        key: &str,
-        start: u64,
-        end: u64,
-        etag: Option<&str>,
-    ) -> Result<Bytes> {
-        self.retry("GET_RANGE", key, || {
-            self.inner.get_range(key, start, end, etag)
-        })
-        .await
-    }
-
     /// A retry asks only for the pieces not delivered yet: a reader is never handed
     /// the same piece twice, and a body cut near its end is not fetched again whole.
     async fn get_range_pieces(

@@ -161,16 +161,6 @@ impl ObjectClient for MockClient {
         })
     }
 
-    async fn get_range(
-        &self,
-        key: &str,
-        start: u64,
-        end: u64,
-        etag: Option<&str>,
-    ) -> Result<Bytes> {
-        crate::range_as_one_piece(self, key, start, end, etag).await
-    }
-
     async fn get_range_pieces(
         &self,
         key: &str,
