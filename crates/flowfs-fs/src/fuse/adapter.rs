@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
+use fuser::{Generation, ReplyEntry};
 use tokio::runtime::Handle;
 use tracing::{Instrument, Span};
 
 use super::passthrough::Passthrough;
-use super::reply::{answer, Replies};
+use super::reply::{answer, to_fuse, Replies};
 use crate::error::Result;
-use crate::fs::Fs;
+use crate::fs::{Attr, Fs};
 
 /// Answers the kernel's FUSE requests with the methods of `Fs`.
 pub struct FuseAdapter {
@@ -68,5 +69,16 @@ impl FuseAdapter {
         if fut.as_mut().poll(&mut cx).is_pending() {
             self.rt.spawn(fut);
         }
+    }
+
+    /// Runs `op`, which makes or finds a name, and answers with its entry.
+    pub(super) fn entry<F>(&self, span: Span, reply: ReplyEntry, op: impl FnOnce(Arc<Fs>) -> F)
+    where
+        F: Future<Output = Result<Attr>> + Send + 'static,
+    {
+        let ttl = self.ttl;
+        self.run(span, reply, op, move |r, a| {
+            r.entry(&ttl, &to_fuse(&a), Generation(0))
+        });
     }
 }

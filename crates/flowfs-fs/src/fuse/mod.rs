@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use fuser::{
-    FileHandle, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request,
+    FileHandle, FopenFlags, INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, Request,
 };
 
 use crate::error::FsError;
@@ -41,13 +41,10 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let span = span("lookup", About::Entry(parent.0, name));
-        let (name, ttl) = (utf8(name), self.ttl);
-        self.run(
-            span,
-            reply,
-            |fs| async move { fs.lookup(parent.0, &name?).await },
-            move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
-        );
+        let name = utf8(name);
+        self.entry(span, reply, |fs| async move {
+            fs.lookup(parent.0, &name?).await
+        });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -234,13 +231,10 @@ impl fuser::Filesystem for FuseAdapter {
     ) {
         let span = span("mknod", About::Entry(parent.0, name));
         let owner = Some((req.uid(), req.gid()));
-        let (name, ttl) = (utf8(name), self.ttl);
-        self.run(
-            span,
-            reply,
-            |fs| async move { fs.mknod(parent.0, &name?, mode, rdev, owner).await },
-            move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
-        );
+        let name = utf8(name);
+        self.entry(span, reply, |fs| async move {
+            fs.mknod(parent.0, &name?, mode, rdev, owner).await
+        });
     }
 
     fn mkdir(
@@ -254,13 +248,10 @@ impl fuser::Filesystem for FuseAdapter {
     ) {
         let span = span("mkdir", About::Entry(parent.0, name));
         let owner = Some((req.uid(), req.gid()));
-        let (name, ttl) = (utf8(name), self.ttl);
-        self.run(
-            span,
-            reply,
-            |fs| async move { fs.mkdir_as(parent.0, &name?, mode, owner).await },
-            move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
-        );
+        let name = utf8(name);
+        self.entry(span, reply, |fs| async move {
+            fs.mkdir_as(parent.0, &name?, mode, owner).await
+        });
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -286,14 +277,11 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyEntry,
     ) {
         let span = span("symlink", About::Entry(parent.0, link_name));
-        let (name, target, ttl) = (utf8(link_name), utf8(target.as_os_str()), self.ttl);
+        let (name, target) = (utf8(link_name), utf8(target.as_os_str()));
         let owner = Some((req.uid(), req.gid()));
-        self.run(
-            span,
-            reply,
-            |fs| async move { fs.symlink_as(parent.0, &name?, &target?, owner).await },
-            move |r, a| r.entry(&ttl, &to_fuse(&a), Generation(0)),
-        );
+        self.entry(span, reply, |fs| async move {
+            fs.symlink_as(parent.0, &name?, &target?, owner).await
+        });
     }
 
     fn rename(
