@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::common::*;
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
-use flowfs_fs::{Fs, FsConfig, FsError};
+use flowfs_fs::{FsConfig, FsError};
 use flowfs_fs::{OpenMode, ROOT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,10 +73,9 @@ async fn reads_are_exact_lazy_and_cached() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_object_is_never_served_stale() {
     let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    let mut cfg = FsConfig::new("b", "", dir.path().to_path_buf());
-    cfg.metadata_ttl = Duration::from_millis(50);
-    let fs = Arc::new(Fs::new(cfg, mock.clone()).unwrap());
+    let (mock, fs) = crate::common::setup_with(dir.path(), "", |cfg| {
+        cfg.metadata_ttl = Duration::from_millis(50);
+    });
     mock.insert("f", b"version one".to_vec());
     let ino = path_ino(&fs, "f").await.unwrap();
     assert_eq!(read_all(&fs, ino).await, b"version one");
@@ -165,12 +164,11 @@ async fn a_long_sequential_read_comes_in_few_gets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_cut_mid_body_keeps_its_first_pieces_and_is_fetched_again() {
     let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    let mut cfg = FsConfig::new("b", "p", dir.path().to_path_buf());
-    // One part is the whole object: the first read fetches it in one GET of 8 pieces.
-    cfg.part_size = 8 << 20;
-    cfg.metadata_ttl = Duration::from_secs(60);
-    let fs = Arc::new(Fs::new(cfg, mock.clone()).expect("fs"));
+    let (mock, fs) = crate::common::setup_with(dir.path(), "p", |cfg| {
+        // One part is the whole object: the first read fetches it in one GET of 8 pieces.
+        cfg.part_size = 8 << 20;
+        cfg.metadata_ttl = Duration::from_secs(60);
+    });
     let obj = data(8 << 20, 5);
     mock.insert("p/obj", obj.clone());
     let ino = path_ino(&fs, "obj").await.unwrap();

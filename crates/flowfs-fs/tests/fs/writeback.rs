@@ -1,23 +1,20 @@
 //! Write-back under a store that does not answer (issue 14): nothing waits forever; failed
 //! uploads sent again in the background; truncation of an object fetches only what it keeps.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowfs_client::mock::{MockClient, Op};
+use flowfs_client::mock::Op;
 use flowfs_client::ClientError;
 use flowfs_fs::ROOT;
-use flowfs_fs::{Fs, FsConfig};
 
 /// An unmount whose uploads do not finish gives up after `--unmount-timeout`, naming
 /// every file not uploaded; their journal records stay for the next mount.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unmount_gives_up_after_its_timeout_and_names_what_is_not_uploaded() {
     let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    let mut cfg = FsConfig::new("b", "", dir.path().to_path_buf());
-    cfg.unmount_timeout = Duration::from_millis(500);
-    let fs = Arc::new(Fs::new(cfg, mock.clone()).expect("fs"));
+    let (mock, fs) = crate::common::setup_with(dir.path(), "", |cfg| {
+        cfg.unmount_timeout = Duration::from_millis(500);
+    });
     mock.set_latency(Duration::from_secs(3600));
     let (_, fh) = fs.create(ROOT, "stuck.txt", 0o644).await.unwrap();
     fs.write(fh, 0, b"never lands").unwrap();

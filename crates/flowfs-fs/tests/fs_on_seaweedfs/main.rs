@@ -17,13 +17,9 @@ const BUCKET: &str = "flowfs-core";
 
 #[test]
 fn the_shared_bodies_hold_on_seaweedfs() {
-    if std::env::var("FLOWFS_CONFORMANCE_S3").as_deref() == Ok("0") {
-        eprintln!("FLOWFS_CONFORMANCE_S3=0: the core over SeaweedFS is skipped on purpose");
+    let Some(bin) = weed::weed_or_skip("the core over SeaweedFS") else {
         return;
-    }
-    let bin = weed::find_weed().expect(
-        "weed not found (WEED_BIN, python3's scripts directory, PATH): run scripts/setup.sh",
-    );
+    };
     let scratch = tempfile::tempdir().expect("temp dir");
     let server = Weed::start(&bin);
     use_credentials(scratch.path(), &server.access_key, &server.secret_key);
@@ -34,12 +30,7 @@ fn the_shared_bodies_hold_on_seaweedfs() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        (server.sdk_client().await)
-            .create_bucket()
-            .bucket(BUCKET)
-            .send()
-            .await
-            .expect("create bucket");
+        server.create_bucket(BUCKET).await;
         let client: Arc<dyn ObjectClient> =
             Arc::new(product_client(&server.endpoint, BUCKET, 3).await);
         bodies::written_renamed_and_read_back(client.clone(), "written").await;

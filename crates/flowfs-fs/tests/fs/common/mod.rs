@@ -14,6 +14,20 @@ pub fn setup(cache: &std::path::Path, prefix: &str) -> (Arc<MockClient>, Arc<Fs>
     (mock, fs)
 }
 
+/// A file system over a new in-memory store, its configuration the defaults changed by
+/// `set`.
+pub fn setup_with(
+    cache: &std::path::Path,
+    prefix: &str,
+    set: impl FnOnce(&mut FsConfig),
+) -> (Arc<MockClient>, Arc<Fs>) {
+    let mock = Arc::new(MockClient::new());
+    let mut cfg = FsConfig::new("b", prefix, cache.to_path_buf());
+    set(&mut cfg);
+    let fs = Arc::new(Fs::new(cfg, mock.clone()).expect("fs"));
+    (mock, fs)
+}
+
 pub fn fs_on(mock: &Arc<MockClient>, cache: &std::path::Path, prefix: &str) -> Arc<Fs> {
     let mut cfg = FsConfig::new("b", prefix, cache.to_path_buf());
     cfg.part_size = 1 << 20;
