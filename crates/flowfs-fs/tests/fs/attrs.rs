@@ -221,10 +221,7 @@ async fn objects_of_other_tools_show_their_metadata() {
 /// What a mount wrote, a later mount shows: mode and the time of the last write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mode_and_mtime_survive_a_remount() {
-    let (one, two) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
+    let (one, two) = crate::common::two_caches();
     let (mock, fs) = setup(one.path(), "");
     let d = fs.mkdir(ROOT, "task", 0o755).await.expect("mkdir");
     let (a, fh) = fs.create(d.ino, "run.sh", 0o644).await.expect("create");

@@ -10,6 +10,17 @@ use flowfs_fs::{Backing, ROOT};
 
 use crate::common::{data, setup};
 
+/// A new file in the root created with passthrough asked for: its attributes, handle
+/// and hints (a backing file among them).
+async fn created(
+    fs: &std::sync::Arc<flowfs_fs::Fs>,
+    name: &str,
+) -> (flowfs_fs::Attr, u64, flowfs_fs::OpenHints) {
+    fs.create_io(ROOT, name, 0o644, None, true)
+        .await
+        .expect("create")
+}
+
 fn backing_file(b: &Option<Backing>) -> &std::fs::File {
     b.as_ref().expect("a backing file is offered").file()
 }
@@ -20,10 +31,7 @@ fn backing_file(b: &Option<Backing>) -> &std::fs::File {
 async fn a_passthrough_writer_s_bytes_are_uploaded_at_its_close() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (a, fh, hints) = fs
-        .create_io(ROOT, "out.bin", 0o644, None, true)
-        .await
-        .unwrap();
+    let (a, fh, hints) = created(&fs, "out.bin").await;
     let bytes = data(3 << 20, 5);
     let f = backing_file(&hints.backing);
     f.write_all_at(&bytes[..1 << 20], 0).unwrap();
@@ -43,10 +51,7 @@ async fn a_passthrough_writer_s_bytes_are_uploaded_at_its_close() {
 async fn a_passthrough_writer_s_file_is_recovered_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (_, _fh, hints) = fs
-        .create_io(ROOT, "log.txt", 0o644, None, true)
-        .await
-        .unwrap();
+    let (_, _fh, hints) = created(&fs, "log.txt").await;
     backing_file(&hints.backing)
         .write_all_at(b"line 1\n", 0)
         .unwrap();
@@ -64,7 +69,7 @@ async fn a_passthrough_writer_s_file_is_recovered_after_a_crash() {
 async fn fsync_and_close_of_a_passthrough_writer_upload_each_state() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (_, fh, hints) = fs.create_io(ROOT, "f", 0o644, None, true).await.unwrap();
+    let (_, fh, hints) = created(&fs, "f").await;
     let f = backing_file(&hints.backing);
     f.write_all_at(b"first", 0).unwrap();
     fs.fsync(fh).await.unwrap();
@@ -83,10 +88,7 @@ async fn fsync_and_close_of_a_passthrough_writer_upload_each_state() {
 async fn fsync_then_close_without_a_write_uploads_once() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (_, fh, hints) = fs
-        .create_io(ROOT, "calls.vcf.gz", 0o644, None, true)
-        .await
-        .unwrap();
+    let (_, fh, hints) = created(&fs, "calls.vcf.gz").await;
     let bytes = data(300 << 10, 7);
     backing_file(&hints.backing)
         .write_all_at(&bytes, 0)
@@ -110,8 +112,7 @@ async fn fsync_then_close_without_a_write_uploads_once() {
 async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    mock.insert("in.txt", &b"hello world"[..]);
-    let ino = crate::common::path_ino(&fs, "in.txt").await.unwrap();
+    let ino = crate::common::remote(&mock, &fs, "in.txt", &b"hello world"[..]).await;
     let (pre, _) = fs.open(ino, OpenMode::Write).await.unwrap();
     let (wfh, w) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
     let (rfh, r) = fs.open_as(ino, OpenMode::Read, true).await.unwrap();
@@ -134,8 +135,7 @@ async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
 async fn no_backing_file_is_offered_unless_asked_or_when_bytes_are_remote() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    mock.insert("r.txt", &b"remote"[..]);
-    let ino = crate::common::path_ino(&fs, "r.txt").await.unwrap();
+    let ino = crate::common::remote(&mock, &fs, "r.txt", &b"remote"[..]).await;
     let (fh, h) = fs.open_as(ino, OpenMode::Read, true).await.unwrap();
     assert!(h.backing.is_none());
     fs.release(fh).unwrap();
@@ -151,8 +151,7 @@ async fn a_fully_cached_file_is_offered_its_cache_data_file() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     let bytes = data((2 << 20) + 777, 9);
-    mock.insert("ref.fa", bytes.clone());
-    let ino = crate::common::path_ino(&fs, "ref.fa").await.unwrap();
+    let ino = crate::common::remote(&mock, &fs, "ref.fa", bytes.clone()).await;
     let (fh, h) = fs.open_as(ino, OpenMode::Read, true).await.unwrap();
     assert!(h.backing.is_none(), "nothing is cached yet");
     fs.release(fh).unwrap();
@@ -198,8 +197,7 @@ async fn cached_backing(fs: &std::sync::Arc<flowfs_fs::Fs>, ino: u64) -> (u64, B
 async fn a_passthrough_writer_that_changes_nothing_uploads_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    mock.insert("same.txt", &b"unchanged"[..]);
-    let ino = crate::common::path_ino(&fs, "same.txt").await.unwrap();
+    let ino = crate::common::remote(&mock, &fs, "same.txt", &b"unchanged"[..]).await;
     let (pre, _) = fs.open(ino, OpenMode::Write).await.unwrap();
     let (fh, h) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
     assert!(h.backing.is_some());
@@ -224,7 +222,7 @@ async fn a_passthrough_writer_that_changes_nothing_uploads_nothing() {
 async fn a_utimens_before_the_close_of_a_passthrough_writer_is_kept() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (a, fh, hints) = fs.create_io(ROOT, "f", 0o644, None, true).await.unwrap();
+    let (a, fh, hints) = created(&fs, "f").await;
     backing_file(&hints.backing)
         .write_all_at(&[b'x'; 100], 0)
         .unwrap();
@@ -309,8 +307,7 @@ async fn an_existing_object_opened_for_writing_is_fetched_at_its_first_change() 
 async fn fsync_of_an_unstaged_writer_makes_the_file_durable() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    mock.insert("shared", &b"old content"[..]);
-    let ino = crate::common::path_ino(&fs, "shared").await.unwrap();
+    let ino = crate::common::remote(&mock, &fs, "shared", &b"old content"[..]).await;
     let (lazy, _) = fs.open_as(ino, OpenMode::Write, false).await.unwrap();
     assert!(fs.needs_stage(lazy));
     let (eager, _) = fs.open(ino, OpenMode::Write).await.unwrap();

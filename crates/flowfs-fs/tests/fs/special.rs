@@ -14,10 +14,7 @@ const S_IFCHR: u32 = 0o020_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifos_and_devices_are_empty_objects_with_mode_and_rdev() {
-    let (one, two) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
+    let (one, two) = crate::common::two_caches();
     let (mock, fs) = setup(one.path(), "");
     let p = fs
         .mknod(ROOT, "pipe", S_IFIFO | 0o640, 0, Some((5, 6)))

@@ -23,10 +23,7 @@ fn chmod(mode: u32) -> AttrChanges {
 /// that ends afterwards changes neither; a later mount shows both (x-amz-meta-ctime).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctime_moves_with_changes_and_not_with_uploads() {
-    let (one, two) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
+    let (one, two) = crate::common::two_caches();
     let (mock, fs) = setup(one.path(), "");
     let (a, fh) = fs.create(ROOT, "f", 0o644).await.expect("create");
     fs.write(fh, 0, b"one\n").expect("write");
@@ -96,10 +93,7 @@ async fn truncate_and_rename_change_ctime() {
 /// write into its metadata after all, with one copy onto itself: a later mount shows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_early_upload_carries_the_time_of_the_last_write() {
-    let (one, two) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
+    let (one, two) = crate::common::two_caches();
     let (mock, fs) = setup(one.path(), "");
     let body = data(3 << 20, 9);
     let (a, fh) = fs.create(ROOT, "big", 0o640).await.expect("create");
@@ -129,10 +123,7 @@ async fn an_early_upload_carries_the_time_of_the_last_write() {
 /// mount reads back (on AWS S3 and the mock; SeaweedFS keeps none on markers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn directory_times_follow_entries_and_the_marker_keeps_attributes() {
-    let (one, two) = (
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    );
+    let (one, two) = crate::common::two_caches();
     let (mock, fs) = setup(one.path(), "");
     let d = fs.mkdir(ROOT, "d", 0o755).await.expect("mkdir");
     let mut last = fs.getattr(d.ino).await.expect("getattr");

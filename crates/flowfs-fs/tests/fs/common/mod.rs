@@ -28,6 +28,24 @@ pub fn setup_with(
     (mock, fs)
 }
 
+/// Two cache directories: one for a mount, one for the mount after it (a remount on
+/// another node, which shares nothing with the first but the bucket).
+pub fn two_caches() -> (tempfile::TempDir, tempfile::TempDir) {
+    let dir = || tempfile::tempdir().expect("dir");
+    (dir(), dir())
+}
+
+/// Puts `data` in the bucket as another client would, and looks up its inode.
+pub async fn remote(
+    mock: &MockClient,
+    fs: &Arc<Fs>,
+    key: &str,
+    data: impl Into<bytes::Bytes>,
+) -> u64 {
+    mock.insert(key, data);
+    path_ino(fs, key).await.expect("lookup")
+}
+
 pub fn fs_on(mock: &Arc<MockClient>, cache: &std::path::Path, prefix: &str) -> Arc<Fs> {
     let mut cfg = FsConfig::new("b", prefix, cache.to_path_buf());
     cfg.part_size = 1 << 20;
