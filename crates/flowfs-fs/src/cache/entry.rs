@@ -61,6 +61,16 @@ pub struct FetchLock {
     files: Arc<Files>,
     c0: u64,
     c1: u64,
+    /// Which of its chunks were present when it was taken (fetched by another process
+    /// since the claim): their readers read the file, a fetch gives them up.
+    present: Vec<bool>,
+}
+
+impl FetchLock {
+    /// Which of chunks `[c0, c1)` were present when the lock was taken.
+    pub fn present(&self) -> &[bool] {
+        &self.present
+    }
 }
 
 /// Chunks eviction took from one block here: no longer present in the hint, reserved in
@@ -334,21 +344,17 @@ impl CacheEntry {
         if !locked {
             return Ok(None);
         }
+        // Under the lock: which chunks are present (the sidecar's words, taken into the
+        // hint: chunks another process fetched meanwhile are read from the file).
+        let words = persist::read_words(&files.map, &self.layout, c0, c1)?;
+        self.state.write().update(c0, &words, |_| false);
         Ok(Some(FetchLock {
             _fd: fd,
             files,
             c0,
             c1,
+            present: words.iter().map(|w| w & 1 == 1).collect(),
         }))
-    }
-
-    /// Under `lock`: which chunks of it are present (the sidecar's words, taken into the
-    /// hint: chunks another process fetched meanwhile are read from the file).
-    pub(super) fn present_under(&self, lock: &FetchLock) -> io::Result<Vec<bool>> {
-        let words = persist::read_words(&lock.files.map, &self.layout, lock.c0, lock.c1)?;
-        let mut state = self.state.write();
-        state.update(lock.c0, &words, |_| false);
-        Ok(words.iter().map(|w| w & 1 == 1).collect())
     }
 
     /// Writes fetched bytes at `off` (under `lock`), through the page cache: a file whose

@@ -50,7 +50,7 @@ fn a_fetch_in_another_process_is_waited_for_not_repeated() {
     let (b2, eb2) = (b.clone(), eb.clone());
     let waiter = std::thread::spawn(move || {
         let l = b2.lock_fetch(&eb2, 2, 4, true).unwrap().unwrap();
-        let have = b2.present_under(&eb2, &l).unwrap();
+        let have = l.present().to_vec();
         tx.send(()).unwrap();
         have
     });

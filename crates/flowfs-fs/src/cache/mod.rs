@@ -91,6 +91,22 @@ pub use pin::Pinned;
 pub const CHUNK: u64 = 64 * 1024;
 const BLOCK_CHUNKS: u64 = 16;
 
+/// Fetched bytes already handed to their readers, on their way to the data file: `store`
+/// writes them under the fetch's lock and ends the piece's claim.
+pub struct Delivered {
+    cache: Arc<DiskCache>,
+    piece: Claimed,
+    data: Bytes,
+}
+
+impl Delivered {
+    /// Writes the bytes and marks them present (`lock`: none when the fetch could not
+    /// lock them, and then they are not cached). Blocks on the disk.
+    pub fn store(self, lock: Option<&FetchLock>) -> Result<(), CacheError> {
+        self.cache.store(self.piece, lock, &self.data)
+    }
+}
+
 pub struct DiskCache {
     root: PathBuf,
     /// `objects/lock`, held shared while this process uses the directory.
@@ -235,19 +251,31 @@ impl DiskCache {
     }
 
     /// Hands the fetched bytes of `p`, from its first chunk on, to its readers (from
-    /// memory), before they are stored.
-    pub fn offer(&self, p: &Claimed, data: Bytes) {
+    /// memory) at once; the `Delivered` it returns stores them (disk I/O: off the async
+    /// workers), which ends the claim.
+    pub fn deliver(self: &Arc<Self>, p: Claimed, data: Bytes) -> Delivered {
+        self.offer(&p, &data);
+        Delivered {
+            cache: self.clone(),
+            piece: p,
+            data,
+        }
+    }
+
+    /// Hands the bytes of `p` to its readers from memory.
+    fn offer(&self, p: &Claimed, data: &Bytes) {
         if self
             .mem
-            .remember(p.entry().mem(), p.chunks().0 * CHUNK, data)
+            .remember(p.entry().mem(), p.chunks().0 * CHUNK, data.clone())
         {
             p.fetch().set_ready();
         }
     }
 
-    /// Locks chunks `[c0, c1)` of `e` for a fetch (entry.rs): `None` if another process
-    /// fetches or evicts some of them and `wait` is false. Blocks while it waits: call it
-    /// off the async workers.
+    /// Locks chunks `[c0, c1)` of `e` for a fetch (entry.rs), and reads which of them are
+    /// present under it (`FetchLock::present`): `None` if another process fetches or
+    /// evicts some of them and `wait` is false. Blocks while it waits: call it off the
+    /// async workers.
     pub fn lock_fetch(
         &self,
         e: &CacheEntry,
@@ -259,22 +287,11 @@ impl DiskCache {
             .map_err(CacheError::disk("cache lock"))
     }
 
-    /// Under a fetch lock, which of its chunks are present (fetched by another process
-    /// meanwhile).
-    pub fn present_under(&self, e: &CacheEntry, lock: &FetchLock) -> Result<Vec<bool>, CacheError> {
-        e.present_under(lock).map_err(CacheError::disk("cache map"))
-    }
-
     /// Writes the fetched bytes of `p` into the data file and marks them present, under
     /// `lock` (none: the fetch could not lock them, the bytes are not cached), then ends
     /// the claim (its readers wake, whatever the outcome: they have the bytes in memory,
     /// or claim them again). Blocks on the disk: call it off the async workers.
-    pub fn store(
-        &self,
-        p: Claimed,
-        lock: Option<&FetchLock>,
-        data: &[u8],
-    ) -> Result<(), CacheError> {
+    fn store(&self, p: Claimed, lock: Option<&FetchLock>, data: &[u8]) -> Result<(), CacheError> {
         let e = p.entry();
         let off = p.chunks().0 * CHUNK;
         let end = off + data.len() as u64;

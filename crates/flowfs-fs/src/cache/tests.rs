@@ -14,7 +14,7 @@ pub(super) fn insert(cache: &DiskCache, e: &Arc<CacheEntry>, off: u64, data: Byt
         .unwrap()
         .unwrap();
     let p = claimed(e, off, data.len());
-    cache.offer(&p, data.clone());
+    cache.offer(&p, &data);
     cache.store(p, Some(&lock), &data).unwrap();
     // As a GET task does once its lock is gone: its chunks can go too.
     drop(lock);
@@ -122,7 +122,7 @@ fn bytes_written_but_not_marked_are_never_served() {
     let eb = b.entry("b", "k", "\"v1\"", data.len() as u64);
     assert!(eb.try_read(0, 10).unwrap().is_none());
     let lock = b.lock_fetch(&eb, 0, 2, false).unwrap().unwrap();
-    assert_eq!(b.present_under(&eb, &lock).unwrap(), vec![false, false]);
+    assert_eq!(lock.present(), [false, false]);
 }
 
 /// The size limit holds for the directory: a process's eviction takes the oldest blocks

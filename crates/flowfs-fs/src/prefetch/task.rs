@@ -57,37 +57,13 @@ impl Prefetcher {
         }
     }
 
-    /// Under the fetch lock, gives up the leading and trailing pieces that another
-    /// process fetched meanwhile (their readers read the file); pieces between them are
-    /// fetched again with the rest, one GET.
-    fn skip_present(
-        &self,
-        obj: &Object,
-        lock: &FetchLock,
-        left: &mut VecDeque<Claimed>,
-    ) -> Result<()> {
-        let c0 = left[0].chunks().0;
-        let have = self.cache.present_under(&obj.entry, lock)?;
-        let full = |p: &Claimed| {
-            let (a, b) = p.chunks();
-            (a..b).all(|c| have[(c - c0) as usize])
-        };
-        while left.front().is_some_and(full) {
-            left.pop_front();
-        }
-        while left.back().is_some_and(full) {
-            left.pop_back();
-        }
-        Ok(())
-    }
-
     /// Sends the GET and stores what it brings. `left` holds the pieces not yet handed
     /// over (their readers are woken by their store, whatever happens to the rest).
     async fn get(self: &Arc<Self>, obj: &Arc<Object>, left: &mut VecDeque<Claimed>) -> Result<()> {
         let (c0, c1) = (left[0].chunks().0, left[left.len() - 1].chunks().1);
         let lock = self.lock_fetch(obj, c0, c1).await;
         if let Some(l) = &lock {
-            self.skip_present(obj, l, left)?;
+            skip_present(l, left);
             if left.is_empty() {
                 return Ok(());
             }
@@ -106,13 +82,13 @@ impl Prefetcher {
             let Some(p) = left.pop_front() else {
                 return;
             };
-            self.cache.offer(&p, data.clone());
+            let delivered = self.cache.deliver(p, data);
             // The cache write is blocking file I/O (it may wait for the disk under dirty
             // page throttling): not on an async worker, where it would hold up every
             // FUSE request behind it.
             let (me, lock) = (self.clone(), lock.clone());
             stores.push(tokio::task::spawn_blocking(move || {
-                if let Err(e) = me.cache.store(p, lock.as_deref(), &data) {
+                if let Err(e) = delivered.store(lock.as_deref()) {
                     // A full or broken cache disk costs the cache, not the read: the
                     // bytes are in memory for the readers waiting on them, later ones
                     // fetch again.
@@ -134,5 +110,23 @@ impl Prefetcher {
         let cache = self.cache.clone();
         drop(tokio::task::spawn_blocking(move || cache.evict()));
         got.map_err(FsError::from)
+    }
+}
+
+/// Under the fetch lock, gives up the leading and trailing pieces that another process
+/// fetched meanwhile (their readers read the file); pieces between them are fetched again
+/// with the rest, one GET.
+fn skip_present(lock: &FetchLock, left: &mut VecDeque<Claimed>) {
+    let c0 = left[0].chunks().0;
+    let have = lock.present();
+    let full = |p: &Claimed| {
+        let (a, b) = p.chunks();
+        (a..b).all(|c| have[(c - c0) as usize])
+    };
+    while left.front().is_some_and(full) {
+        left.pop_front();
+    }
+    while left.back().is_some_and(full) {
+        left.pop_back();
     }
 }
