@@ -3,7 +3,14 @@
 //! bodies and latency; and `enter`, where every request meets the counters and the
 //! injected trouble before it is served.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+
+use super::{MockClient, Obj, Op};
+use crate::{ClientError, Result};
 
 impl MockClient {
     /// An empty bucket with no faults and no latency.

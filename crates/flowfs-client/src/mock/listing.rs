@@ -1,7 +1,10 @@
 //! ListObjectsV2 of the mock: keys rolled up into common prefixes at the delimiter, pages
 //! of at most `max_keys` entries, and continuation tokens as opaque as S3's.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::{http_error, info, MockClient, Op};
+use crate::{ListPage, ObjectInfo, Result};
 
 impl MockClient {
     /// ListObjectsV2: keys after `start_after` are rolled up into common prefixes, then

@@ -284,7 +284,7 @@ impl DiskCache {
         wait: bool,
     ) -> Result<Option<FetchLock>, CacheError> {
         e.lock_fetch(c0, c1, wait)
-            .map_err(CacheError::disk("cache lock"))
+            .map_err(CacheError::disk("cache lock or map"))
     }
 
     /// Writes the fetched bytes of `p` into the data file and marks them present, under

@@ -88,14 +88,8 @@ async fn an_early_upload_left_open_by_a_crashed_mount_is_aborted_by_the_next() {
         // the mount was dropped held the early upload, whose drop then aborted it.)
         let (mock, cache, body) = (mock.clone(), dir.path().to_path_buf(), body.clone());
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            let fs = {
-                let _e = rt.enter();
-                fs_on(&mock, &cache, "")
-            };
+            let rt = current_thread();
+            let fs = mount_in(&rt, &mock, &cache);
             rt.block_on(async {
                 let (_, fh) = fs.create(ROOT, "half.bam", 0o644).await.unwrap();
                 fs.write(fh, 0, &body).unwrap();
