@@ -28,21 +28,18 @@ mod unstaged;
 mod upload;
 mod walk;
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
-use bytes::Bytes;
-use flowfs_client::{ClientError, ObjectClient, ObjectInfo, ObjectMeta};
-use parking_lot::Mutex;
+use flowfs_client::ObjectClient;
 
 use crate::cache::DiskCache;
 use crate::config::FsConfig;
 use crate::error::{FsError, Result};
-use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
-use crate::prefetch::{Prefetcher, Reader};
+use crate::inode::{Entry, Inodes, Kind};
+use crate::prefetch::Prefetcher;
 pub use crate::writeback::PendingState;
-use crate::writeback::{download_into, NewFile, StagedFile, Staging, Uploader, WriteBack};
+use crate::writeback::{Staging, Uploader, WriteBack};
 pub use attrs::{Attr, AttrChanges, DirItem};
 use handles::{Handle, Handles};
 use names::Namespace;

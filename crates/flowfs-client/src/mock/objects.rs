@@ -2,7 +2,16 @@
 //! (a metadata rewrite in one request) and the parts of a copy in parts (crate::copy),
 //! with S3's limits (lowered by tests).
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+
+use crate::copy::CopyLimits;
+use crate::{ClientError, PutResult, Result};
+
+use super::{http_error, version, MockClient, Obj};
 
 impl MockClient {
     /// A mock whose single copies stop at `limits.max_copy` bytes (S3: 5 GiB), so that a

@@ -4,10 +4,17 @@
 //! setattr (a truncation included) and mknod of a special file, whose type and device
 //! live in the attributes.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use super::*;
+use flowfs_client::ClientError;
+
+use crate::error::{FsError, Result};
+use crate::inode::{Entry, Kind, ROOT};
 use crate::meta::{Posix, S_IFMT, S_IFREG};
+use crate::writeback::NewFile;
+
+use super::{valid_name, Access, Fs};
 
 /// A symlink's type bits, as s3fs writes them for its own symlinks (whose content is
 /// the target too, so s3fs shows flowfs's symlinks as symlinks).

@@ -2,8 +2,13 @@
 //! waits for the outputs beside it). An upload is asked for and awaited here; it runs in
 //! upload.rs.
 
-use super::*;
-use crate::writeback::Durability;
+use std::sync::Arc;
+
+use crate::error::{FsError, Result};
+use crate::inode::Inodes;
+use crate::writeback::{Durability, StagedFile};
+
+use super::{Fs, Handle};
 
 impl Fs {
     /// Returns once the file's content as of now is durable in the bucket.

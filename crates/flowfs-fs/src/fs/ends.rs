@@ -2,9 +2,16 @@
 //! uploaded, or named with why it is not, within `--unmount-timeout`) and `recover` at
 //! start (a dead mount's journal uploaded, its open multipart uploads aborted).
 
-use super::*;
-use crate::writeback::{Loose, OpenUpload, PendingState};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
+
+use flowfs_client::ClientError;
+
+use crate::error::FsError;
+use crate::writeback::{Loose, OpenUpload, PendingState};
+
+use super::{percent_encode, Fs, SYMLINK_META};
 
 /// How far the store's clock may be behind ours when the uploads a dead mount created
 /// without learning their ids are told apart from older ones by their start time.

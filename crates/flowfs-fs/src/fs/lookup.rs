@@ -2,7 +2,13 @@
 //! store past the metadata TTL (a HEAD and a one-key LIST racing the directory's listing
 //! taken again, `ask_store`), and `forget`.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::{FsError, Result};
+use crate::inode::{Entry, Inodes, Kind, Listing};
+
+use super::{join, valid_name, Attr, Fs, RELIST_MAX};
 
 impl Fs {
     /// The attributes of `name` in `parent`, asking the store if the cached answer is older

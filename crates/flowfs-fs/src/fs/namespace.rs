@@ -1,7 +1,15 @@
 //! Changes to the name space: create, mknod, mkdir, symlink, unlink, rmdir, and the one
 //! `add_new` that create, symlink and special files share (rename is in rename.rs).
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use crate::error::{FsError, Result};
+use crate::inode::{Entry, Kind, Listing};
+use crate::writeback::{NewFile, StagedFile};
+
+use super::{join, valid_name, Access, Attr, Backing, Fs, OpenHints, MAX_SYMLINK};
 
 impl Fs {
     pub(super) async fn resolve(self: &Arc<Self>, parent: u64, name: &str) -> Result<u64> {

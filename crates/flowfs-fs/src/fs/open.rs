@@ -2,8 +2,17 @@
 //! prefetcher, prefetch/), the choice of a directory's next files to fetch ahead, and
 //! close.
 
-use super::*;
 use std::ops::Bound::{Excluded, Included, Unbounded};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::{FsError, Result};
+use crate::inode::{Entry, Kind};
+use crate::prefetch::Reader;
+use crate::writeback::StagedFile;
+
+use super::{join, Access, Backing, Fs, Handle, OpenHints, OpenMode, SIBLING_PREFETCH};
 
 impl Fs {
     /// Opens a file; returns the handle and what the kernel may skip for it.

@@ -6,9 +6,15 @@
 //! the pages of its last listing began, all ranges at once (`start-after`), and the pages
 //! are then read in key order as one listing would have given them.
 
+use std::sync::Arc;
+
+use flowfs_client::{ClientError, ListPage, ObjectClient};
+
+use crate::error::Result;
+use crate::inode::Listing;
+
 use super::remote::batched;
-use super::*;
-use flowfs_client::ListPage;
+use super::Fs;
 
 /// Keys in one page of a LIST (S3's maximum, and what SeaweedFS gives).
 pub(super) const PAGE: usize = 1000;

@@ -7,9 +7,12 @@
 use std::fs::File;
 use std::sync::Arc;
 
-use super::*;
 use crate::cache::Pinned;
+use crate::error::Result;
 use crate::prefetch::Reader;
+use crate::writeback::StagedFile;
+
+use super::Fs;
 
 /// How an open handle on a staged file uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

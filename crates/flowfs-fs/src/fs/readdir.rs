@@ -1,7 +1,13 @@
 //! Directories read: handles, listings (fresh from the namespace, else from the store)
 //! and readdir by offset.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::{FsError, Result};
+use crate::inode::{Inodes, Kind, Listing, ROOT};
+
+use super::{DirItem, Fs};
 
 impl Fs {
     /// A handle for reading directory `ino`; its listing is taken at the first readdir.

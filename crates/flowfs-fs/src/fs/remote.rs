@@ -3,12 +3,16 @@
 //! (`list_remote`), the symlink encoding in object metadata, and `batched`, the one way
 //! many small requests are sent at once.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
-use super::*;
-use crate::inode::MetaHeads;
+use flowfs_client::{ClientError, ListPage, ObjectInfo, ObjectMeta};
+
+use crate::error::{FsError, Result};
+use crate::inode::{Entry, Kind, MetaHeads};
 use crate::meta::Posix;
-use flowfs_client::ListPage;
+
+use super::{pages, valid_name, Fs, MAX_SYMLINK, RELIST_MAX, SYMLINK_META};
 
 /// Requests in flight at once for a batch of small ones (HEADs, copies, deletes).
 const BATCH: usize = 32;

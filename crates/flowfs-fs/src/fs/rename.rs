@@ -1,7 +1,16 @@
 //! Rename: a file is copied and deleted (S3 has no rename), a directory moves every key
 //! below it; the namespace and the staged files below follow.
 
-use super::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use flowfs_client::ClientError;
+
+use crate::error::{FsError, Result};
+use crate::inode::Kind;
+
+use super::{batched, join, valid_name, Fs};
 
 impl Fs {
     /// Renames a file (copy and delete) or a directory (every key below it); `noreplace`

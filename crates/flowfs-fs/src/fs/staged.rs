@@ -2,7 +2,14 @@
 //! truncations and fallocate, each journaled before it returns, and the early parts of a
 //! front-to-back writer handed to the uploader.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::{FsError, Result};
+use crate::inode::Kind;
+use crate::writeback::{download_into, StagedFile};
+
+use super::Fs;
 
 impl Fs {
     /// Opens `ino`'s staged content as a handle (`write`: a writer), staging it first

@@ -3,8 +3,11 @@
 //! state, failed uploads with their reason, and what the recovery of a dead mount's
 //! journal did. A plain snapshot; the binary renders it.
 
-use super::*;
+use std::time::SystemTime;
+
 use crate::writeback::PendingState;
+
+use super::Fs;
 
 /// A staged file whose content the bucket does not hold yet.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,12 @@
 //! with the bytes that change keeps: all of them for a write or `fallocate`, the first
 //! `n` for an `ftruncate` to `n`.
 
-use super::*;
+use std::sync::Arc;
+
+use crate::error::{FsError, Result};
+use crate::writeback::StagedFile;
+
+use super::{Access, Fs, Handle};
 
 impl Fs {
     /// A writer handle of `ino` that stages nothing yet, if the object is worth leaving in

@@ -3,9 +3,17 @@
 //! brought in step with its end; background retries, and a handle's release that queues
 //! an upload. Where each staged file stands is `WriteBack`'s (crate::writeback).
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use flowfs_client::ClientError;
+
+use crate::inode::{Inodes, Kind};
 use crate::meta::Posix;
-use crate::writeback::{Finished, Released, UploadError, UploadJob};
+use crate::writeback::{Finished, Released, StagedFile, UploadError, UploadJob};
+
+use super::{percent_encode, Fs, SYMLINK_META};
 
 /// The pause before the first background retry of a failed upload, and the longest
 /// between two: each failure already spent the client's retry budget (a minute).

@@ -12,10 +12,14 @@
 
 use std::collections::HashSet;
 use std::ops::Bound::{Excluded, Unbounded};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
-use super::*;
+use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
+
+use super::Fs;
 
 /// Directories listed ahead per directory read: its first subdirectories, and as many
 /// of the directories that follow it in its parent.
