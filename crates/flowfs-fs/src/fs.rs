@@ -41,11 +41,12 @@ use crate::prefetch::Prefetcher;
 pub use crate::writeback::PendingState;
 use crate::writeback::{Staging, Uploader, WriteBack};
 pub use attrs::{Attr, AttrChanges, DirItem};
+use flowfs_client::percent_encode;
 use handles::{Handle, Handles};
 use names::Namespace;
 use passthrough::Access;
 pub use passthrough::{Backing, BackingKey};
-use remote::{batched, percent_encode};
+use remote::batched;
 pub use status::{Failure, PendingFile, Recovery, Status};
 pub use walk::{ReadAhead, WalkStats};
 

@@ -1,5 +1,6 @@
 //! flowfs: the binary. Errors end here as one line on stderr and a non-zero exit.
 
+mod archive;
 mod cache_cmd;
 mod cli;
 mod control;

@@ -137,15 +137,16 @@ fn describe(e: &ClientError, bucket: &str, endpoint: &str) -> String {
 
 /// The life of the mount after its checks, from the runtime to the clean-up after the
 /// session ends; `ready` hears `OK` once the kernel has the mount.
-fn session(args: &MountArgs, cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Result<()> {
+fn session(args: &MountArgs, mut cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .thread_name("flowfs-io")
         .enable_all()
         .build()?;
     let client = connect(&rt, &args.opts, &cfg)?;
+    let store = crate::archive::serve_source(&rt, client.clone(), &mut cfg)?;
     let read_only = cfg.read_only;
-    let fs = Arc::new(Fs::new(cfg, client.clone())?);
+    let fs = Arc::new(Fs::new(cfg, store)?);
     // What a killed mount left staged goes up before this one serves anything.
     let (recovered, unrecovered) = rt.block_on(fs.recover());
     for k in &recovered {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use flowfs_client::{ClientError, ListPage, ObjectInfo, ObjectMeta};
+use flowfs_client::{percent_decode, ClientError, ListPage, ObjectInfo, ObjectMeta};
 
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Kind, MetaHeads};
@@ -39,36 +39,6 @@ where
         }
     }
     Ok(())
-}
-
-pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if (0x21..0x7f).contains(&b) && b != b'%' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Only small objects written as single-part multipart uploads can be flowfs symlinks
@@ -238,11 +208,16 @@ impl Fs {
         // `--meta-heads` says: a listing of plain objects costs no HEAD.
         let mut others = Vec::new();
         let mut marked = false;
+        // Subdirectories whose markers are asked for their attributes (`always`).
+        let mut dirs = Vec::new();
         for page in &pages {
             for p in &page.prefixes {
                 let name = &p[prefix.len()..p.len() - 1];
                 if valid_name(name).is_ok() {
                     entries.insert(name.to_string(), Entry::dir(self.ns.started()));
+                    if self.cfg.meta_heads == MetaHeads::Always {
+                        dirs.push((name.to_string(), p.clone()));
+                    }
                 }
             }
             for o in &page.objects {
@@ -290,7 +265,42 @@ impl Fs {
         let (heads, marker) =
             tokio::join!(self.resolve_heads(ino, candidates, &mut entries), marker);
         heads?;
+        self.marker_heads(&dirs, &mut entries).await?;
         Ok(Some((entries, marker?, marked)))
+    }
+
+    /// The attributes of subdirectories `dirs` (name, marker key) of a listing, from
+    /// their markers, a HEAD each (`--meta-heads always`; an archive's index answers
+    /// them without a request). A directory without a marker keeps `--dir-mode`.
+    async fn marker_heads(
+        &self,
+        dirs: &[(String, String)],
+        entries: &mut BTreeMap<String, Entry>,
+    ) -> Result<()> {
+        let client = &self.client;
+        let default = libc::S_IFDIR | u32::from(self.cfg.dir_mode);
+        batched(
+            dirs,
+            |(name, key)| {
+                let (client, name, key) = (client.clone(), name.clone(), key.clone());
+                async move { (name, client.head(&key).await) }
+            },
+            |(name, head)| {
+                match head {
+                    Ok(meta) => {
+                        let mut p = Posix::decode(&meta.metadata);
+                        p.mode = Some(p.mode.unwrap_or(default));
+                        if let Some(e) = entries.get_mut(&name) {
+                            e.set_posix(Some(p));
+                        }
+                    }
+                    Err(ClientError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                Ok(())
+            },
+        )
+        .await
     }
 
     /// Reads the metadata of `candidates` (name, key) of a listing of directory `ino`:

@@ -107,7 +107,8 @@ pub enum MetaHeads {
     /// A HEAD per object whose metadata is not known yet, in directories whose listing
     /// shows their own marker (made by `mkdir` on flowfs or s3fs).
     Marked,
-    /// A HEAD per object whose metadata is not known yet, in every directory.
+    /// A HEAD per object whose metadata is not known yet, in every directory, and one
+    /// per subdirectory's marker.
     Always,
     /// Never: listings show the defaults (and symlinks as before).
     Never,

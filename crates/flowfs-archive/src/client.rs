@@ -1,0 +1,326 @@
+//! `ArchiveClient`: an archive's members as a read-only bucket. Keys, listings and HEADs
+//! come from the index; a file's bytes are a ranged GET of the archive at the member's
+//! offset (tar), or the GET of the compressed span from the restart point before the
+//! range to the one after it, inflated on a blocking thread (gzip). Every GET of the
+//! archive is conditional on the ETag the index was built from: a changed archive is an
+//! error (the next mount builds a new index), never another version's bytes.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use flowfs_client::{
+    percent_encode, split_pieces, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo,
+    ObjectMeta, PutResult, Result, UploadInfo,
+};
+
+use crate::error::ArchiveError;
+use crate::gzip::{inflate_from, Point};
+use crate::index::{Format, Index, IndexFiles, Member, MemberKind};
+
+/// Keys in one page of a listing, as S3 gives them.
+const PAGE: usize = 1000;
+
+/// The members of one archive object as an object store.
+pub struct ArchiveClient {
+    inner: Arc<dyn ObjectClient>,
+    /// The archive's key in `inner`.
+    key: String,
+    index: Arc<Index>,
+}
+
+impl ArchiveClient {
+    /// The archive at `key`: `open_at` of what a HEAD of it says.
+    pub async fn open(
+        inner: Arc<dyn ObjectClient>,
+        key: &str,
+        ident: &str,
+        cache_dir: &Path,
+    ) -> std::result::Result<ArchiveClient, ArchiveError> {
+        let meta = inner.head(key).await?;
+        ArchiveClient::open_at(inner, &meta.info, ident, cache_dir).await
+    }
+
+    /// The archive `info` names: its index from `cache_dir` if this version's is there
+    /// (no request), else built by one pass over the archive and kept there. `ident`
+    /// names the archive across stores (its bucket and key).
+    pub async fn open_at(
+        inner: Arc<dyn ObjectClient>,
+        info: &ObjectInfo,
+        ident: &str,
+        cache_dir: &Path,
+    ) -> std::result::Result<ArchiveClient, ArchiveError> {
+        let key = info.key.as_str();
+        let files = IndexFiles::new(cache_dir, ident, &info.etag, info.size);
+        let index = match files.load() {
+            Some(ix) => ix,
+            None => {
+                let end = info.size.min(crate::SNIFF_LEN);
+                let head = inner.get_range(key, 0, end, Some(&info.etag)).await?;
+                let format = crate::sniff(&head).ok_or_else(|| {
+                    ArchiveError::NotAnArchive("neither a tar nor gzip at its start".into())
+                })?;
+                let ix = crate::build::build(inner.clone(), info, format).await?;
+                if let Err(e) = files.save(&ix) {
+                    tracing::warn!(key, "archive index not kept: {e}");
+                }
+                for s in &ix.skipped {
+                    tracing::warn!(key, "archive member skipped: {s}");
+                }
+                ix
+            }
+        };
+        Ok(ArchiveClient {
+            inner,
+            key: key.to_string(),
+            index: Arc::new(index),
+        })
+    }
+
+    /// The index served.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    fn member(&self, key: &str) -> Result<&Member> {
+        (self.index.get(key)).ok_or_else(|| ClientError::NotFound(key.to_string()))
+    }
+
+    /// A member's ETag: the archive's with where the member is, so that a member of
+    /// another archive version is another object to the cache.
+    fn etag_of(&self, m: &Member) -> String {
+        let at = match m.kind {
+            MemberKind::File { offset } => offset,
+            _ => 0,
+        };
+        format!("\"{}:{at}\"", self.index.etag.trim_matches('"'))
+    }
+
+    fn info(&self, key: &str, m: &Member) -> ObjectInfo {
+        ObjectInfo {
+            key: key.to_string(),
+            size: m.size,
+            etag: self.etag_of(m),
+            last_modified: UNIX_EPOCH + Duration::from_secs(m.mtime),
+        }
+    }
+
+    /// The attributes in the metadata keys flowfs reads (flowfs-fs meta.rs), and a
+    /// symlink's target as flowfs writes it.
+    fn metadata(m: &Member) -> HashMap<String, String> {
+        let mut h = HashMap::from([
+            ("mode".to_string(), m.mode.to_string()),
+            ("uid".to_string(), m.uid.to_string()),
+            ("gid".to_string(), m.gid.to_string()),
+            ("mtime".to_string(), m.mtime.to_string()),
+        ]);
+        if let MemberKind::Symlink { target } = &m.kind {
+            h.insert("flowfs-symlink".into(), percent_encode(target));
+        }
+        h
+    }
+
+    fn page(&self, prefix: &str, delimited: bool, after: Option<&str>, max: usize) -> ListPage {
+        let l = self
+            .index
+            .list(prefix, delimited, after, max.clamp(1, PAGE));
+        let objects = (l.objects.iter())
+            .filter_map(|k| self.index.get(k).map(|m| self.info(k, m)))
+            .collect();
+        ListPage {
+            next_token: l
+                .truncated
+                .then(|| l.last().unwrap_or_default().to_string()),
+            objects,
+            prefixes: l.prefixes,
+        }
+    }
+
+    /// Bytes `[start, end)` of a gzip archive's uncompressed stream.
+    async fn inflate(&self, start: u64, end: u64) -> Result<Bytes> {
+        let points = &self.index.points;
+        let i = points
+            .partition_point(|p| p.output <= start)
+            .saturating_sub(1);
+        let Some(p) = points.get(i) else {
+            return Err(ClientError::Other(format!(
+                "{}: no restart point",
+                self.key
+            )));
+        };
+        let from = p.input - u64::from(p.bits != 0);
+        // To the first point at or past the end: the compressed bytes between are all a
+        // read needs (one more for its partial byte), else to the archive's end.
+        let j = i + points[i..].partition_point(|q| q.output < end);
+        let to = points
+            .get(j)
+            .map_or(self.index.size, |q| (q.input + 1).min(self.index.size));
+        let spans: Vec<Point> = points[i..j.max(i + 1)].to_vec();
+        let p_output = p.output;
+        let etag = self.index.etag.clone();
+        let data = (self.inner)
+            .get_range(&self.key, from, to, Some(&etag))
+            .await?;
+        let (skip, len) = (start - p_output, (end - start) as usize);
+        let out = tokio::task::spawn_blocking(move || inflate_from(&spans, &data, skip, len))
+            .await
+            .map_err(|e| ClientError::Other(format!("inflate task: {e}")))?
+            .map_err(|e| ClientError::from(ArchiveError::Corrupt(e)))?;
+        if out.len() < len {
+            let e =
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "member data ends early");
+            return Err(ArchiveError::Corrupt(e).into());
+        }
+        Ok(Bytes::from(out))
+    }
+}
+
+fn read_only(what: &str) -> ClientError {
+    ClientError::Refused(format!("{what}: an archive mount is read-only"))
+}
+
+#[async_trait]
+impl ObjectClient for ArchiveClient {
+    async fn check_bucket(&self, _prefix: &str) -> Result<()> {
+        Ok(())
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        let m = self.member(key)?;
+        Ok(ObjectMeta {
+            info: self.info(key, m),
+            metadata: Self::metadata(m),
+        })
+    }
+
+    async fn get_range_pieces(
+        &self,
+        key: &str,
+        start: u64,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        let m = self.member(key)?;
+        if etag.is_some_and(|e| e != self.etag_of(m)) {
+            return Err(ClientError::Precondition(key.to_string()));
+        }
+        let Some(&end) = cuts.last().filter(|&&e| e > start) else {
+            return Ok(());
+        };
+        if end > m.size {
+            let msg = format!("{key}: range past the member's end");
+            return Err(ClientError::Other(msg));
+        }
+        // The bytes `[start, end)` of the member.
+        let data = match (&m.kind, self.index.format) {
+            (MemberKind::File { offset }, Format::Tar) => {
+                // The archive's own bytes: one ranged GET, its pieces as they arrive.
+                let moved: Vec<u64> = cuts.iter().map(|c| c + offset).collect();
+                let etag = self.index.etag.clone();
+                return (self.inner)
+                    .get_range_pieces(&self.key, start + offset, &moved, Some(&etag), sink)
+                    .await;
+            }
+            (MemberKind::File { offset }, Format::TarGz) => {
+                self.inflate(offset + start, offset + end).await?
+            }
+            (MemberKind::Symlink { target }, _) => {
+                Bytes::copy_from_slice(&target.as_bytes()[start as usize..end as usize])
+            }
+            _ => Bytes::new(),
+        };
+        split_pieces(key, start, cuts, &data, sink)
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<String>,
+        max_keys: Option<i32>,
+    ) -> Result<ListPage> {
+        let max = max_keys.map_or(PAGE, |m| m.max(1) as usize);
+        Ok(self.page(prefix, delimiter == Some("/"), token.as_deref(), max))
+    }
+
+    async fn list_after(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        token: Option<String>,
+    ) -> Result<ListPage> {
+        let after = token.as_deref().unwrap_or(start_after);
+        Ok(self.page(prefix, true, Some(after), PAGE))
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        _body: Bytes,
+        _metadata: &HashMap<String, String>,
+    ) -> Result<PutResult> {
+        Err(read_only(key))
+    }
+
+    async fn create_multipart(
+        &self,
+        key: &str,
+        _metadata: &HashMap<String, String>,
+    ) -> Result<String> {
+        Err(read_only(key))
+    }
+
+    async fn upload_part(&self, key: &str, _id: &str, _n: i32, _body: Bytes) -> Result<String> {
+        Err(read_only(key))
+    }
+
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        _id: &str,
+        _parts: Vec<CompletedPart>,
+    ) -> Result<PutResult> {
+        Err(read_only(key))
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        _id: &str,
+        _n: i32,
+        _range: (u64, u64),
+        _etag: Option<&str>,
+    ) -> Result<String> {
+        Err(read_only(key))
+    }
+
+    async fn abort_multipart(&self, key: &str, _id: &str) -> Result<()> {
+        Err(read_only(key))
+    }
+
+    async fn list_uploads(&self, _key: &str) -> Result<Vec<UploadInfo>> {
+        Ok(Vec::new())
+    }
+
+    async fn copy(&self, _from: &str, to: &str) -> Result<PutResult> {
+        Err(read_only(to))
+    }
+
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        _metadata: &HashMap<String, String>,
+        _etag: Option<&str>,
+        _size: u64,
+    ) -> Result<PutResult> {
+        Err(read_only(key))
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        Err(read_only(key))
+    }
+}

@@ -1,0 +1,68 @@
+//! A source that names an archive object (`s3://BUCKET/refs.tar.gz`): the mount serves
+//! its members, read-only, through `flowfs_archive::ArchiveClient`; any other source is
+//! served as the bucket prefix it names.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use flowfs_archive::{sniff, ArchiveClient, SNIFF_LEN};
+use flowfs_client::{ClientError, ObjectClient};
+use flowfs_fs::{FsConfig, MetaHeads};
+
+/// Names that say "archive": such an object is mounted as one, or refused with why.
+const NAMES: [&str; 3] = [".tar", ".tar.gz", ".tgz"];
+
+/// The store the file system serves: `client` itself, or the members of the archive
+/// the source names. An archive is an object at exactly the source's key named
+/// `*.tar`, `*.tar.gz` or `*.tgz` (its bytes must then say tar or gzip), or any other
+/// object whose first bytes do, unless keys below it make it a directory, as the mount
+/// itself would show it.
+pub(crate) fn serve_source(
+    rt: &tokio::runtime::Runtime,
+    client: Arc<dyn ObjectClient>,
+    cfg: &mut FsConfig,
+) -> Result<Arc<dyn ObjectClient>> {
+    let key = cfg.prefix.trim_end_matches('/').to_string();
+    if key.is_empty() {
+        return Ok(client);
+    }
+    let named = NAMES.iter().any(|n| key.ends_with(n));
+    let meta = match rt.block_on(client.head(&key)) {
+        Ok(m) => m,
+        Err(ClientError::NotFound(_)) if !named => return Ok(client),
+        Err(e) => return Err(e).with_context(|| format!("s3://{}/{key}", cfg.bucket)),
+    };
+    if !named {
+        let first = rt
+            .block_on(client.get_range(
+                &key,
+                0,
+                meta.info.size.min(SNIFF_LEN),
+                Some(&meta.info.etag),
+            ))
+            .with_context(|| format!("s3://{}/{key}", cfg.bucket))?;
+        let below = rt.block_on(client.list_page(&format!("{key}/"), Some("/"), None, Some(1)))?;
+        if sniff(&first).is_none() || !below.objects.is_empty() || !below.prefixes.is_empty() {
+            return Ok(client);
+        }
+    }
+    let ident = format!("{}/{key}", cfg.bucket);
+    let archive = rt
+        .block_on(ArchiveClient::open_at(
+            client,
+            &meta.info,
+            &ident,
+            &cfg.cache_dir,
+        ))
+        .with_context(|| format!("archive s3://{}/{key}", cfg.bucket))?;
+    tracing::info!(
+        key,
+        members = archive.index().members.len(),
+        "serving the members of an archive, read-only"
+    );
+    cfg.prefix = String::new();
+    cfg.read_only = true;
+    // Every member's attributes are in the index: asking costs no request.
+    cfg.meta_heads = MetaHeads::Always;
+    Ok(Arc::new(archive))
+}

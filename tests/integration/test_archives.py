@@ -1,0 +1,174 @@
+"""Archives read in place (issue 29): a tar or tar.gz object made by GNU tar, mounted with
+`flowfs mount s3://B/KEY.tar DIR`, compared member by member (bytes, type, mode, owner,
+mtime, link target) with GNU tar's own extraction of the same archive; what a member's read
+costs, counted by a proxy; the index kept in the cache and rebuilt for a changed archive."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import s3proxy as P
+from flowfs_mount import MountError
+from helpers import payload, sha256, upload_large
+
+MiB = 1 << 20
+
+
+def _tree(root: Path) -> None:
+    """Directories (one empty, one 0700), files of many sizes and modes, an empty file,
+    symlinks, a hard link, a long name, a non-ASCII name and set mtimes."""
+    (root / "refs/chr").mkdir(parents=True)
+    (root / "empty_dir").mkdir()
+    (root / "private").mkdir(mode=0o700)
+    for i in range(40):
+        (root / "refs/chr" / f"part{i:02}.fa").write_bytes(payload(1000 + i * 3001, f"tar{i}"))
+    (root / "refs/big.bin").write_bytes(payload(9 * MiB + 7, "big"))
+    (root / "refs/empty.txt").write_bytes(b"")
+    run = root / "run.sh"
+    run.write_bytes(b"#!/bin/sh\necho hi\n")
+    run.chmod(0o755)
+    (root / "private/secret").write_bytes(b"s" * 10)
+    long_dir = root / ("d" * 120) / ("e" * 120)
+    long_dir.mkdir(parents=True)
+    (long_dir / ("f" * 100 + ".txt")).write_bytes(b"long name\n")
+    (root / "données.tsv").write_bytes("é\tü\n".encode())
+    os.symlink("chr/part01.fa", root / "refs/link.fa")
+    os.symlink("/nonexistent/abs", root / "dangling")
+    os.link(root / "refs/chr/part02.fa", root / "refs/hard.fa")
+    for i, p in enumerate(sorted(root.rglob("*"))):
+        if not p.is_symlink():
+            os.utime(p, (1_600_000_000 + i, 1_600_000_000 + i * 7))
+
+
+def _describe(root: Path) -> dict[str, tuple]:
+    """Every path below root: type, permission bits, owner, mtime, size and content hash
+    or link target."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            rel = str(p.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(p))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, int(st.st_mtime))
+            else:
+                out[rel] = ("file", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, int(st.st_mtime),
+                            st.st_size, sha256(p.read_bytes()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    """The tree, its GNU-format tar, a PAX-format tar.gz of it, and GNU tar's extraction."""
+    base = tmp_path_factory.mktemp("archives")
+    src = base / "src"
+    src.mkdir()
+    _tree(src)
+    tar, tgz = base / "refs.tar", base / "refs.tgz"
+    # Owners set in the archive, as a packager's would be.
+    owner = ["--owner=1234", "--group=5678", "--numeric-owner"]
+    subprocess.run(["tar", "-C", str(src), "--format=gnu", *owner, "-cf", str(tar), "."], check=True)
+    subprocess.run(["tar", "-C", str(src), "--format=pax", *owner, "-czf", str(tgz), "."], check=True)
+    want = base / "want"
+    want.mkdir()
+    subprocess.run(["tar", "-C", str(want), "--same-owner", "--numeric-owner", "-xpf", str(tar)], check=True)
+    return {"tar": tar.read_bytes(), "tgz": tgz.read_bytes(), "want": _describe(want)}
+
+
+def _upload(s3, bucket, key, data):
+    if len(data) > 8 * MiB:
+        upload_large(s3, bucket, key, data, part_size=5 * MiB)
+    else:
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+
+
+@pytest.mark.parametrize("kind", ["tar", "tgz"])
+def test_an_archive_mounts_as_the_tree_gnu_tar_extracts(mount, s3, bucket, archives, kind):
+    key = {"tar": "refs/GRCh38.tar", "tgz": "refs/GRCh38.tar.gz"}[kind]
+    _upload(s3, bucket, key, archives[kind])
+    m = mount(bucket, key)
+    got = _describe(m.path)
+    assert got == archives["want"]
+    # The hard link is a file with its target's bytes; the tree is read-only.
+    assert (m / "refs/hard.fa").read_bytes() == (m / "refs/chr/part02.fa").read_bytes()
+    with pytest.raises(OSError) as e:
+        (m / "new.txt").write_bytes(b"x")
+    assert e.value.errno == 30  # EROFS
+    # Nothing was written next to the archive.
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert keys == [key]
+
+
+def test_a_member_read_costs_its_own_bytes(mount, s3, bucket, archives, proxy):
+    _upload(s3, bucket, "a.tar", archives["tar"])
+    m = mount(bucket, "a.tar", proxy=proxy)
+    proxy.reset()
+    want = payload(1000 + 17 * 3001, "tar17")
+    assert (m / "refs/chr/part17.fa").read_bytes() == want
+    assert proxy.count(P.GET, P.GET_RANGE) == 1, proxy.stats.summary()
+    assert proxy.stats.get_bytes == len(want)
+    # Listing the whole tree asks the store nothing: the index answers.
+    proxy.reset()
+    subprocess.run(["find", str(m.path), "-ls"], check=True, capture_output=True, timeout=60)
+    assert proxy.count(P.LIST, P.HEAD, P.GET, P.GET_RANGE) == 0, proxy.stats.summary()
+
+
+def test_a_gzipped_member_costs_at_most_a_restart_span(mount, s3, bucket, archives, proxy):
+    _upload(s3, bucket, "a.tgz", archives["tgz"])
+    m = mount(bucket, "a.tgz", proxy=proxy)
+    proxy.reset()
+    big = payload(9 * MiB + 7, "big")
+    got = (m / "refs/big.bin").open("rb")
+    got.seek(len(big) - 4096)
+    assert got.read() == big[-4096:]
+    got.close()
+    # About one 4 MiB span of output, compressed (payload is random: about 1:1), not the
+    # whole archive.
+    assert proxy.stats.get_bytes < len(archives["tgz"]) * 0.7, proxy.stats.summary()
+
+
+def test_the_index_is_kept_in_the_cache_and_rebuilt_for_a_new_version(mount, s3, bucket, archives, proxy,
+                                                                       work_dir):
+    _upload(s3, bucket, "a.tar", archives["tar"])
+    cache = work_dir / "shared-cache"
+    m = mount(bucket, "a.tar", proxy=proxy, cache_dir=cache)
+    assert proxy.stats.get_bytes >= len(archives["tar"])  # the index build read it once
+    m.unmount()
+    proxy.reset()
+    m2 = mount(bucket, "a.tar", proxy=proxy, cache_dir=cache)
+    assert sorted(os.listdir(m2.path)) == sorted(k for k in archives["want"] if "/" not in k)
+    assert proxy.stats.get_bytes == 0, proxy.stats.summary()
+    m2.unmount()
+    # A new version of the archive: a new index, never the old one's members.
+    s3.put_object(Bucket=bucket, Key="a.tar", Body=_one_file_tar(work_dir))
+    m3 = mount(bucket, "a.tar", proxy=proxy, cache_dir=cache)
+    assert os.listdir(m3.path) == ["only.txt"]
+    assert (m3 / "only.txt").read_bytes() == b"only\n"
+
+
+def _one_file_tar(work_dir: Path) -> bytes:
+    d = work_dir / "one"
+    d.mkdir()
+    (d / "only.txt").write_bytes(b"only\n")
+    out = work_dir / "one.tar"
+    subprocess.run(["tar", "-C", str(d), "-cf", str(out), "only.txt"], check=True)
+    return out.read_bytes()
+
+
+def test_damaged_archives_are_refused_with_why(mount, s3, bucket, archives):
+    s3.put_object(Bucket=bucket, Key="notes.tar", Body=b"these are notes, not a tar\n" * 40)
+    with pytest.raises(MountError) as e:
+        mount(bucket, "notes.tar")
+    assert "neither a tar nor gzip" in str(e.value)
+    cut = archives["tgz"][: len(archives["tgz"]) // 2]
+    s3.put_object(Bucket=bucket, Key="cut.tar.gz", Body=cut)
+    with pytest.raises(MountError) as e:
+        mount(bucket, "cut.tar.gz")
+    assert "truncated" in str(e.value)
