@@ -1,12 +1,14 @@
 //! What the store says about names: an entry by HEAD and LIST together (`stat_remote`), a
 //! directory's entries from all its listing pages with the HEADs that tell symlinks
-//! (`list_remote`), the symlink encoding in object metadata, and `batched`, the one way
-//! many small requests are sent at once.
+//! (`list_remote`) and the attributes of its subdirectories' markers (`marker_heads`),
+//! and `batched`, the one way many small requests are sent at once. (A symlink's target
+//! is kept in metadata by flowfs-client's `percent_encode`.)
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 
-use flowfs_client::{percent_decode, ClientError, ListPage, ObjectInfo, ObjectMeta};
+use flowfs_client::{percent_decode, ClientError, ListPage, ObjectClient, ObjectInfo, ObjectMeta};
 
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Kind, MetaHeads};
@@ -64,6 +66,15 @@ fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
         (Some(a), Some(b)) => a.trim_matches('"') == b.trim_matches('"'),
         _ => false,
     }
+}
+
+/// A HEAD of `key`, answered with the `name` it is for (a batch of a listing's names).
+fn head_named(
+    client: &Arc<dyn ObjectClient>,
+    (name, key): &(String, String),
+) -> impl Future<Output = (String, std::result::Result<ObjectMeta, ClientError>)> {
+    let (client, name, key) = (client.clone(), name.clone(), key.clone());
+    async move { (name, client.head(&key).await) }
 }
 
 /// What a HEAD of a name says: an object, or nothing.
@@ -281,10 +292,7 @@ impl Fs {
         let default = libc::S_IFDIR | u32::from(self.cfg.dir_mode);
         batched(
             dirs,
-            |(name, key)| {
-                let (client, name, key) = (client.clone(), name.clone(), key.clone());
-                async move { (name, client.head(&key).await) }
-            },
+            |named| head_named(client, named),
             |(name, head)| {
                 match head {
                     Ok(meta) => {
@@ -347,10 +355,7 @@ impl Fs {
         let client = &self.client;
         batched(
             &candidates,
-            |(name, key)| {
-                let (client, name, key) = (client.clone(), name.clone(), key.clone());
-                async move { (name, client.head(&key).await) }
-            },
+            |named| head_named(client, named),
             |(name, head)| {
                 match head {
                     Ok(meta) => {
