@@ -3,12 +3,14 @@
 //! deflate block ends: the compressed offset, the bits of its last byte already used, and
 //! the 32 KiB of output before it (what the next blocks may refer back to), as zlib's
 //! zran.c does. Resuming there needs `inflatePrime` and a raw `inflateSetDictionary`,
-//! which flate2 does not expose: this file is the project's one use of zlib's C API.
+//! which flate2 does not expose: zlib.rs calls zlib's C API for them.
 
 use std::io::Read;
-use std::os::raw::{c_int, c_uint};
 
-use libz_sys as z;
+mod zlib;
+
+use zlib as z;
+use zlib::{crc32, Stream};
 
 /// The deflate window: how far back a block may refer.
 pub const WINDOW: usize = 32 * 1024;
@@ -35,112 +37,6 @@ pub struct Point {
     /// to wrong bytes without an error.
     pub span: u64,
     pub crc: u32,
-}
-
-/// A zlib inflate stream; boxed because zlib keeps a pointer to it.
-struct Stream(Box<z::z_stream>);
-
-extern "C" fn zalloc(_: z::voidpf, items: c_uint, size: c_uint) -> z::voidpf {
-    // SAFETY: calloc of a size zlib asks for; zlib checks for NULL.
-    unsafe { libc::calloc(items as usize, size as usize) }
-}
-
-extern "C" fn zfree(_: z::voidpf, p: z::voidpf) {
-    // SAFETY: p came from zalloc.
-    unsafe { libc::free(p) }
-}
-
-impl Stream {
-    /// `bits`: 15 + 32 reads a gzip or zlib header; -15 raw deflate.
-    fn new(bits: c_int) -> std::io::Result<Stream> {
-        let mut s = Box::new(z::z_stream {
-            next_in: std::ptr::null_mut(),
-            avail_in: 0,
-            total_in: 0,
-            next_out: std::ptr::null_mut(),
-            avail_out: 0,
-            total_out: 0,
-            msg: std::ptr::null_mut(),
-            state: std::ptr::null_mut(),
-            zalloc,
-            zfree,
-            opaque: std::ptr::null_mut(),
-            data_type: 0,
-            adler: 0,
-            reserved: 0,
-        });
-        let size = std::mem::size_of::<z::z_stream>() as c_int;
-        // SAFETY: a fresh stream with allocators set, the library's own version string.
-        let r = unsafe { z::inflateInit2_(&mut *s, bits, z::zlibVersion(), size) };
-        if r != z::Z_OK {
-            return Err(std::io::Error::other(format!("inflateInit2 failed ({r})")));
-        }
-        Ok(Stream(s))
-    }
-
-    /// One inflate call from `input` into `output`; returns zlib's code, bytes used,
-    /// bytes produced.
-    fn inflate(&mut self, input: &[u8], output: &mut [u8], flush: c_int) -> (c_int, usize, usize) {
-        let s = &mut *self.0;
-        s.next_in = input.as_ptr() as *mut u8;
-        s.avail_in = input.len().min(c_uint::MAX as usize) as c_uint;
-        s.next_out = output.as_mut_ptr();
-        s.avail_out = output.len().min(c_uint::MAX as usize) as c_uint;
-        let (ai, ao) = (s.avail_in, s.avail_out);
-        // SAFETY: next_in/next_out point into slices alive for this call.
-        let r = unsafe { z::inflate(s, flush) };
-        let used = (ai - s.avail_in) as usize;
-        let made = (ao - s.avail_out) as usize;
-        s.next_in = std::ptr::null_mut();
-        s.next_out = std::ptr::null_mut();
-        (r, used, made)
-    }
-
-    fn data_type(&self) -> c_int {
-        self.0.data_type
-    }
-
-    fn reset(&mut self) -> c_int {
-        // SAFETY: an initialised stream.
-        unsafe { z::inflateReset(&mut *self.0) }
-    }
-
-    fn prime(&mut self, bits: u8, value: u8) -> c_int {
-        // SAFETY: an initialised stream.
-        unsafe { z::inflatePrime(&mut *self.0, c_int::from(bits), c_int::from(value)) }
-    }
-
-    fn set_dictionary(&mut self, dict: &[u8]) -> c_int {
-        // SAFETY: dict is a live slice; zlib copies it.
-        unsafe { z::inflateSetDictionary(&mut *self.0, dict.as_ptr(), dict.len() as c_uint) }
-    }
-
-    fn error(&self, what: &str, code: c_int) -> std::io::Error {
-        let msg = if self.0.msg.is_null() {
-            format!("code {code}")
-        } else {
-            // SAFETY: zlib's msg is a NUL-terminated static string.
-            unsafe { std::ffi::CStr::from_ptr(self.0.msg) }
-                .to_string_lossy()
-                .into_owned()
-        };
-        std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{what}: {msg}"))
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        // SAFETY: an initialised stream, ended once.
-        unsafe { z::inflateEnd(&mut *self.0) };
-    }
-}
-
-/// CRC-32 of `data` continuing `crc` (zlib's).
-fn crc32(crc: u32, data: &[u8]) -> u32 {
-    data.chunks(1 << 30).fold(crc, |c, d| {
-        // SAFETY: a live slice.
-        unsafe { z::crc32(z::uLong::from(c), d.as_ptr(), d.len() as c_uint) as u32 }
-    })
 }
 
 /// The last `WINDOW` bytes of output, in order.
