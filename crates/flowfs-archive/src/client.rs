@@ -8,17 +8,18 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use flowfs_client::meta::{percent_encode, Posix, SYMLINK_META};
 use flowfs_client::{
-    percent_encode, split_pieces, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo,
-    ObjectMeta, PutResult, Result, UploadInfo,
+    split_pieces, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
+    PutResult, Result, UploadInfo,
 };
 
 use crate::error::ArchiveError;
-use crate::gzip::{inflate_from, Point};
+use crate::gzip::inflate_from;
 use crate::index::{Format, Index, IndexFiles, Member, MemberKind};
 
 /// Keys in one page of a listing, as S3 gives them.
@@ -104,21 +105,24 @@ impl ArchiveClient {
             key: key.to_string(),
             size: m.size,
             etag: self.etag_of(m),
-            last_modified: UNIX_EPOCH + Duration::from_secs(m.mtime),
+            last_modified: mtime_of(m),
         }
     }
 
-    /// The attributes in the metadata keys flowfs reads (flowfs-fs meta.rs), and a
-    /// symlink's target as flowfs writes it.
+    /// The member's attributes and a symlink's target, in the metadata convention
+    /// every flowfs store uses (flowfs-client meta.rs).
     fn metadata(m: &Member) -> HashMap<String, String> {
-        let mut h = HashMap::from([
-            ("mode".to_string(), m.mode.to_string()),
-            ("uid".to_string(), m.uid.to_string()),
-            ("gid".to_string(), m.gid.to_string()),
-            ("mtime".to_string(), m.mtime.to_string()),
-        ]);
+        let mut h = HashMap::new();
+        let posix = Posix {
+            mode: Some(m.mode),
+            uid: Some(m.uid),
+            gid: Some(m.gid),
+            mtime: Some(mtime_of(m)),
+            ..Posix::default()
+        };
+        posix.encode_into(&mut h);
         if let MemberKind::Symlink { target } = &m.kind {
-            h.insert("flowfs-symlink".into(), percent_encode(target));
+            h.insert(SYMLINK_META.into(), percent_encode(target));
         }
         h
     }
@@ -158,24 +162,23 @@ impl ArchiveClient {
         let to = points
             .get(j)
             .map_or(self.index.size, |q| (q.input + 1).min(self.index.size));
-        let spans: Vec<Point> = points[i..j.max(i + 1)].to_vec();
-        let p_output = p.output;
-        let etag = self.index.etag.clone();
+        let (skip, len) = (start - p.output, (end - start) as usize);
         let data = (self.inner)
-            .get_range(&self.key, from, to, Some(&etag))
+            .get_range(&self.key, from, to, Some(&self.index.etag))
             .await?;
-        let (skip, len) = (start - p_output, (end - start) as usize);
-        let out = tokio::task::spawn_blocking(move || inflate_from(&spans, &data, skip, len))
+        // The spans i..j (at least one); inflate_from fails rather than return fewer bytes.
+        let index = self.index.clone();
+        let inflate = move || inflate_from(&index.points[i..j.max(i + 1)], &data, skip, len);
+        let out = tokio::task::spawn_blocking(inflate)
             .await
             .map_err(|e| ClientError::Other(format!("inflate task: {e}")))?
             .map_err(|e| ClientError::from(ArchiveError::Corrupt(e)))?;
-        if out.len() < len {
-            let e =
-                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "member data ends early");
-            return Err(ArchiveError::Corrupt(e).into());
-        }
         Ok(Bytes::from(out))
     }
+}
+
+fn mtime_of(m: &Member) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(m.mtime)
 }
 
 fn read_only(what: &str) -> ClientError {
@@ -220,9 +223,9 @@ impl ObjectClient for ArchiveClient {
             (MemberKind::File { offset }, Format::Tar) => {
                 // The archive's own bytes: one ranged GET, its pieces as they arrive.
                 let moved: Vec<u64> = cuts.iter().map(|c| c + offset).collect();
-                let etag = self.index.etag.clone();
+                let etag = Some(self.index.etag.as_str());
                 return (self.inner)
-                    .get_range_pieces(&self.key, start + offset, &moved, Some(&etag), sink)
+                    .get_range_pieces(&self.key, start + offset, &moved, etag, sink)
                     .await;
             }
             (MemberKind::File { offset }, Format::TarGz) => {

@@ -9,6 +9,7 @@ mod buf;
 pub mod copy;
 mod error;
 mod limiter;
+pub mod meta;
 pub mod mock;
 pub mod retry;
 pub mod s3;
@@ -55,40 +56,6 @@ pub fn split_pieces(
 /// range needs no request.
 pub(crate) fn pieces_end(start: u64, cuts: &[u64]) -> Option<u64> {
     cuts.last().copied().filter(|&end| end > start)
-}
-
-/// The inverse of `percent_encode` (a `%` not followed by two hex digits is kept).
-pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A metadata value any store keeps as it is: S3 user metadata is ASCII, so a symlink's
-/// target (any bytes but NUL) is written with `%XX` for `%`, spaces, controls and
-/// non-ASCII bytes.
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if (0x21..0x7f).contains(&b) && b != b'%' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// What a listing or a HEAD tells about one object.

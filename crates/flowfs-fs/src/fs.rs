@@ -41,7 +41,7 @@ use crate::prefetch::Prefetcher;
 pub use crate::writeback::PendingState;
 use crate::writeback::{Staging, Uploader, WriteBack};
 pub use attrs::{Attr, AttrChanges, DirItem};
-use flowfs_client::percent_encode;
+use flowfs_client::meta::{percent_encode, SYMLINK_META};
 use handles::{Handle, Handles};
 use names::Namespace;
 use passthrough::Access;
@@ -87,9 +87,6 @@ pub struct OpenHints {
     pub backing: Option<Backing>,
 }
 
-/// Metadata key that marks an object as a symbolic link; its value is the target,
-/// percent-encoded, and the object's content is the plain target too.
-pub const SYMLINK_META: &str = "flowfs-symlink";
 /// Largest directory that is listed again instead of asking for single names.
 const RELIST_MAX: usize = 10_000;
 /// Files fetched ahead of a reader that opens a directory's files in listing order.

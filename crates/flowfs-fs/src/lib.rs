@@ -11,9 +11,11 @@ mod error;
 mod fs;
 mod fuse;
 mod inode;
-mod meta;
 mod prefetch;
 mod writeback;
+
+// The metadata convention (s3fs-fuse's attributes, flowfs's symlinks) is the client's.
+use flowfs_client::meta;
 
 pub use cache::{admin, disk_space, DiskSpace};
 pub use config::{FsConfig, MetaHeads};

@@ -2,13 +2,14 @@
 //! directory's entries from all its listing pages with the HEADs that tell symlinks
 //! (`list_remote`) and the attributes of its subdirectories' markers (`marker_heads`),
 //! and `batched`, the one way many small requests are sent at once. (A symlink's target
-//! is kept in metadata by flowfs-client's `percent_encode`.)
+//! is kept in metadata by flowfs-client's meta.rs.)
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use flowfs_client::{percent_decode, ClientError, ListPage, ObjectClient, ObjectInfo, ObjectMeta};
+use flowfs_client::meta::percent_decode;
+use flowfs_client::{ClientError, ListPage, ObjectClient, ObjectInfo, ObjectMeta};
 
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Kind, MetaHeads};

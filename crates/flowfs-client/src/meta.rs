@@ -1,6 +1,7 @@
 //! POSIX attributes kept in object metadata, in the convention of s3fs-fuse (which rclone
-//! shares for `mtime`), so that other tools read what flowfs writes and the other way round.
-//! Pure data: no I/O. See SEMANTICS.md, "Attributes", for what is written and read.
+//! shares for `mtime`), so that other tools read what flowfs writes and the other way round,
+//! and a symlink's target (`SYMLINK_META`). One owner for every store and every writer
+//! (the file system, the archive client). Pure data: no I/O. See SEMANTICS.md, "Attributes", for what is written and read.
 //!
 //! | key (`x-amz-meta-`) | written by flowfs | read |
 //! |---|---|---|
@@ -13,14 +14,24 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Metadata names without the `x-amz-meta-` prefix (S3 hands them back in lower case).
+/// Metadata names without the `x-amz-meta-` prefix (S3 hands them back in lower case):
+/// `st_mode`.
 pub const MODE: &str = "mode";
+/// Owner's user id.
 pub const UID: &str = "uid";
+/// Owner's group id.
 pub const GID: &str = "gid";
+/// Last change of the content.
 pub const MTIME: &str = "mtime";
+/// Last access, written only when set explicitly.
 pub const ATIME: &str = "atime";
+/// Last change of the attributes, written only when set explicitly.
 pub const CTIME: &str = "ctime";
+/// Device number of a special file.
 pub const RDEV: &str = "rdev";
+/// Marks an object as a symbolic link; its value is the target, percent-encoded
+/// (`percent_encode`), and the object's content is the plain target too.
+pub const SYMLINK_META: &str = "flowfs-symlink";
 const KEYS: [&str; 7] = [MODE, UID, GID, MTIME, ATIME, CTIME, RDEV];
 
 /// The file type bits of a mode.
@@ -34,11 +45,17 @@ pub const S_IFREG: u32 = 0o100_000;
 pub struct Posix {
     /// `st_mode`: file type bits and permission bits.
     pub mode: Option<u32>,
+    /// Owner's user id.
     pub uid: Option<u32>,
+    /// Owner's group id.
     pub gid: Option<u32>,
+    /// Last change of the content.
     pub mtime: Option<SystemTime>,
+    /// Last access.
     pub atime: Option<SystemTime>,
+    /// Last change of the attributes.
     pub ctime: Option<SystemTime>,
+    /// Device number of a special file.
     pub rdev: Option<u32>,
 }
 
@@ -155,6 +172,40 @@ pub fn parse_time(s: &str) -> Option<SystemTime> {
     };
     let secs: u64 = secs.parse().ok()?;
     UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+}
+
+/// The inverse of `percent_encode` (a `%` not followed by two hex digits is kept).
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A metadata value any store keeps as it is: S3 user metadata is ASCII, so a symlink's
+/// target (any bytes but NUL) is written with `%XX` for `%`, spaces, controls and
+/// non-ASCII bytes.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x21..0x7f).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
