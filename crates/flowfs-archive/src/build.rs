@@ -10,6 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use flowfs_client::{ClientError, ObjectClient, ObjectInfo};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use crate::error::ArchiveError;
 use crate::gzip::Indexer;
@@ -52,18 +53,18 @@ async fn feed(
     tx: mpsc::Sender<Result<Bytes, ClientError>>,
 ) {
     let mut next = 0u64;
-    let mut flight = VecDeque::new();
+    let mut flight = Flight::default();
     loop {
-        while flight.len() < DEPTH && next < info.size {
+        while flight.0.len() < DEPTH && next < info.size {
             let (c, key, etag) = (client.clone(), info.key.clone(), info.etag.clone());
             let end = (next + PART).min(info.size);
             let start = next;
-            flight.push_back(tokio::spawn(async move {
+            flight.0.push_back(tokio::spawn(async move {
                 c.get_range(&key, start, end, Some(&etag)).await
             }));
             next = end;
         }
-        let Some(front) = flight.pop_front() else {
+        let Some(front) = flight.0.pop_front() else {
             return;
         };
         let got = match front.await {
@@ -74,6 +75,17 @@ async fn feed(
         if tx.send(got).await.is_err() || failed {
             return;
         }
+    }
+}
+
+/// The feed's GETs in flight, in order; those left when the feed ends (the parser is
+/// done, or failed) are aborted, not left to download for nobody.
+#[derive(Default)]
+struct Flight(VecDeque<JoinHandle<Result<Bytes, ClientError>>>);
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.0.iter().for_each(JoinHandle::abort);
     }
 }
 
@@ -116,9 +128,9 @@ fn index_stream(
     match format {
         Format::Tar => walk(stream, &mut ix)?,
         Format::TarGz => {
-            let mut gz = Indexer::new(stream).map_err(ArchiveError::Corrupt)?;
+            let mut gz = Indexer::new(stream).map_err(ArchiveError::from_io)?;
             walk(&mut gz, &mut ix)?;
-            ix.points = gz.into_points().map_err(ArchiveError::Corrupt)?;
+            ix.points = gz.into_points().map_err(ArchiveError::from_io)?;
         }
     }
     Ok(ix)
@@ -127,9 +139,9 @@ fn index_stream(
 /// Every header of the tar in `r`, into `ix`.
 fn walk(r: impl Read, ix: &mut Index) -> Result<(), ArchiveError> {
     let mut ar = tar::Archive::new(r);
-    for e in ar.entries().map_err(ArchiveError::Corrupt)? {
-        let e = e.map_err(ArchiveError::Corrupt)?;
-        add(&e, ix).map_err(ArchiveError::Corrupt)?;
+    for e in ar.entries().map_err(ArchiveError::from_io)? {
+        let e = e.map_err(ArchiveError::from_io)?;
+        add(&e, ix).map_err(ArchiveError::from_io)?;
     }
     if ix.members.is_empty() && ix.skipped.is_empty() {
         return Err(ArchiveError::NotAnArchive("no tar header in it".into()));
@@ -141,13 +153,6 @@ fn walk(r: impl Read, ix: &mut Index) -> Result<(), ArchiveError> {
 /// to its target's bytes, a GNU sparse file skipped with its reason.
 fn add<R: Read>(e: &tar::Entry<'_, R>, ix: &mut Index) -> std::io::Result<()> {
     let path = e.path()?;
-    if path
-        .components()
-        .all(|c| matches!(c, Component::CurDir | Component::RootDir))
-    {
-        // The archive's root (`./`): the mount point is the root.
-        return Ok(());
-    }
     let Some(name) = clean(&path) else {
         ix.skipped.push(format!(
             "{}: a name with `..` or not UTF-8 (not served)",
@@ -155,9 +160,13 @@ fn add<R: Read>(e: &tar::Entry<'_, R>, ix: &mut Index) -> std::io::Result<()> {
         ));
         return Ok(());
     };
+    if name.is_empty() {
+        // The archive's root (`./`): the mount point is the root.
+        return Ok(());
+    }
     let h = e.header();
-    let attrs = |mode_type: u32, size: u64| Member {
-        kind: MemberKind::Special,
+    let member = |kind: MemberKind, mode_type: u32, size: u64| Member {
+        kind,
         size,
         mode: mode_type | (h.mode().unwrap_or(0o644) & 0o7777),
         uid: h.uid().unwrap_or(0) as u32,
@@ -167,25 +176,26 @@ fn add<R: Read>(e: &tar::Entry<'_, R>, ix: &mut Index) -> std::io::Result<()> {
     use tar::EntryType as T;
     let (key, member) = match h.entry_type() {
         T::Regular | T::Continuous => {
-            let mut m = attrs(libc::S_IFREG, e.size());
-            m.kind = MemberKind::File {
-                offset: e.raw_file_position(),
-            };
-            (name, m)
+            let offset = e.raw_file_position();
+            (
+                name,
+                member(MemberKind::File { offset }, libc::S_IFREG, e.size()),
+            )
         }
-        T::Directory => {
-            let mut m = attrs(libc::S_IFDIR, 0);
-            m.kind = MemberKind::Dir;
-            (format!("{name}/"), m)
-        }
+        T::Directory => (
+            format!("{name}/"),
+            member(MemberKind::Dir, libc::S_IFDIR, 0),
+        ),
         T::Symlink => {
             let target = e
                 .link_name()?
                 .map(|t| t.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let mut m = attrs(libc::S_IFLNK, target.len() as u64);
-            m.kind = MemberKind::Symlink { target };
-            (name, m)
+            let size = target.len() as u64;
+            (
+                name,
+                member(MemberKind::Symlink { target }, libc::S_IFLNK, size),
+            )
         }
         T::Link => {
             let target = e.link_name()?.and_then(|t| clean(&t));
@@ -198,9 +208,9 @@ fn add<R: Read>(e: &tar::Entry<'_, R>, ix: &mut Index) -> std::io::Result<()> {
                 }
             }
         }
-        T::Fifo => (name, attrs(libc::S_IFIFO, 0)),
-        T::Char => (name, attrs(libc::S_IFCHR, 0)),
-        T::Block => (name, attrs(libc::S_IFBLK, 0)),
+        T::Fifo => (name, member(MemberKind::Special, libc::S_IFIFO, 0)),
+        T::Char => (name, member(MemberKind::Special, libc::S_IFCHR, 0)),
+        T::Block => (name, member(MemberKind::Special, libc::S_IFBLK, 0)),
         T::GNUSparse => {
             ix.skipped
                 .push(format!("{name}: a GNU sparse file (not served)"));
@@ -217,7 +227,8 @@ fn add<R: Read>(e: &tar::Entry<'_, R>, ix: &mut Index) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A member's path as a key: relative, without `.` parts; `None` for `..` or the root.
+/// A member's path as a key: relative, without `.` parts (empty for the root); `None`
+/// for a name with `..` or not UTF-8.
 fn clean(p: &Path) -> Option<String> {
     let mut parts = Vec::new();
     for c in p.components() {
@@ -227,5 +238,5 @@ fn clean(p: &Path) -> Option<String> {
             Component::ParentDir => return None,
         }
     }
-    (!parts.is_empty()).then(|| parts.join("/"))
+    Some(parts.join("/"))
 }

@@ -28,6 +28,24 @@ pub enum ArchiveError {
 }
 
 impl ArchiveError {
+    /// An error of reading the archive's bytes: the store's own error when one is
+    /// inside it (the byte stream carries them as I/O errors, the tar crate wraps them
+    /// once more), else damage in the archive.
+    pub(crate) fn from_io(e: std::io::Error) -> ArchiveError {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = e.get_ref().map(|r| r as _);
+        while let Some(c) = cause {
+            if let Some(store) = c.downcast_ref::<ClientError>() {
+                return ArchiveError::Store(store.clone());
+            }
+            // An io::Error's `source` is its inner error's source: look at the inner.
+            cause = match c.downcast_ref::<std::io::Error>() {
+                Some(io) => io.get_ref().map(|r| r as _),
+                None => c.source(),
+            };
+        }
+        ArchiveError::Corrupt(e)
+    }
+
     pub(crate) fn disk(what: &'static str, source: std::io::Error) -> ArchiveError {
         ArchiveError::Disk { what, source }
     }

@@ -257,3 +257,24 @@ async fn damaged_archives_are_errors_not_bytes() {
         "{e:?}"
     );
 }
+
+#[tokio::test]
+async fn a_store_failure_while_indexing_is_the_stores_error_not_damage() {
+    let f = fixture();
+    for (key, body) in [("s.tar", f.tar.clone()), ("s.tar.gz", gzip(&f.tar))] {
+        let mock = Arc::new(MockClient::new());
+        mock.insert(key, body);
+        let dir = tempfile::tempdir().unwrap();
+        // The first GET (the sniff of the first bytes) passes, the index pass's fail.
+        let denied = ClientError::AccessDenied("test".into());
+        mock.fail(Op::Get, 1, denied.clone(), u64::MAX);
+        let e = ArchiveClient::open(mock.clone(), key, "b/s", dir.path())
+            .await
+            .err()
+            .expect("the index pass fails");
+        assert!(
+            matches!(&e, flowfs_archive::ArchiveError::Store(c) if *c == denied),
+            "{key}: {e:?}"
+        );
+    }
+}

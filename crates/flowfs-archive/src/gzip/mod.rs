@@ -90,7 +90,6 @@ pub struct Indexer<R: Read> {
     total_out: u64,
     window: Window,
     points: Vec<Point>,
-    last: Option<u64>,
     /// CRC-32 of the output since the last point.
     crc: u32,
     done: bool,
@@ -108,7 +107,6 @@ impl<R: Read> Indexer<R> {
             total_out: 0,
             window: Window::new(),
             points: Vec::new(),
-            last: None,
             crc: 0,
             done: false,
         })
@@ -156,7 +154,8 @@ impl<R: Read> Indexer<R> {
     fn maybe_point(&mut self) {
         let dt = self.s.data_type();
         let at_block_end = dt & 128 != 0 && dt & 64 == 0;
-        let due = self.last.is_none_or(|l| self.total_out - l >= SPAN);
+        let last = self.points.last().map(|p| p.output);
+        let due = last.is_none_or(|l| self.total_out - l >= SPAN);
         if at_block_end && due {
             self.close_span();
             self.points.push(Point {
@@ -167,7 +166,6 @@ impl<R: Read> Indexer<R> {
                 span: 0,
                 crc: 0,
             });
-            self.last = Some(self.total_out);
         }
     }
 }
@@ -323,6 +321,7 @@ impl<'a> Spans<'a> {
         Ok(())
     }
 }
+
 /// Appends to `out` what of `made` (the output at `pos`) lies in `[skip, skip + len)`.
 fn keep(made: &[u8], pos: u64, skip: u64, len: usize, out: &mut Vec<u8>) {
     let end = pos + made.len() as u64;
