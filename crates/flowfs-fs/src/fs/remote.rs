@@ -4,7 +4,7 @@
 //! and `batched`, the one way many small requests are sent at once. (A symlink's target
 //! is kept in metadata by flowfs-client's meta.rs.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -182,15 +182,19 @@ impl Fs {
             return Ok(None);
         }
         match self.client.head(dir).await {
-            Ok(meta) => {
-                let mut p = Posix::decode(&meta.metadata);
-                let default = libc::S_IFDIR | u32::from(self.cfg.dir_mode);
-                p.mode = Some(p.mode.unwrap_or(default));
-                Ok(Some(p))
-            }
+            Ok(meta) => Ok(Some(self.dir_posix(&meta.metadata))),
             Err(ClientError::NotFound(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// A directory's attributes from its marker's metadata; `--dir-mode` where it has
+    /// no mode.
+    fn dir_posix(&self, metadata: &HashMap<String, String>) -> Posix {
+        let mut p = Posix::decode(metadata);
+        let default = libc::S_IFDIR | u32::from(self.cfg.dir_mode);
+        p.mode = Some(p.mode.unwrap_or(default));
+        p
     }
 
     /// Every entry of a directory, all listing pages, with symlinks resolved, the
@@ -274,42 +278,58 @@ impl Fs {
                 false => Ok(None),
             }
         };
-        let (heads, marker) =
-            tokio::join!(self.resolve_heads(ino, candidates, &mut entries), marker);
+        // The three sets of HEADs at once: one round trip of latency, not three.
+        let (heads, marker, subdirs) = tokio::join!(
+            self.resolve_heads(ino, candidates, &mut entries),
+            marker,
+            self.marker_heads(ino, dirs)
+        );
         heads?;
-        self.marker_heads(&dirs, &mut entries).await?;
+        for (name, p) in subdirs? {
+            if let Some(e) = entries.get_mut(&name) {
+                e.set_posix(Some(p));
+            }
+        }
         Ok(Some((entries, marker?, marked)))
     }
 
-    /// The attributes of subdirectories `dirs` (name, marker key) of a listing, from
-    /// their markers, a HEAD each (`--meta-heads always`; an archive's index answers
-    /// them without a request). A directory without a marker keeps `--dir-mode`.
+    /// The attributes of subdirectories `dirs` (name, marker key) of directory `ino`'s
+    /// listing, from their markers, a HEAD each (`--meta-heads always`; an archive's
+    /// index answers them without a request), but for those this mount knows already, as
+    /// for the directory's own marker. A directory without a marker keeps `--dir-mode`.
     async fn marker_heads(
         &self,
-        dirs: &[(String, String)],
-        entries: &mut BTreeMap<String, Entry>,
-    ) -> Result<()> {
+        ino: u64,
+        mut dirs: Vec<(String, String)>,
+    ) -> Result<Vec<(String, Posix)>> {
+        {
+            let t = self.ns.lock();
+            dirs.retain(|(name, _)| {
+                let node = t.child(ino, name).and_then(|c| t.get(c));
+                node.and_then(|n| n.entry.posix())
+                    .is_none_or(|p| p.mode.is_none())
+            });
+        }
         let client = &self.client;
-        let default = libc::S_IFDIR | u32::from(self.cfg.dir_mode);
+        let mut found = Vec::new();
+
         batched(
-            dirs,
+            &dirs,
             |named| head_named(client, named),
             |(name, head)| {
                 match head {
-                    Ok(meta) => {
-                        let mut p = Posix::decode(&meta.metadata);
-                        p.mode = Some(p.mode.unwrap_or(default));
-                        if let Some(e) = entries.get_mut(&name) {
-                            e.set_posix(Some(p));
-                        }
+                    Ok(meta) => found.push((name, self.dir_posix(&meta.metadata))),
+                    // No marker: `--dir-mode`, known now, so that it is not asked again.
+                    Err(ClientError::NotFound(_)) => {
+                        found.push((name, self.dir_posix(&HashMap::new())))
                     }
-                    Err(ClientError::NotFound(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
                 Ok(())
             },
         )
-        .await
+        .await?;
+        Ok(found)
     }
 
     /// Reads the metadata of `candidates` (name, key) of a listing of directory `ino`:

@@ -197,6 +197,33 @@ async fn meta_heads_always_reads_unmarked_directories() {
     assert_eq!(mock.count(Op::Head), 1);
 }
 
+/// `--meta-heads always` reads a subdirectory's marker too (its mode and owner: an
+/// archive's directories show theirs this way), once: a listing again asks nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meta_heads_always_reads_subdirectories_markers_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    mock.insert_with_metadata("d/", Vec::new(), &[("mode", "16832"), ("uid", "42")]);
+    mock.insert("d/x", b"x".to_vec());
+    mock.insert("plain/y", b"y".to_vec());
+    let fs = fs_with(&mock, dir.path(), MetaHeads::Always);
+    let attrs = readdir_plus(&fs, ROOT).await;
+    let perm_uid: Vec<_> = attrs.iter().map(|a| (a.perm, a.uid)).collect();
+    // `d/` has a marker (0700, uid 42); `plain/` none, so it keeps --dir-mode.
+    let plain = FsConfig::new("b", "", dir.path().to_path_buf());
+    assert_eq!(perm_uid[0], (0o700, 42));
+    assert_eq!(perm_uid[1].0, plain.dir_mode);
+    assert_eq!(mock.count(Op::Head), 2, "a HEAD per subdirectory");
+    mock.reset_counts();
+    let again = readdir_plus(&fs, ROOT).await;
+    assert_eq!((again[0].perm, again[0].uid), (0o700, 42));
+    assert_eq!(
+        mock.count(Op::Head),
+        0,
+        "each directory's marker is asked once"
+    );
+}
+
 /// An object written by s3fs (or rclone's mtime) shows its mode, owner and time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_of_other_tools_show_their_metadata() {
