@@ -198,19 +198,33 @@ pub fn percent_decode(s: &str) -> String {
 /// non-ASCII bytes.
 pub fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
+    percent_escape(&mut out, s, |b| (0x21..0x7f).contains(&b) && b != b'%');
+    out
+}
+
+/// Appends `s` to `out`, each byte `keep` refuses as `%XX`: what every percent-encoding
+/// of the crate (metadata values, copy sources) shares.
+pub(crate) fn percent_escape(out: &mut String, s: &str, keep: impl Fn(u8) -> bool) {
     for b in s.bytes() {
-        if (0x21..0x7f).contains(&b) && b != b'%' {
+        if keep(b) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));
         }
     }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_symlink_target_is_kept_in_ascii_and_read_back_whole() {
+        let target = "../dir with space/100%/é\tx";
+        let enc = percent_encode(target);
+        assert_eq!(enc, "../dir%20with%20space/100%25/%C3%A9%09x");
+        assert_eq!(percent_decode(&enc), target);
+    }
 
     fn at(secs: u64, nanos: u32) -> SystemTime {
         UNIX_EPOCH + Duration::new(secs, nanos)
