@@ -172,3 +172,61 @@ def test_damaged_archives_are_refused_with_why(mount, s3, bucket, archives):
     with pytest.raises(MountError) as e:
         mount(bucket, "cut.tar.gz")
     assert "truncated" in str(e.value)
+
+
+def test_archives_show_as_read_only_views_beside_them(mount, s3, bucket, archives, proxy):
+    """--archives: each archive in a normal mount also shows as NAME.d/, the tree GNU tar
+    extracts; the rest of the mount stays writable and nothing is written below a view."""
+    _upload(s3, bucket, "refs/GRCh38.tar", archives["tar"])
+    _upload(s3, bucket, "refs/GRCh38.tar.gz", archives["tgz"])
+    # Sorts between the archive and its view: a listing shows each once, in order.
+    s3.put_object(Bucket=bucket, Key="refs/GRCh38.tar.c", Body=b"c")
+    s3.put_object(Bucket=bucket, Key="refs/notes.txt", Body=b"n")
+    m = mount(bucket, extra=["--archives"], proxy=proxy)
+    names = os.listdir(m / "refs")
+    assert sorted(names) == ["GRCh38.tar", "GRCh38.tar.c", "GRCh38.tar.d", "GRCh38.tar.gz",
+                             "GRCh38.tar.gz.d", "notes.txt"]
+    # Listing the parent opened no archive: a view is indexed on first use.
+    assert proxy.stats.get_bytes == 0, proxy.stats.summary()
+    for view in ("GRCh38.tar.d", "GRCh38.tar.gz.d"):
+        assert _describe(m / "refs" / view) == archives["want"]
+        assert stat.S_IMODE((m / "refs" / view).stat().st_mode) == 0o555
+        for write in (lambda v: (m / "refs" / v / "new.txt").write_bytes(b"x"),
+                      lambda v: (m / "refs" / v / "run.sh").write_bytes(b"x"),
+                      lambda v: os.chmod(m / "refs" / v / "run.sh", 0o600),
+                      lambda v: os.unlink(m / "refs" / v / "run.sh"),
+                      lambda v: os.mkdir(m / "refs" / v / "d"),
+                      lambda v: os.rename(m / "refs" / v / "run.sh", m / "refs/run.sh"),
+                      lambda v: os.rename(m / "refs/notes.txt", m / "refs" / v / "notes.txt")):
+            with pytest.raises(OSError) as e:
+                write(view)
+            assert e.value.errno == 30, view  # EROFS
+    # The archive itself is still a file, and the rest of the mount writable.
+    assert (m / "refs/GRCh38.tar").read_bytes() == archives["tar"]
+    (m / "refs/out.txt").write_bytes(b"written\n")
+    with pytest.raises(OSError) as e:
+        os.mkdir(m / "refs/other.tar.d")
+    assert e.value.errno == 30
+    m.unmount()
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+    assert keys == ["refs/GRCh38.tar", "refs/GRCh38.tar.c", "refs/GRCh38.tar.gz", "refs/notes.txt",
+                    "refs/out.txt"]
+
+
+def test_a_view_follows_its_archive_to_a_new_version(mount, s3, bucket, archives, work_dir):
+    _upload(s3, bucket, "x.tar", archives["tar"])
+    cache = work_dir / "views-cache"
+    m = mount(bucket, extra=["--archives"], cache_dir=cache)
+    assert (m / "x.tar.d/refs/chr/part03.fa").read_bytes() == payload(1000 + 3 * 3001, "tar3")
+    m.unmount()
+    s3.put_object(Bucket=bucket, Key="x.tar", Body=_one_file_tar(work_dir))
+    m2 = mount(bucket, extra=["--archives"], cache_dir=cache)
+    assert os.listdir(m2 / "x.tar.d") == ["only.txt"]
+    assert (m2 / "x.tar.d/only.txt").read_bytes() == b"only\n"
+    # A non-archive under an archive's name: its view is an error with why in the log,
+    # the object itself still reads.
+    s3.put_object(Bucket=bucket, Key="notes.tar", Body=b"not a tar\n" * 100)
+    with pytest.raises(OSError) as e:
+        os.listdir(m2 / "notes.tar.d")
+    assert e.value.errno == 5  # EIO
+    assert (m2 / "notes.tar").read_bytes() == b"not a tar\n" * 100

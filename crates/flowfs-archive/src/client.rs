@@ -30,6 +30,8 @@ pub struct ArchiveClient {
     inner: Arc<dyn ObjectClient>,
     /// The archive's key in `inner`.
     key: String,
+    /// When the archive object was written (a view's root shows it as its mtime).
+    modified: SystemTime,
     index: Arc<Index>,
 }
 
@@ -77,8 +79,14 @@ impl ArchiveClient {
         Ok(ArchiveClient {
             inner,
             key: key.to_string(),
+            modified: info.last_modified,
             index: Arc::new(index),
         })
+    }
+
+    /// When the archive object was written.
+    pub fn modified(&self) -> SystemTime {
+        self.modified
     }
 
     /// The index served.
@@ -325,5 +333,13 @@ impl ObjectClient for ArchiveClient {
 
     async fn delete(&self, key: &str) -> Result<()> {
         Err(read_only(key))
+    }
+
+    fn refuses_writes(&self, _key: &str) -> bool {
+        true
+    }
+
+    fn heads_are_free(&self, _prefix: &str) -> bool {
+        true
     }
 }

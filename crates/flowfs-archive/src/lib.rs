@@ -11,11 +11,13 @@ mod client;
 mod error;
 mod gzip;
 mod index;
+mod views;
 
 pub use client::ArchiveClient;
 pub use error::ArchiveError;
 pub use gzip::{Point, SPAN, WINDOW};
 pub use index::{Format, Index, IndexFiles, Listed, Member, MemberKind};
+pub use views::{archive_named, ArchiveViews, ARCHIVE_NAMES, VIEW_SUFFIX};
 
 /// What the first bytes of an object say it is: gzip (its magic; whether a tar is inside
 /// is found by the index build), a tar (a header whose checksum holds), or neither.

@@ -230,4 +230,16 @@ pub trait ObjectClient: Send + Sync + 'static {
     ) -> Result<PutResult>;
     /// Removes `key`; removing an absent key succeeds, as on S3.
     async fn delete(&self, key: &str) -> Result<()>;
+    /// Whether this store refuses every write of `key` (a file system above answers
+    /// EROFS before it accepts any byte): none does, except a read-only view within a
+    /// writable bucket (flowfs-archive's `ArchiveViews`).
+    fn refuses_writes(&self, _key: &str) -> bool {
+        false
+    }
+    /// Whether a HEAD of a key below `prefix` costs no request: a file system above
+    /// then reads every listed entry's attributes (`--meta-heads always` there). None
+    /// does, except an archive's index (flowfs-archive).
+    fn heads_are_free(&self, _prefix: &str) -> bool {
+        false
+    }
 }

@@ -219,11 +219,25 @@ impl Fs {
         }
     }
 
-    fn check_writable(&self) -> Result<()> {
-        if self.cfg.read_only {
+    /// EROFS where writes are refused: the whole mount is read-only, or the store
+    /// refuses writes of this key (an archive's view, `--archives`).
+    fn check_writable_key(&self, key: &str) -> Result<()> {
+        if self.cfg.read_only || self.client.refuses_writes(key) {
             return Err(FsError::ReadOnly);
         }
         Ok(())
+    }
+
+    /// `check_writable_key` of the node `ino`.
+    fn check_writable(&self, ino: u64) -> Result<()> {
+        let path = self.ns.lock().path(ino).ok_or(FsError::NotFound)?;
+        self.check_writable_key(&self.key(&path))
+    }
+
+    /// `check_writable_key` of the name `name` in the directory `parent`.
+    fn check_writable_in(&self, parent: u64, name: &str) -> Result<()> {
+        let path = self.ns.lock().path(parent).ok_or(FsError::NotFound)?;
+        self.check_writable_key(&format!("{}{name}", self.dir_prefix(&path)))
     }
 
     fn node_attr(&self, ino: u64, n: &crate::inode::Node) -> Attr {

@@ -1,13 +1,14 @@
 //! A source that names an archive object (`s3://BUCKET/refs.tar.gz`): the mount serves
 //! its members, read-only, through `flowfs_archive::ArchiveClient`; any other source is
-//! served as the bucket prefix it names.
+//! served as the bucket prefix it names, with `--archives` through
+//! `flowfs_archive::ArchiveViews` (each archive also a read-only `NAME.d/`).
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use flowfs_archive::{sniff, ArchiveClient, SNIFF_LEN};
+use flowfs_archive::{sniff, ArchiveClient, ArchiveViews, SNIFF_LEN};
 use flowfs_client::{ClientError, ObjectClient};
-use flowfs_fs::{FsConfig, MetaHeads};
+use flowfs_fs::FsConfig;
 
 /// Names that say "archive": such an object is mounted as one, or refused with why.
 const NAMES: [&str; 3] = [".tar", ".tar.gz", ".tgz"];
@@ -17,19 +18,28 @@ const NAMES: [&str; 3] = [".tar", ".tar.gz", ".tgz"];
 /// `*.tar`, `*.tar.gz` or `*.tgz` (its bytes must then say tar or gzip), or any other
 /// object whose first bytes do, unless keys below it make it a directory, as the mount
 /// itself would show it.
+/// `views`: a prefix is served with a view of each archive in it (`--archives`).
 pub(crate) fn serve_source(
     rt: &tokio::runtime::Runtime,
     client: Arc<dyn ObjectClient>,
     cfg: &mut FsConfig,
+    views: bool,
 ) -> Result<Arc<dyn ObjectClient>> {
+    let prefix = |client: Arc<dyn ObjectClient>, cfg: &FsConfig| -> Arc<dyn ObjectClient> {
+        if views {
+            Arc::new(ArchiveViews::new(client, &cfg.bucket, &cfg.cache_dir))
+        } else {
+            client
+        }
+    };
     let key = cfg.prefix.trim_end_matches('/').to_string();
     if key.is_empty() {
-        return Ok(client);
+        return Ok(prefix(client, cfg));
     }
     let named = NAMES.iter().any(|n| key.ends_with(n));
     let meta = match rt.block_on(client.head(&key)) {
         Ok(m) => m,
-        Err(ClientError::NotFound(_)) if !named => return Ok(client),
+        Err(ClientError::NotFound(_)) if !named => return Ok(prefix(client, cfg)),
         Err(e) => return Err(e).with_context(|| format!("s3://{}/{key}", cfg.bucket)),
     };
     if !named {
@@ -43,7 +53,7 @@ pub(crate) fn serve_source(
             .with_context(|| format!("s3://{}/{key}", cfg.bucket))?;
         let below = rt.block_on(client.list_page(&format!("{key}/"), Some("/"), None, Some(1)))?;
         if sniff(&first).is_none() || !below.objects.is_empty() || !below.prefixes.is_empty() {
-            return Ok(client);
+            return Ok(prefix(client, cfg));
         }
     }
     let ident = format!("{}/{key}", cfg.bucket);
@@ -62,7 +72,5 @@ pub(crate) fn serve_source(
     );
     cfg.prefix = String::new();
     cfg.read_only = true;
-    // Every member's attributes are in the index: asking costs no request.
-    cfg.meta_heads = MetaHeads::Always;
     Ok(Arc::new(archive))
 }

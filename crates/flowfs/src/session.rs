@@ -144,7 +144,7 @@ fn session(args: &MountArgs, mut cfg: FsConfig, dir: &Path, ready: &mut Ready) -
         .enable_all()
         .build()?;
     let client = connect(&rt, &args.opts, &cfg)?;
-    let store = crate::archive::serve_source(&rt, client.clone(), &mut cfg)?;
+    let store = crate::archive::serve_source(&rt, client.clone(), &mut cfg, args.opts.archives)?;
     let read_only = cfg.read_only;
     let fs = Arc::new(Fs::new(cfg, store)?);
     // What a killed mount left staged goes up before this one serves anything.

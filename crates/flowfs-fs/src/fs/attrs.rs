@@ -250,7 +250,7 @@ impl Fs {
         rdev: u32,
         owner: Option<(u32, u32)>,
     ) -> Result<Attr> {
-        self.check_writable()?;
+        self.check_writable_in(parent, name)?;
         valid_name(name)?;
         let mut posix = self.new_posix(mode, owner);
         posix.rdev = (rdev != 0).then_some(rdev);
@@ -302,8 +302,10 @@ impl Fs {
         c: AttrChanges,
         fh: Option<u64>,
     ) -> Result<Attr> {
+        if size.is_some() || c.any() {
+            self.check_writable(ino)?;
+        }
         if let Some(size) = size {
-            self.check_writable()?;
             let kind = self.ns.lock().get(ino).map(|n| n.entry.kind);
             match kind {
                 Some(Kind::File) => {}

@@ -57,7 +57,7 @@ impl Fs {
         owner: Option<(u32, u32)>,
         passthrough: bool,
     ) -> Result<(Attr, u64, OpenHints)> {
-        self.check_writable()?;
+        self.check_writable_in(parent, name)?;
         valid_name(name)?;
         let e = Entry {
             kind: Kind::File,
@@ -125,7 +125,7 @@ impl Fs {
         mode: u32,
         owner: Option<(u32, u32)>,
     ) -> Result<Attr> {
-        self.check_writable()?;
+        self.check_writable_in(parent, name)?;
         valid_name(name)?;
         let (path, known_absent) = {
             let t = self.ns.lock();
@@ -196,7 +196,7 @@ impl Fs {
         target: &str,
         owner: Option<(u32, u32)>,
     ) -> Result<Attr> {
-        self.check_writable()?;
+        self.check_writable_in(parent, name)?;
         valid_name(name)?;
         if target.len() as u64 > MAX_SYMLINK {
             return Err(FsError::NameTooLong);
@@ -222,7 +222,7 @@ impl Fs {
     /// Removes the name of a file or symlink and deletes its object; a staged copy is
     /// never uploaded again.
     pub async fn unlink(self: &Arc<Self>, parent: u64, name: &str) -> Result<()> {
-        self.check_writable()?;
+        self.check_writable_in(parent, name)?;
         let ino = self.resolve(parent, name).await?;
         // A metadata rewrite landing after the delete would bring the object back.
         let _key = self.ns.locks().key(ino).await;
@@ -271,7 +271,7 @@ impl Fs {
 
     /// Removes an empty directory.
     pub async fn rmdir(self: &Arc<Self>, parent: u64, name: &str) -> Result<()> {
-        self.check_writable()?;
+        self.check_writable_in(parent, name)?;
         let ino = self.resolve(parent, name).await?;
         // A rewrite of its marker landing after the delete would bring it back.
         let _key = self.ns.locks().key(ino).await;

@@ -41,7 +41,7 @@ impl Fs {
         passthrough: bool,
     ) -> Result<(u64, OpenHints)> {
         if mode.writes() {
-            self.check_writable()?;
+            self.check_writable(ino)?;
         }
         let (path, fresh) = {
             let t = self.ns.lock();

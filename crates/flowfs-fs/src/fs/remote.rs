@@ -218,6 +218,11 @@ impl Fs {
         let Some(pages) = self.list_pages(&prefix, &splits, max_pages).await? else {
             return Ok(None);
         };
+        // Where attributes cost no request (an archive's members), every one is read.
+        let heads = match self.client.heads_are_free(&prefix) {
+            true => MetaHeads::Always,
+            false => self.cfg.meta_heads,
+        };
         let mut entries = BTreeMap::new();
         let mut candidates = Vec::new();
         // Objects that may carry attributes in their metadata, asked for only where
@@ -231,7 +236,7 @@ impl Fs {
                 let name = &p[prefix.len()..p.len() - 1];
                 if valid_name(name).is_ok() {
                     entries.insert(name.to_string(), Entry::dir(self.ns.started()));
-                    if self.cfg.meta_heads == MetaHeads::Always {
+                    if heads == MetaHeads::Always {
                         dirs.push((name.to_string(), p.clone()));
                     }
                 }
@@ -258,13 +263,7 @@ impl Fs {
                 entries.insert(name.to_string(), file_entry(o));
             }
         }
-        meta_candidates(
-            self.cfg.meta_heads,
-            marked,
-            &entries,
-            &mut candidates,
-            others,
-        );
+        meta_candidates(heads, marked, &entries, &mut candidates, others);
         // The directory's own attributes, from its marker, unless known already.
         let known = {
             let t = self.ns.lock();

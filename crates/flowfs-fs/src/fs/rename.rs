@@ -23,7 +23,8 @@ impl Fs {
         newname: &str,
         noreplace: bool,
     ) -> Result<()> {
-        self.check_writable()?;
+        self.check_writable_in(parent, name)?;
+        self.check_writable_in(newparent, newname)?;
         valid_name(newname)?;
         let ino = self.resolve(parent, name).await?;
         let target = match self.resolve(newparent, newname).await {

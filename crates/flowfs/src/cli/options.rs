@@ -58,6 +58,10 @@ pub struct MountOptions {
     /// Refuse every change (writes, creates, deletes) with EROFS
     #[arg(long, help_heading = "Mount options")]
     pub read_only: bool,
+    /// Show each *.tar, *.tar.gz and *.tgz object also as a read-only directory NAME.d
+    /// beside it, the archive's members inside (indexed on first use, kept in the cache)
+    #[arg(long, help_heading = "Mount options")]
+    pub archives: bool,
     /// Stay in the foreground; unmount cleanly on SIGINT or SIGTERM
     #[arg(short, long, help_heading = "Mount options")]
     pub foreground: bool,

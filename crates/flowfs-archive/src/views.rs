@@ -1,0 +1,462 @@
+//! `ArchiveViews` (`--archives`): a bucket in which every `*.tar`, `*.tar.gz` and `*.tgz`
+//! object also shows as a read-only directory `NAME.d/` beside it, its members inside.
+//! It wraps the bucket's client: a key below a view (`refs/hg38.tar.gz.d/chr1.fa`) goes
+//! to that archive's `ArchiveClient` (opened, and its index built or loaded, on first
+//! use, once however many callers ask at once), any other key to the bucket. A
+//! delimited listing of the bucket gets each archive's view as a common prefix, in key
+//! order (a view that sorts past the end of a page is carried to the next one in its
+//! token), so the file system above lists, looks up and walks views as any directory.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use flowfs_client::meta::Posix;
+use flowfs_client::{
+    ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
+    UploadInfo,
+};
+use parking_lot::Mutex;
+use std::time::SystemTime;
+use tokio::sync::OnceCell;
+
+use crate::client::ArchiveClient;
+
+/// Names that make an object an archive with a view.
+pub const ARCHIVE_NAMES: [&str; 3] = [".tar", ".tar.gz", ".tgz"];
+/// What a view's name adds to its archive's: `hg38.tar.gz` → `hg38.tar.gz.d`.
+pub const VIEW_SUFFIX: &str = ".d";
+/// Starts a token of ours: views carried to the next page, then the bucket's token.
+const CARRY: &str = "flowfs-views:";
+
+/// An object named as an archive (`x.tar`, not `.tar` alone).
+pub fn archive_named(name: &str) -> bool {
+    ARCHIVE_NAMES
+        .iter()
+        .any(|n| name.len() > n.len() && name.ends_with(n))
+}
+
+/// Where a key falls: below the view of archive `archive` (member key `member`), or not.
+fn place(key: &str) -> Option<(&str, &str)> {
+    let view_end = format!("{VIEW_SUFFIX}/");
+    let mut from = 0;
+    while let Some(i) = key[from..].find(&view_end).map(|i| i + from) {
+        let name = &key[key[..i].rfind('/').map_or(0, |s| s + 1)..i];
+        if archive_named(name) {
+            return Some((&key[..i], &key[i + view_end.len()..]));
+        }
+        from = i + 1;
+    }
+    None
+}
+
+/// The bucket, with a read-only view of each archive in it.
+pub struct ArchiveViews {
+    inner: Arc<dyn ObjectClient>,
+    /// Names the bucket in index file names, so two buckets' archives never share one.
+    bucket: String,
+    cache_dir: PathBuf,
+    /// The archives opened so far, by key: one open (index build) per archive version
+    /// however many callers ask at once. Grows with the archives used, not the bucket.
+    open: Mutex<HashMap<String, Arc<OnceCell<Arc<ArchiveClient>>>>>,
+}
+
+impl ArchiveViews {
+    pub fn new(inner: Arc<dyn ObjectClient>, bucket: &str, cache_dir: &Path) -> ArchiveViews {
+        ArchiveViews {
+            inner,
+            bucket: bucket.to_string(),
+            cache_dir: cache_dir.to_path_buf(),
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The archive at `key`, opened once: its index loaded from the cache or built.
+    async fn archive(&self, key: &str) -> Result<Arc<ArchiveClient>> {
+        let cell = self.open.lock().entry(key.to_string()).or_default().clone();
+        let ident = format!("{}/{key}", self.bucket);
+        let opened = cell
+            .get_or_try_init(|| async {
+                let a = ArchiveClient::open(self.inner.clone(), key, &ident, &self.cache_dir)
+                    .await
+                    .map_err(ClientError::from)
+                    .inspect_err(|e| {
+                        if !matches!(e, ClientError::NotFound(_)) {
+                            tracing::warn!(key, "archive view not served: {e}");
+                        }
+                    })?;
+                Ok::<_, ClientError>(Arc::new(a))
+            })
+            .await?;
+        Ok(opened.clone())
+    }
+
+    /// Forgets the archive at `key` (written, deleted, or found at another version):
+    /// its next use opens it again, at the version the bucket has then.
+    fn forget(&self, key: &str) {
+        self.open.lock().remove(key);
+    }
+
+    /// Forgets an archive a listing shows at another ETag than the one served.
+    fn forget_changed(&self, key: &str, etag: &str) {
+        let mut open = self.open.lock();
+        let stale = (open.get(key).and_then(|c| c.get())).is_some_and(|a| a.index().etag != etag);
+        if stale {
+            open.remove(key);
+        }
+    }
+
+    /// A call on an archive's member failed: a changed archive (`Precondition`) is
+    /// opened again at its next use.
+    fn after<T>(&self, archive: &str, r: Result<T>) -> Result<T> {
+        if matches!(r, Err(ClientError::Precondition(_))) {
+            self.forget(archive);
+        }
+        r
+    }
+
+    /// A page of the listing of a view (`archive`'s): `page` lists its members as the
+    /// archive names them; the keys returned are the bucket's. A view whose archive is
+    /// gone lists nothing, as an absent directory.
+    /// `root_marker`: the page starts at the view's root, whose marker comes first.
+    async fn view_page<F, Fut>(&self, archive: &str, root_marker: bool, page: F) -> Result<ListPage>
+    where
+        F: FnOnce(Arc<ArchiveClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<ListPage>>,
+    {
+        let a = match self.archive(archive).await {
+            Err(ClientError::NotFound(_)) => return Ok(ListPage::default()),
+            r => r?,
+        };
+        let modified = a.modified();
+        let mut p = self.after(archive, page(a).await)?;
+        let root = format!("{archive}{VIEW_SUFFIX}/");
+        for o in &mut p.objects {
+            o.key.insert_str(0, &root);
+        }
+        for q in &mut p.prefixes {
+            q.insert_str(0, &root);
+        }
+        if root_marker {
+            p.objects.insert(0, root_marker_info(root, modified));
+        }
+        Ok(p)
+    }
+
+    /// The bucket's page with the views of the archives in it (and those `carried`
+    /// from the page before) among its common prefixes, where key order puts them; a
+    /// view past the page's last key goes to the next page, in its token.
+    fn with_views(&self, prefix: &str, mut page: ListPage, mut views: Vec<String>) -> ListPage {
+        for o in &page.objects {
+            let name = &o.key[prefix.len().min(o.key.len())..];
+            if !name.contains('/') && archive_named(name) {
+                self.forget_changed(&o.key, &o.etag);
+                views.push(format!("{}{VIEW_SUFFIX}/", o.key));
+            }
+        }
+        let last = (page.objects.last().map(|o| o.key.clone())).max(page.prefixes.last().cloned());
+        let (here, later): (Vec<String>, Vec<String>) = views.into_iter().partition(|v| {
+            page.next_token.is_none() || last.as_deref().is_some_and(|l| v.as_str() <= l)
+        });
+        page.prefixes.extend(here);
+        page.prefixes.sort();
+        page.prefixes.dedup();
+        if !later.is_empty() {
+            let inner = page.next_token.take().unwrap_or_default();
+            let token = serde_json::to_string(&(later, inner)).unwrap_or_default();
+            page.next_token = Some(format!("{CARRY}{token}"));
+        }
+        page
+    }
+
+    /// The bucket's token and the views carried in ours.
+    fn untoken(token: Option<String>) -> (Option<String>, Vec<String>) {
+        let carried = (token.as_deref())
+            .and_then(|t| t.strip_prefix(CARRY))
+            .and_then(|t| serde_json::from_str::<(Vec<String>, String)>(t).ok());
+        match carried {
+            Some((views, inner)) => ((!inner.is_empty()).then_some(inner), views),
+            None => (token, Vec::new()),
+        }
+    }
+
+    /// Views a listing from `start_after` must show although their archive sorts before
+    /// it: `x.tar` <= `x.tar.c` < `x.tar.d/`. Their archive's name starts `start_after`:
+    /// a HEAD each (none in the common case, a name that is not an archive's and more).
+    async fn views_straddling(&self, prefix: &str, start_after: &str) -> Vec<String> {
+        let Some(rest) = start_after.strip_prefix(prefix) else {
+            return Vec::new();
+        };
+        let mut views = Vec::new();
+        for (i, _) in rest.match_indices('.') {
+            let name = &rest[..i];
+            let tail = &rest[i..];
+            let candidate = ARCHIVE_NAMES
+                .iter()
+                .find(|n| tail.starts_with(*n) && archive_named(&rest[..i + n.len()]));
+            let Some(n) = candidate else { continue };
+            let key = format!("{prefix}{name}{n}");
+            let view = format!("{key}{VIEW_SUFFIX}/");
+            if key.as_str() <= start_after && view.as_str() > start_after {
+                if let Ok(m) = self.inner.head(&key).await {
+                    self.forget_changed(&key, &m.info.etag);
+                    views.push(view);
+                }
+            }
+        }
+        views
+    }
+
+    /// A write below a view: refused, as the view is read-only.
+    fn refused(key: &str) -> ClientError {
+        ClientError::Refused(format!("{key}: an archive's view is read-only"))
+    }
+
+    /// Before a write of `key` outside the views: refuse one below a view, and forget
+    /// the archive it replaces.
+    fn writing(&self, key: &str) -> Result<()> {
+        if self.refuses_writes(key) {
+            return Err(Self::refused(key));
+        }
+        if archive_named(key.rsplit('/').next().unwrap_or(key)) {
+            self.forget(key);
+        }
+        Ok(())
+    }
+}
+
+/// A view's root as a directory marker, listed first in its listing, so that the file
+/// system reads its members' attributes (a HEAD of a member costs no request) as in any
+/// directory with a marker (`--meta-heads marked`, the default).
+fn root_marker_info(key: String, modified: SystemTime) -> ObjectInfo {
+    ObjectInfo {
+        key,
+        size: 0,
+        etag: "\"view\"".into(),
+        last_modified: modified,
+    }
+}
+
+/// The view's root: a directory nobody can write to, as old as its archive.
+fn root_marker_meta(modified: SystemTime) -> HashMap<String, String> {
+    let mut h = HashMap::new();
+    let posix = Posix {
+        mode: Some(libc::S_IFDIR | 0o555),
+        mtime: Some(modified),
+        ..Posix::default()
+    };
+    posix.encode_into(&mut h);
+    h
+}
+
+#[async_trait]
+impl ObjectClient for ArchiveViews {
+    async fn check_bucket(&self, prefix: &str) -> Result<()> {
+        self.inner.check_bucket(prefix).await
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        let Some((archive, member)) = place(key) else {
+            return self.inner.head(key).await;
+        };
+        let a = self.archive(archive).await?;
+        if member.is_empty() {
+            return Ok(ObjectMeta {
+                info: root_marker_info(key.to_string(), a.modified()),
+                metadata: root_marker_meta(a.modified()),
+            });
+        }
+        let mut m = self.after(archive, a.head(member).await)?;
+        m.info.key = key.to_string();
+        Ok(m)
+    }
+
+    async fn get_range_pieces(
+        &self,
+        key: &str,
+        start: u64,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        let Some((archive, member)) = place(key) else {
+            return (self.inner)
+                .get_range_pieces(key, start, cuts, etag, sink)
+                .await;
+        };
+        let a = self.archive(archive).await?;
+        let r = a.get_range_pieces(member, start, cuts, etag, sink).await;
+        self.after(archive, r)
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        token: Option<String>,
+        max_keys: Option<i32>,
+    ) -> Result<ListPage> {
+        if let Some((archive, member)) = place(prefix) {
+            let token_was_none = token.is_none();
+            let page = |a: Arc<ArchiveClient>| async move {
+                a.list_page(member, delimiter, token, max_keys).await
+            };
+            let root_marker = member.is_empty() && token_was_none;
+            return self.view_page(archive, root_marker, page).await;
+        }
+        if delimiter != Some("/") {
+            // A flat listing (a rename of a directory) names the bucket's keys only.
+            return (self.inner)
+                .list_page(prefix, delimiter, token, max_keys)
+                .await;
+        }
+        let (token, carried) = Self::untoken(token);
+        let page = (self.inner)
+            .list_page(prefix, delimiter, token, max_keys)
+            .await?;
+        Ok(self.with_views(prefix, page, carried))
+    }
+
+    async fn list_after(
+        &self,
+        prefix: &str,
+        start_after: &str,
+        token: Option<String>,
+    ) -> Result<ListPage> {
+        if let Some((archive, member)) = place(prefix) {
+            let after = start_after.get(prefix.len() - member.len()..).unwrap_or("");
+            let page =
+                |a: Arc<ArchiveClient>| async move { a.list_after(member, after, token).await };
+            return self.view_page(archive, false, page).await;
+        }
+        let (inner_token, carried) = Self::untoken(token.clone());
+        let views = if token.is_none() {
+            self.views_straddling(prefix, start_after).await
+        } else {
+            carried
+        };
+        let page = (self.inner)
+            .list_after(prefix, start_after, inner_token)
+            .await?;
+        Ok(self.with_views(prefix, page, views))
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        metadata: &HashMap<String, String>,
+    ) -> Result<PutResult> {
+        self.writing(key)?;
+        self.inner.put(key, body, metadata).await
+    }
+
+    async fn create_multipart(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+    ) -> Result<String> {
+        self.writing(key)?;
+        self.inner.create_multipart(key, metadata).await
+    }
+
+    async fn upload_part(&self, key: &str, id: &str, n: i32, body: Bytes) -> Result<String> {
+        self.writing(key)?;
+        self.inner.upload_part(key, id, n, body).await
+    }
+
+    async fn complete_multipart(
+        &self,
+        key: &str,
+        id: &str,
+        parts: Vec<CompletedPart>,
+    ) -> Result<PutResult> {
+        self.writing(key)?;
+        let r = self.inner.complete_multipart(key, id, parts).await;
+        // Forgotten after it too: a use in between may have opened the old version.
+        self.forget(key);
+        r
+    }
+
+    async fn upload_part_copy(
+        &self,
+        key: &str,
+        id: &str,
+        n: i32,
+        range: (u64, u64),
+        etag: Option<&str>,
+    ) -> Result<String> {
+        self.writing(key)?;
+        self.inner.upload_part_copy(key, id, n, range, etag).await
+    }
+
+    async fn abort_multipart(&self, key: &str, id: &str) -> Result<()> {
+        self.writing(key)?;
+        self.inner.abort_multipart(key, id).await
+    }
+
+    async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>> {
+        if self.refuses_writes(key) {
+            return Ok(Vec::new());
+        }
+        self.inner.list_uploads(key).await
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
+        if place(from).is_some() {
+            return Err(Self::refused(from));
+        }
+        self.writing(to)?;
+        let r = self.inner.copy(from, to).await;
+        self.forget(to);
+        r
+    }
+
+    async fn replace_metadata(
+        &self,
+        key: &str,
+        metadata: &HashMap<String, String>,
+        etag: Option<&str>,
+        size: u64,
+    ) -> Result<PutResult> {
+        self.writing(key)?;
+        let r = self.inner.replace_metadata(key, metadata, etag, size).await;
+        self.forget(key);
+        r
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        self.writing(key)?;
+        self.inner.delete(key).await
+    }
+
+    fn heads_are_free(&self, prefix: &str) -> bool {
+        place(prefix).is_some()
+    }
+
+    fn refuses_writes(&self, key: &str) -> bool {
+        (key.trim_end_matches('/').split('/'))
+            .any(|seg| seg.strip_suffix(VIEW_SUFFIX).is_some_and(archive_named))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_below_a_view_name_its_archive_and_member() {
+        assert_eq!(place("a/x.tar.d/b/c"), Some(("a/x.tar", "b/c")));
+        assert_eq!(place("x.tgz.d/"), Some(("x.tgz", "")));
+        assert_eq!(
+            place("a/x.tar.gz.d/y.tar.d/z"),
+            Some(("a/x.tar.gz", "y.tar.d/z"))
+        );
+        assert_eq!(place("a/.tar.d/b"), None);
+        assert_eq!(place("a/x.tar.d"), None);
+        assert_eq!(place("a/x.zip.d/b"), None);
+        assert_eq!(place("a/notx.d/x.tar.d/b"), Some(("a/notx.d/x.tar", "b")));
+    }
+}
