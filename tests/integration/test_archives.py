@@ -230,3 +230,40 @@ def test_a_view_follows_its_archive_to_a_new_version(mount, s3, bucket, archives
         os.listdir(m2 / "notes.tar.d")
     assert e.value.errno == 5  # EIO
     assert (m2 / "notes.tar").read_bytes() == b"not a tar\n" * 100
+
+
+def test_prefetch_builds_the_index_and_two_mounts_share_it(mount, s3, bucket, archives, proxy, work_dir):
+    """`flowfs cache prefetch --index-only` of an archive builds its index: a mount on that
+    cache dir then reads no byte to list it. Two mounts started at once on another cache
+    dir build one index between them (a lock), not one each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seaweed import clean_env
+    from flowfs_mount import flowfs_bin
+
+    _upload(s3, bucket, "refs.tgz", archives["tgz"])
+    cache = work_dir / "prefetched"
+    env = clean_env(mount.env(proxy.endpoint))
+    r = subprocess.run([flowfs_bin(), "cache", "prefetch", "--index-only", f"s3://{bucket}/refs.tgz",
+                        "--cache-dir", str(cache)], capture_output=True, text=True, timeout=120, env=env,
+                       stdin=subprocess.DEVNULL, check=False)
+    assert r.returncode == 0, r.stderr
+    assert f"index of {len(archives['want'])} members" in r.stdout, r.stdout
+    proxy.reset()
+    m = mount(bucket, "refs.tgz", proxy=proxy, cache_dir=cache)
+    listed = sorted(str(p.relative_to(m.path)) for p in m.path.rglob("*"))
+    assert listed == sorted(archives["want"])
+    assert proxy.stats.get_bytes == 0, proxy.stats.summary()
+    assert _describe(m.path) == archives["want"]
+    # Reading every member in turn inflates each restart span once, not once per member.
+    assert proxy.stats.get_bytes <= 1.2 * len(archives["tgz"]), proxy.stats.summary()
+    m.unmount()
+
+    shared = work_dir / "shared"
+    proxy.reset()
+    with ThreadPoolExecutor(2) as pool:
+        mounts = list(pool.map(lambda _: mount(bucket, "refs.tgz", proxy=proxy, cache_dir=shared), range(2)))
+    for m in mounts:
+        assert sorted(os.listdir(m.path)) == sorted(k for k in archives["want"] if "/" not in k)
+    # One pass over the archive (plus each mount's 512-byte sniff), not two.
+    assert proxy.stats.get_bytes <= len(archives["tgz"]) + 2 * 512, proxy.stats.summary()

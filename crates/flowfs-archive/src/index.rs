@@ -87,6 +87,7 @@ pub struct Index {
 }
 
 /// The files an index of one archive version lives in, below the cache directory.
+#[derive(Clone)]
 pub struct IndexFiles {
     json: PathBuf,
     points: PathBuf,
@@ -125,6 +126,34 @@ impl IndexFiles {
         write_atomic(&self.json, |f| {
             serde_json::to_writer(std::io::BufWriter::new(f), ix).map_err(std::io::Error::other)
         })
+    }
+
+    /// The right to build this version's index, held until the file returned is dropped
+    /// (or its process ends): two mounts or `flowfs run` tasks on one cache dir build an
+    /// index once; the second waits for the first (a blocking `flock`, on a blocking
+    /// thread) and then loads what it kept.
+    pub fn lock(&self) -> Result<std::fs::File, ArchiveError> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = self.json.parent().expect("index files live in a directory");
+        std::fs::create_dir_all(dir).map_err(|e| ArchiveError::disk("index dir", e))?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(self.json.with_extension("lock"))
+            .map_err(|e| ArchiveError::disk("index lock", e))?;
+        loop {
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(f);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(ArchiveError::disk("index lock", e));
+            }
+        }
     }
 
     /// The JSON file (tests, `cache stats`).

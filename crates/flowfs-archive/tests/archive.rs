@@ -143,7 +143,10 @@ async fn a_gzipped_tar_is_read_from_the_restart_point_before_each_range() {
         "{} points",
         c.index().points.len()
     );
-    // The end of the big member: one GET of about one span's compressed bytes.
+    // The end of the big member: one GET of about one span's compressed bytes (a client
+    // opened again: nothing inflated yet).
+    let dir = tempfile::tempdir().unwrap();
+    let c = open(&mock, "refs.tar.gz", dir.path()).await;
     mock.reset_counts();
     let big = &f.files[1].1;
     let n = big.len() as u64;
@@ -156,6 +159,13 @@ async fn a_gzipped_tar_is_read_from_the_restart_point_before_each_range() {
         mock.get_bytes(),
         gz.len()
     );
+    // The span is kept: another read in it costs no request.
+    let got = c
+        .get_range("dir/b.fa", n - 9000, n - 8000, None)
+        .await
+        .unwrap();
+    assert_eq!(&got[..], &big[big.len() - 9000..big.len() - 8000]);
+    assert_eq!(mock.count(Op::Get), 1);
 }
 
 #[tokio::test]
@@ -277,4 +287,24 @@ async fn a_store_failure_while_indexing_is_the_stores_error_not_damage() {
             "{key}: {e:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_opens_on_one_cache_dir_build_the_index_once() {
+    let f = fixture();
+    let mock = Arc::new(MockClient::new());
+    mock.insert("refs.tar", f.tar.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = tokio::join!(
+        open(&mock, "refs.tar", dir.path()),
+        open(&mock, "refs.tar", dir.path())
+    );
+    assert_eq!(a.index().members, b.index().members);
+    // One pass over the archive (and one sniff of its first 512 bytes), not two.
+    assert!(
+        mock.get_bytes() <= f.tar.len() as u64 + 512,
+        "{} bytes read for a {}-byte archive",
+        mock.get_bytes(),
+        f.tar.len()
+    );
 }

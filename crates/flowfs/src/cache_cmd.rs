@@ -1,11 +1,12 @@
 //! `flowfs cache`: statistics of a cache directory, objects read into it ahead of the
-//! tasks of a node, and its removal. The work is flowfs-fs's (`admin`, `Warmer`); this
+//! tasks of a node (and the indexes of archives), and its removal. The work is flowfs-fs's (`admin`, `Warmer`); this
 //! is the command line around it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
+use flowfs_archive::{archive_named, ArchiveClient};
 use flowfs_fs::admin::{self, CacheStats};
 use flowfs_fs::Warmer;
 
@@ -113,11 +114,22 @@ fn prefetch(args: &PrefetchArgs) -> Result<()> {
     for (bucket, keys) in by_bucket {
         let cfg = fs_config(&args.opts, &bucket, "")?;
         let client = connect(&rt, &args.opts, &cfg)?;
-        let w = Warmer::new(&cfg, client).context("cannot open the cache")?;
+        let w = Warmer::new(&cfg, client.clone()).context("cannot open the cache")?;
         let r = rt.block_on(async {
             for k in &keys {
-                let n = (w.object(k).await).with_context(|| format!("s3://{bucket}/{k}"))?;
-                println!("s3://{bucket}/{k}: {} cached", human(n));
+                let url = format!("s3://{bucket}/{k}");
+                let archive = archive_named(k);
+                if archive {
+                    let ident = format!("{bucket}/{k}");
+                    let a = ArchiveClient::open(client.clone(), k, &ident, &cfg.cache_dir)
+                        .await
+                        .with_context(|| format!("archive {url}"))?;
+                    println!("{url}: index of {} members", a.index().members.len());
+                }
+                if !(archive && args.index_only) {
+                    let n = (w.object(k).await).with_context(|| url.clone())?;
+                    println!("{url}: {} cached", human(n));
+                }
             }
             anyhow::Ok(())
         });

@@ -85,9 +85,14 @@ pub struct CacheClearArgs {
     Example:\n  flowfs cache prefetch s3://refs/GRCh38.fa s3://refs/GRCh38.fa.fai --cache-dir /scratch/flowfs"
 )]
 pub struct PrefetchArgs {
-    /// Objects to read into the cache: s3://BUCKET/KEY (repeatable)
+    /// Objects to read into the cache: s3://BUCKET/KEY (repeatable); of an archive
+    /// (*.tar, *.tar.gz, *.tgz) its index is built and kept too
     #[arg(value_name = "s3://BUCKET/KEY", required = true)]
     pub objects: Vec<String>,
+    /// Of an archive, build its index only: its members are read through an archive
+    /// mount or view, which caches them as its own objects, not the archive's bytes
+    #[arg(long)]
+    pub index_only: bool,
     #[command(flatten)]
     pub opts: MountOptions,
 }
