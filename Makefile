@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -66,6 +66,7 @@ demo: setup build
 # Benchmarks against the peers (docs/BENCHMARKS.md); the suite installs the peers itself.
 bench: setup workflow-deps build
 	$(PYTHON) bench/run.py --doc
+	$(PYTHON) bench/run.py --workloads B11 --tools flowfs,ratarmount --latency 0,20 --runs 3
 
 # Issue 27: the many-small-files workloads at 0 ms and at S3's 20 ms first-byte latency
 # (the counting proxy waits before each request), flowfs against s5cmd (always in a run);
@@ -73,6 +74,13 @@ bench: setup workflow-deps build
 bench-latency: setup build
 	$(PYTHON) bench/run.py --workloads B1,B1s,B2,B4,B8 --latency 0,20 --runs $(or $(RUNS),3) \
 		--tools $(or $(BENCH_TOOLS),flowfs)
+
+# Issue 29: B11, archives read in place (bench/flowbench/b11.py): a 2 GiB tar of 10,000 files
+# and its .tar.gz mounted by flowfs and by ratarmount (s3:// through fsspec), at 0 and 20 ms;
+# RUNS=3 by default, QUICK=1 for the 64 MiB data set. Part of bench (after the others), not of
+# bench-quick (CI).
+bench-archives: setup build
+	$(PYTHON) bench/run.py --workloads B11 --tools flowfs,ratarmount --latency 0,20 --runs $(or $(RUNS),3) $(if $(QUICK),--quick)
 
 # BENCH_TOOLS=a,b limits the peers (CI: flowfs and the mounting peers, not the copy CLIs).
 bench-quick: setup build

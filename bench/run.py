@@ -30,7 +30,7 @@ sys.path.insert(0, str(BENCH))
 
 from flowbench import install, report, util  # noqa: E402
 from flowbench.tools import TOOL_ORDER, JuiceFS, make_tools  # noqa: E402
-from flowbench.workloads import FULL, QUICK, QUICK_WORKLOADS, TINY, WORKLOADS, Ctx, Dataset, import_into_juicefs, measure, new_record, upload_dataset  # noqa: E402,E501
+from flowbench.workloads import DEFAULT_WORKLOADS, FULL, QUICK, QUICK_WORKLOADS, TINY, WORKLOADS, Ctx, Dataset, import_into_juicefs, measure, new_record, upload_dataset  # noqa: E402,E501
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,7 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="small sizes (CI): finishes in a few minutes")
     ap.add_argument("--runs", type=int, default=None, help="runs per tool and workload (default 3; quick: 1)")
     ap.add_argument("--workloads", default=None,
-                    help="comma list of B1..B7 (default: all; with --quick all but B7, the pipeline)")
+                    help="comma list of B1..B11 (default: all but B11, the archives; with --quick also "
+                         "not B1s, B1p and B7, the pipeline)")
     ap.add_argument("--tools", default=",".join(TOOL_ORDER),
                     help=f"comma list (default: all): {','.join(TOOL_ORDER)}; s5cmd, the baseline, is always added "
                          "(and local, B7's baseline, with B7)")
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
     quick = args.quick or args.tiny
     sizes = TINY if args.tiny else QUICK if quick else FULL
     runs = args.runs or (1 if quick else 3)
-    wl = args.workloads or ",".join(QUICK_WORKLOADS if quick else WORKLOADS)
+    wl = args.workloads or ",".join(QUICK_WORKLOADS if quick else DEFAULT_WORKLOADS)
     workloads = [w.strip().upper().replace("B1S", "B1s").replace("B1P", "B1p") for w in wl.split(",") if w.strip()]
     try:
         latencies = [float(x) for x in args.latency.split(",") if x.strip()] or [0.0]
@@ -97,7 +98,8 @@ def main(argv=None) -> int:
 
     records: list[dict] = []
     meta = {"started": dt.datetime.now().isoformat(timespec="seconds"), "mode": "quick" if quick else "full",
-            "runs": runs, "command": command, "machine": report.machine(), "sizes": sizes.describe(), "tools": {},
+            "runs": runs, "command": command, "machine": report.machine(),
+            "sizes": {k: v for k, v in sizes.describe().items() if k in workloads}, "tools": {},
             "flowfs_commit": git_commit(), "server_storage": args.server_storage, "latencies_ms": latencies}
     work = Path(tempfile.mkdtemp(prefix="flowfs-bench-", dir=args.tmp))
     t_start = time.monotonic()
@@ -140,7 +142,7 @@ def main(argv=None) -> int:
                   poll_timeout=60 if quick else 600, flowfs_cache_size=args.flowfs_cache_size,
                   mount_timeout=30 if quick else 90)
         ctx.data = Dataset(work / "data", sizes)
-        if any(w != "B7" for w in workloads):
+        if any(w not in ("B7", "B11") for w in workloads):
             util.log(f"generating the data set in {work}")
             ctx.data.generate()
             if "B1s" in workloads:
@@ -149,6 +151,21 @@ def main(argv=None) -> int:
                 ctx.data.generate_walk()
             util.log("uploading the data set (s5cmd, direct)")
             upload_dataset(ctx, s5.path)
+        if "B11" in workloads:
+            from flowbench import b11
+
+            b11_sizes = b11.B11_TINY if args.tiny else b11.B11_QUICK if quick else b11.B11_FULL
+            meta["sizes"]["B11"] = b11_sizes.describe()
+            try:
+                b11.prepare(ctx, s5.path, b11_sizes)
+                meta["b11"] = {"compressor": ctx.b11.info["compressor"],
+                               "tar_bytes": ctx.b11.size("tar"), "tar_gz_bytes": ctx.b11.size("tar.gz"),
+                               "members": len(ctx.b11.files), "member_bytes": ctx.b11.member_bytes,
+                               "picks": len(ctx.b11.picks), "picks_bytes": ctx.b11.picks_bytes}
+            except Exception as e:  # noqa: BLE001 - B11's records then carry the reason
+                ctx.b11 = None
+                ctx.b11_error = f"B11 data set: {type(e).__name__}: {util.redact(str(e), server.secrets)[-600:]}"
+                util.log(f"B11 cannot run: {ctx.b11_error}")
         if "B7" in workloads:
             from flowbench import b7
 
@@ -189,6 +206,10 @@ def main(argv=None) -> int:
             for t in order:
                 if t.unavailable:
                     variants = ["cold", "warm"] if w == "B3" else [""]
+                    if w == "B11":
+                        from flowbench import b11
+
+                        variants = b11.variants(t)
                     recs = []
                     for v in variants:
                         rec = new_record(w, v, t, run)
@@ -202,9 +223,9 @@ def main(argv=None) -> int:
                     rec["latency_ms"] = ms
                     if ms:
                         rec["workload"] = f"{w}@{ms:g}ms"
-                    rec["payload_bytes"] = payload.get(w)
-                    if rec.get("wall_s") and payload.get(w) and not rec.get("error"):
-                        rec["mib_s"] = round(payload[w] / (1 << 20) / rec["wall_s"], 1)
+                    rec["payload_bytes"] = rec.get("payload_bytes") or payload.get(w)  # B11 sets its own
+                    if rec.get("wall_s") and rec["payload_bytes"] and not rec.get("error"):
+                        rec["mib_s"] = round(rec["payload_bytes"] / (1 << 20) / rec["wall_s"], 1)
                     records.append(rec)
                     progress(rec, run, runs)
             save(json_path, meta, records)
@@ -225,9 +246,15 @@ def main(argv=None) -> int:
     meta["elapsed_s"] = round(time.monotonic() - t_start, 1)
     meta["interrupted"] = interrupted
     report.add_ratios(records)
+    report.b11_targets(records)
     save(json_path, meta, records)
-    rows = report.summarize(records, TOOL_ORDER)
-    table = report.markdown_table(rows)
+    # B11 has a table of its own (figures against its targets); the main table and the
+    # chart (ratios to s5cmd, which cannot take part in it) leave it out.
+    rows = report.summarize([r for r in records if not report.is_b11(r)], TOOL_ORDER)
+    table = report.markdown_table(rows) if rows else ""
+    b11_table = report.b11_table(records, meta.get("b11"))
+    if b11_table:
+        table = (table + "\n\n" if table else "") + b11_table
     png = json_path.with_suffix(".png")
     title = (f"flowfs bench ({meta['mode']}, {runs} run{'s' if runs > 1 else ''}) — wall time ÷ s5cmd, "
              f"median and min–max; {meta['machine'].get('cores')} cores")

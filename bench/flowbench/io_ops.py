@@ -10,6 +10,8 @@ line: {"elapsed": s, "cpu": s, ...} or {"error": "..."} with exit code 1.
     smallwrite SRC_DIR DST_DIR            copy every file of SRC_DIR into DST_DIR (created)
     bigwrite SRC DST CHUNK                copy one file in CHUNK-byte writes (SRC read first,
                                           untimed, so it comes from the page cache)
+    readfiles ROOT NAMES_JSON CHUNK       read each ROOT/NAME whole, in order, in CHUNK-byte
+                                          reads; sha256 and size of each (B11's members)
 """
 
 from __future__ import annotations
@@ -81,6 +83,35 @@ def pread(path: str, offsets_json: str, size: int) -> None:
     out({"elapsed": time.monotonic() - t0, "cpu": time.process_time() - c0, "hashes": hashes})
 
 
+def readfiles(root: str, names_json: str, chunk: int) -> None:
+    with open(names_json) as f:
+        names = json.load(f)
+    buf = bytearray(chunk)
+    mv = memoryview(buf)
+    hashes, sizes = [], []
+    t0, c0 = time.monotonic(), time.process_time()
+    for n in names:
+        h = hashlib.sha256()
+        size = 0
+        try:
+            fd = os.open(os.path.join(root, n), os.O_RDONLY)
+            try:
+                while True:
+                    got = read_full(fd, mv)
+                    h.update(mv[:got])
+                    size += got
+                    if got < chunk:
+                        break
+            finally:
+                os.close(fd)
+        except OSError as e:
+            out({"error": f"{n}: {e.strerror or e} (errno {e.errno})", "elapsed": time.monotonic() - t0}, 1)
+        hashes.append(h.hexdigest())
+        sizes.append(size)
+    out({"elapsed": time.monotonic() - t0, "cpu": time.process_time() - c0, "bytes": sum(sizes),
+         "hashes": hashes, "sizes": sizes})
+
+
 def smallwrite(src_dir: str, dst_dir: str) -> None:
     names = sorted(os.listdir(src_dir))
     data = []
@@ -144,6 +175,8 @@ def main() -> None:
             smallwrite(args[0], args[1])
         elif cmd == "bigwrite":
             bigwrite(args[0], args[1], int(args[2]))
+        elif cmd == "readfiles":
+            readfiles(args[0], args[1], int(args[2]))
         else:
             out({"error": f"unknown command {cmd}"}, 2)
     except OSError as e:

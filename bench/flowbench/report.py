@@ -240,3 +240,168 @@ def write_doc(doc: Path, section: str) -> None:
     else:
         text = text.rstrip() + "\n\n## Latest results\n\n" + block + "\n"
     doc.write_text(text)
+
+
+# ---------------------------------------------------------------------- B11: archives read in place
+
+B11_STEP_ORDER = ["list-cold", "seq-read", "list-cached", "members-100", "cp-r", "cat-tar-x"]
+B11_FORMAT_ORDER = ["tar", "tar.gz"]
+B11_SPAN = 4 * MiB  # flowfs's gzip restart spacing, of uncompressed output
+B11_STEP_TEXT = {
+    "list-cold": "first listing, cold: mount (index build) + find",
+    "seq-read": "peer: cat of the archive through a bucket mount",
+    "list-cached": "find, index kept (remount on the cache dir)",
+    "members-100": "100 random members read, cold data, index kept",
+    "cp-r": "cp -r of every member, cold data, index kept",
+    "cat-tar-x": "peer: cat of the archive through a bucket mount | tar -x",
+}
+
+
+def is_b11(rec: dict) -> bool:
+    return rec["workload"].split("@")[0] == "B11"
+
+
+def _b11_split(rec: dict) -> tuple[str, str]:
+    fmt, _, step = (rec.get("variant") or "").rpartition(" ")
+    return fmt, step
+
+
+def b11_targets(records: list[dict]) -> None:
+    """rec["b11"] = {"ratio", "target", "met", "figure"} for each B11 step that has a target:
+
+    - list-cold: wall ÷ the sequential read (`seq-read`) of the same archive, same run: ≤ 1.2;
+    - list-cached: wall ≤ 0.2 s and no GET (ratio: wall ÷ 0.2 s);
+    - members-100: tar: bytes down ÷ the members' bytes ≤ 1.1; tar.gz: the compressed bytes
+      fetched, as the tar bytes they carry (× tar size ÷ tar.gz size), ÷ (the members' bytes +
+      100 restart spans of 4 MiB) ≤ 1;
+    - cp-r: wall ÷ `cat NAME | tar -x` through a bucket mount, same run: ≤ 1.2.
+
+    The peers are flowfs's (a normal mount of the bucket); the same ratios are given for
+    ratarmount, whose own targets these are not."""
+    peers: dict[tuple, dict] = {}
+    for r in records:
+        if is_b11(r) and not r.get("error"):
+            fmt, step = _b11_split(r)
+            if step in ("seq-read", "cat-tar-x"):
+                k = (r["workload"], r["run"], fmt, step)
+                if k not in peers or r["tool"] == "flowfs":
+                    peers[k] = r
+    for r in records:
+        if not is_b11(r):
+            continue
+        r["b11"] = {}
+        if r.get("error") or r.get("wall_s") is None:
+            continue
+        fmt, step = _b11_split(r)
+        t: dict = {}
+        if step == "list-cold":
+            p = peers.get((r["workload"], r["run"], fmt, "seq-read"))
+            if p and p.get("wall_s"):
+                t = {"ratio": r["wall_s"] / p["wall_s"], "target": 1.2, "figure": "× seq-read"}
+        elif step == "list-cached":
+            gets = r.get("gets") or 0
+            t = {"ratio": r["wall_s"] / 0.2, "target": 1.0, "figure": "× 0.2 s", "gets": gets,
+                 "met": r["wall_s"] <= 0.2 and gets == 0}
+        elif step == "members-100" and r.get("member_bytes"):
+            down = r.get("bytes_down") or 0
+            if fmt == "tar":
+                t = {"ratio": down / r["member_bytes"], "target": 1.1, "figure": "× member bytes"}
+            else:
+                carried = down * (r.get("tar_bytes") or 0) / (r.get("archive_bytes") or 1)
+                bound = r["member_bytes"] + (r.get("members") or 100) * B11_SPAN
+                t = {"ratio": carried / bound, "target": 1.0, "figure": "× (members + 100 spans)",
+                     "tar_bytes_carried": round(carried), "bound_bytes": bound,
+                     "compressed_vs_members": down / r["member_bytes"]}
+        elif step == "cp-r":
+            p = peers.get((r["workload"], r["run"], fmt, "cat-tar-x"))
+            if p and p.get("wall_s"):
+                t = {"ratio": r["wall_s"] / p["wall_s"], "target": 1.2, "figure": "× cat|tar -x"}
+        if t:
+            t["ratio"] = round(t["ratio"], 3)
+            t.setdefault("met", t["ratio"] <= t["target"])
+            r["b11"] = t
+
+
+def b11_table(records: list[dict], info: dict | None = None) -> str:
+    """The B11 table: per workload (latency), format, step and tool, the medians over the runs of
+    wall time, mount time, tool CPU, requests, GETs and bytes down, and the figure against its
+    target."""
+    recs = [r for r in records if is_b11(r)]
+    if not recs:
+        return ""
+    groups: dict[tuple, list[dict]] = {}
+    for r in recs:
+        fmt, step = _b11_split(r)
+        groups.setdefault((r["workload"], fmt, step, r["tool"]), []).append(r)
+
+    def order(k):
+        w, fmt, step, tool = k
+        ms = float(w.split("@")[1][:-2]) if "@" in w else 0.0
+        return (ms, B11_FORMAT_ORDER.index(fmt) if fmt in B11_FORMAT_ORDER else 9,
+                B11_STEP_ORDER.index(step) if step in B11_STEP_ORDER else 9, tool)
+
+    lines = ["### B11: archives read in place", ""]
+    if info:
+        lines += [f"Data: {info['members']} members, {_mib(info['member_bytes'])}, in a {_mib(info['tar_bytes'])} "
+                  f"tar and its {_mib(info['tar_gz_bytes'])} tar.gz ({info['tar_bytes'] / info['tar_gz_bytes']:.2f}×, "
+                  f"{info['compressor']}); {info['picks']} random members ({_mib(info['picks_bytes'])}) for "
+                  "members-100.", ""]
+    lines += ["| Workload | Format | Step | Tool | Wall s, median (min–max) | Mount s | Mount + wall s | Tool CPU s "
+              "| Requests | GETs | Down | vs target | Verified |", "|" + "---|" * 13]
+    footnotes: list[str] = []
+    for k in sorted(groups, key=order):
+        w, fmt, step, tool = k
+        rs = groups[k]
+        ok = [r for r in rs if not r.get("error")]
+        name = f"**{tool}**" if tool == "flowfs" else tool
+        if not ok:
+            footnotes.append(f"{w} {fmt} {step} / {tool}: {rs[0]['error']}")
+            lines.append(f"| {w} | {fmt} | {step} | {name} | failed [{len(footnotes)}] | | | | | | | | no |")
+            continue
+
+        def med(f, rs=ok):
+            return util.median([r.get(f) for r in rs if r.get(f) is not None])
+
+        walls = [r["wall_s"] for r in ok]
+        wall = f"{med('wall_s'):.2f} ({min(walls):.2f}–{max(walls):.2f})" if len(ok) > 1 else f"{walls[0]:.2f}"
+        req = med("requests")
+        by_type: dict[str, list[int]] = {}
+        for r in ok:
+            for t, n in (r.get("requests_by_type") or {}).items():
+                by_type.setdefault(t, []).append(n)
+        types = _types({t: util.median(ns + [0] * (len(ok) - len(ns))) for t, ns in by_type.items()})
+        reqs = "-" if req is None else f"{req:.0f} ({types})" if req else "0"
+        target = "-"
+        tg = [r["b11"] for r in ok if r.get("b11")]
+        if tg:
+            ratio = util.median([t["ratio"] for t in tg])
+            met = all(t["met"] for t in tg)
+            target = f"{ratio:.2f} {tg[0]['figure']} (≤ {tg[0]['target']:g}) {'✓' if met else '✗'}"
+            if step == "list-cached":
+                target = f"{med('wall_s'):.3f} s (≤ 0.2 s), {med('gets'):.0f} GETs (0) {'✓' if met else '✗'}"
+            if step == "members-100" and fmt == "tar.gz":
+                cvm = util.median([t["compressed_vs_members"] for t in tg])
+                target += f"; compressed {cvm:.2f}× member bytes"
+        ver = "yes" if all(r.get("verified") for r in ok) and len(ok) == len(rs) else "**no**"
+        if len(ok) < len(rs):
+            footnotes.append(f"{w} {fmt} {step} / {tool}: {len(rs) - len(ok)} of {len(rs)} runs failed: "
+                             f"{next(r['error'] for r in rs if r.get('error'))}")
+            ver += f" [{len(footnotes)}]"
+        elif ver != "yes":
+            bad = next((r["notes"] for r in ok if not r.get("verified")), "")
+            footnotes.append(f"{w} {fmt} {step} / {tool}: verification: {bad}")
+            ver += f" [{len(footnotes)}]"
+        mount = med("mount_s")
+        both = "-" if step == "list-cold" else _num(med("wall_with_mount_s"))
+        lines.append(f"| {w} | {fmt} | {step} | {name} | {wall} | {_num(mount)} | {both} | {_num(med('tool_cpu_s'))} "
+                     f"| {reqs} | {_num(med('gets'), '{:.0f}')} | {_mib(med('bytes_down'))} | {target} | {ver} |")
+    out = "\n".join(lines)
+    out += "\n\nSteps: " + "; ".join(f"`{s}`: {t}" for s, t in B11_STEP_TEXT.items()) + (
+        ". Wall: list-cold from the mount command to the end of find (Mount s is the part until the mount "
+        "was up); the others the operation alone, and Mount + wall what a task waits for in all. Requests, "
+        "GETs, Down and Tool CPU: the whole window, the mount included (tool CPU: since the mount process "
+        "started). tar.gz members-100: the compressed bytes fetched, as the tar bytes they carry, against the "
+        "members' bytes + 100 restart spans of 4 MiB.")
+    if footnotes:
+        out += "\n\n" + "\n".join(f"{i}. {_one_line(t)}" for i, t in enumerate(footnotes, 1))
+    return out

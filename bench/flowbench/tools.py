@@ -7,6 +7,7 @@ CPU time and peak RSS come exactly from wait4 once they exit, and from /proc whi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import time
@@ -20,6 +21,7 @@ READ_WORKLOADS = {"B1", "B1s", "B1p", "B2", "B3", "B4", "B8"}
 WRITE_WORKLOADS = {"B5", "B6"}
 ALL_WORKLOADS = READ_WORKLOADS | WRITE_WORKLOADS
 WORKFLOW_WORKLOADS = {"B7"}  # a pipeline with its work dir on a writable mount (flowbench/b7.py)
+ARCHIVE_WORKLOADS = {"B11"}  # an archive object mounted in place (flowbench/b11.py): flowfs, ratarmount
 
 
 class MountError(RuntimeError):
@@ -194,14 +196,18 @@ class MountTool(Tool):
         ok = util.fuse_unmount(h.path, timeout)
         return ok, "" if ok else "fusermount -u failed (busy?)"
 
-    def mount(self, ctx, tag: str, timeout: float = 60) -> MountHandle:
+    def mount(self, ctx, tag: str, timeout: float = 60, cache: Path | None = None) -> MountHandle:
+        """A fresh mount with an empty cache dir of its own, or on `cache` as it is (B11:
+        a remount that finds the index the first mount kept there)."""
         if self._fails >= 2:
             raise MountError(f"not mounted: {self._fails} earlier mounts failed")
         base = ctx.work / "mounts" / f"{self.name}-{tag}"
-        mnt, cache, log = base / "mnt", base / "cache", base / "mount.log"
+        mnt, log = base / "mnt", base / "mount.log"
         util.rm_rf(base)
         mnt.mkdir(parents=True)
-        cache.mkdir()
+        if cache is None:
+            cache = base / "cache"
+        cache.mkdir(parents=True, exist_ok=True)
         cmd = self.command(ctx, mnt, cache, log)
         util.register_mount(mnt, self.name)
         out = open(log, "ab")
@@ -235,6 +241,23 @@ class FlowFS(MountTool):
     durable: str = "unmount"
     _help: str | None = None
     extra: tuple[str, ...] = ()  # more mount options (flowfs-nopt: --passthrough off)
+    archive_key: str = ""  # B11: mount this archive object (s3://bench/KEY) instead of the bucket
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.workloads = self.workloads | ARCHIVE_WORKLOADS
+
+    def of_archive(self, key: str) -> "FlowFS":
+        """The same tool mounting the archive object `key` in place (read-only)."""
+        return dataclasses.replace(self, archive_key=key)
+
+    def clear_cache(self, ctx, cache: Path) -> None:
+        """`flowfs cache clear`: every cached object goes, an archive's index stays
+        (B11: cold data, index present)."""
+        r = util.run([self.exe, "cache", "clear", str(cache)], env=self.env(ctx), timeout=300,
+                     secrets_=ctx.server.secrets)
+        if r.returncode != 0:
+            raise MountError(f"flowfs cache clear exit {r.returncode}: {r.stderr.strip()[-400:]}")
 
     def _flags(self) -> str:
         if self._help is None:
@@ -247,7 +270,8 @@ class FlowFS(MountTool):
         return self._help
 
     def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
-        cmd = [self.exe, "mount", f"s3://{BUCKET}", str(mnt), "--cache-dir", str(cache),
+        source = f"s3://{BUCKET}/{self.archive_key}" if self.archive_key else f"s3://{BUCKET}"
+        cmd = [self.exe, "mount", source, str(mnt), "--cache-dir", str(cache),
                "--endpoint-url", ctx.server.endpoint, "--region", REGION, "--foreground"]
         if "--log-file" in self._flags():
             cmd += ["--log-file", str(log.with_name("flowfs.log"))]
@@ -360,16 +384,24 @@ class MountpointS3(MountTool):
 class Ratarmount(MountTool):
     writable: bool = False
     key: str = "b2/many.tar"
-    note: str = "B2 only: mounts the tar object itself (via fsspec/s3fs); wall time includes building its index."
+    # B2: the index in memory (built by every mount). B11: kept in the mount's cache dir
+    # (CACHE/ratarmount.index.sqlite), where a remount on that cache dir finds it.
+    keep_index: bool = False
+    note: str = ("B2 and B11: mounts the tar (B11: also the tar.gz, through rapidgzip, which its wheel "
+                 "brings) object itself (via fsspec/s3fs); wall time includes building its index.")
 
     def __post_init__(self):
-        self.workloads = {"B2"}
+        self.workloads = {"B2"} | ARCHIVE_WORKLOADS
+
+    def of_archive(self, key: str) -> "Ratarmount":
+        return dataclasses.replace(self, key=key, keep_index=True)
 
     def env(self, ctx) -> dict[str, str]:
         return ctx.server.env({"FSSPEC_S3_ENDPOINT_URL": ctx.server.endpoint})
 
     def command(self, ctx, mnt: Path, cache: Path, log: Path) -> list[str]:
-        return [self.exe, "-f", "--index-file", ":memory:", f"s3://{BUCKET}/{self.key}", str(mnt)]
+        index = str(cache / "ratarmount.index.sqlite") if self.keep_index else ":memory:"
+        return [self.exe, "-f", "--index-file", index, f"s3://{BUCKET}/{self.key}", str(mnt)]
 
 
 # ---------------------------------------------------------------------- local disk (B7, B5)

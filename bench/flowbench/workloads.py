@@ -1,4 +1,5 @@
-"""The data set and the workloads B1-B6; each measurement returns records (dicts).
+"""The data set and the workloads B1-B6, B8 (B7: b7.py, B11: b11.py); each measurement returns
+records (dicts).
 
 Timed: only the tool's work (a CLI command; or on a mount, the task's I/O plus, for writes,
 the wait until the data is durable). Counted: the requests and bytes the counting proxy saw
@@ -66,8 +67,12 @@ TINY = Sizes(b1_files=20, b1_size=MiB, big=32 * MiB, b4_reads=50, b4_size=64 << 
 # B1s (issue 27): many small files, where the per-file cost and the store's latency decide.
 # B1p (issue 27): B1's files copied by 16 processes at once, as parallel task stagers read.
 PARALLEL_READERS = 16
-WORKLOADS = ["B1", "B1s", "B1p", "B2", "B3", "B4", "B5", "B6", "B7", "B8"]
+WORKLOADS = ["B1", "B1s", "B1p", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B11"]
 QUICK_WORKLOADS = ["B1", "B2", "B3", "B4", "B5", "B6", "B8"]  # B7 (a pipeline per tool) only when asked
+# B11 (archives read in place, flowfs and ratarmount only: flowbench/b11.py) runs only when
+# asked (`--workloads B11`, `make bench-archives`), in quick mode and in full mode alike.
+ONLY_WHEN_ASKED = {"B11"}
+DEFAULT_WORKLOADS = [w for w in WORKLOADS if w not in ONLY_WHEN_ASKED]
 
 
 @dataclass
@@ -420,8 +425,10 @@ def poll(ctx: Ctx, check, interval: float = 0.1) -> float | None:
 
 def measure(ctx: Ctx, tool: Tool, workload: str, run: int) -> list[dict]:
     from .b7 import b7
+    from .b11 import b11
 
-    fn = {"B1": b1, "B1s": b1s, "B1p": b1p, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8}[workload]
+    fn = {"B1": b1, "B1s": b1s, "B1p": b1p, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8,
+          "B11": b11}[workload]
     variants = ["cold", "warm"] if workload == "B3" else [""]
     try:
         return fn(ctx, tool, run)
