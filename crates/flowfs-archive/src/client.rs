@@ -18,6 +18,7 @@ use flowfs_client::{
     PutResult, Result, UploadInfo,
 };
 
+use crate::ahead::{Ahead, Plan, SMALL};
 use crate::error::ArchiveError;
 use crate::gzip::inflate_from;
 use crate::index::{Format, Index, IndexFiles, Member, MemberKind};
@@ -35,6 +36,10 @@ pub struct ArchiveClient {
     index: Arc<Index>,
     /// Of a gzip archive: the spans inflated last.
     spans: Spans,
+    /// Of a plain tar: bytes fetched ahead of members read in archive order, and where
+    /// the members too big for that start, in order.
+    ahead: Ahead,
+    big_members: Vec<u64>,
 }
 
 impl ArchiveClient {
@@ -69,8 +74,18 @@ impl ArchiveClient {
             key: key.to_string(),
             modified: info.last_modified,
             spans: Spans::new(index.points.len()),
+            ahead: Ahead::default(),
+            big_members: big_members(&index),
             index: Arc::new(index),
         })
+    }
+
+    /// How far a fetch ahead from `from` may go: to the next big member (its bytes are
+    /// read by the file system's own read-ahead, and fetching them here too would read
+    /// them twice) or the archive's end.
+    fn ahead_limit(&self, from: u64) -> u64 {
+        let i = self.big_members.partition_point(|&o| o <= from);
+        self.big_members.get(i).copied().unwrap_or(self.index.size)
     }
 
     /// When the archive object was written.
@@ -296,6 +311,19 @@ impl Spans {
     }
 }
 
+/// Where the members bigger than `SMALL` start (their header's offset), in order.
+fn big_members(ix: &Index) -> Vec<u64> {
+    let mut v: Vec<u64> = (ix.members.values())
+        .filter(|m| m.size > SMALL)
+        .filter_map(|m| match m.kind {
+            MemberKind::File { offset } => Some(offset.saturating_sub(512)),
+            _ => None,
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 /// The index of the archive `info` names, built by this process unless another built it
 /// while this one waited for the lock (`IndexFiles::lock`), and kept in `files`.
 async fn build_once(
@@ -369,12 +397,27 @@ impl ObjectClient for ArchiveClient {
         // The bytes `[start, end)` of the member.
         let data = match (&m.kind, self.index.format) {
             (MemberKind::File { offset }, Format::Tar) => {
-                // The archive's own bytes: one ranged GET, its pieces as they arrive.
-                let moved: Vec<u64> = cuts.iter().map(|c| c + offset).collect();
+                let (from, to) = (start + offset, end + offset);
                 let etag = Some(self.index.etag.as_str());
-                return (self.inner)
-                    .get_range_pieces(&self.key, start + offset, &moved, etag, sink)
-                    .await;
+                // A big member is read ahead by the file system above, range by range.
+                let plan = match m.size <= SMALL {
+                    true => self.ahead.plan(from, to, self.ahead_limit(from)),
+                    false => Plan::Direct,
+                };
+                match plan {
+                    Plan::Chunk { at, to: end, cell } => {
+                        let fetch = || self.inner.get_range(&self.key, at, end, etag);
+                        let got = cell.get_or_try_init(fetch).await?;
+                        got.slice((from - at) as usize..(to - at) as usize)
+                    }
+                    Plan::Direct => {
+                        // The archive's own bytes: one ranged GET, its pieces as they arrive.
+                        let moved: Vec<u64> = cuts.iter().map(|c| c + offset).collect();
+                        return (self.inner)
+                            .get_range_pieces(&self.key, from, &moved, etag, sink)
+                            .await;
+                    }
+                }
             }
             (MemberKind::File { offset }, Format::TarGz) => {
                 self.inflate(offset + start, offset + end).await?

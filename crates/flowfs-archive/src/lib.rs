@@ -6,6 +6,7 @@
 //! (gzip, gzip.rs). The index (index.rs) is built once per archive version by one pass
 //! (build.rs) and kept in the node cache.
 
+mod ahead;
 mod build;
 mod client;
 mod error;
