@@ -26,8 +26,9 @@ const KEPT: u64 = 32 << 20;
 /// A read "follows" one that ended at most this far before it: the next member's
 /// headers (512 bytes, a PAX or GNU long-name header more) and the padding between.
 const GAP: u64 = 64 << 10;
-/// Ends of recent reads remembered: a few readers in order at once each keep theirs.
-const ENDS: usize = 8;
+/// Ends of recent reads remembered: the file system reads a directory's small files
+/// ahead several at once, and a few readers in order at once each keep theirs.
+const ENDS: usize = 32;
 
 /// What to do for a read of archive bytes `[start, end)`.
 #[derive(Debug)]
@@ -63,11 +64,8 @@ impl Ahead {
     /// (the archive's end, or a member too big to be read ahead here).
     pub(crate) fn plan(&self, start: u64, end: u64, limit: u64) -> Plan {
         let mut st = self.state.lock();
-        let follows = st.ends.iter().any(|&e| start >= e && start - e <= GAP);
-        if st.ends.len() == ENDS {
-            st.ends.pop_front();
-        }
-        st.ends.push_back(end);
+        let follows = st.follows(start);
+        st.ended(end);
         let have = st
             .kept
             .iter()
@@ -77,7 +75,8 @@ impl Ahead {
             return Plan::Chunk { at, to, cell };
         }
         if !follows {
-            st.window = 0;
+            // The window is kept: a random member costs its own bytes whatever it is, and
+            // members in order after it go on at the size they had reached.
             return Plan::Direct;
         }
         st.window = (st.window * 2).clamp(FIRST, MOST);
@@ -91,6 +90,27 @@ impl Ahead {
             at: start,
             to,
             cell,
+        }
+    }
+
+    /// A read of a big member, `[start, end)`: not fetched here, but the small member
+    /// after it follows it.
+    pub(crate) fn saw(&self, end: u64) {
+        self.state.lock().ended(end);
+    }
+}
+
+impl State {
+    fn follows(&self, start: u64) -> bool {
+        self.ends.iter().any(|&e| start >= e && start - e <= GAP)
+    }
+
+    fn ended(&mut self, end: u64) {
+        if !self.ends.contains(&end) {
+            if self.ends.len() == ENDS {
+                self.ends.pop_front();
+            }
+            self.ends.push_back(end);
         }
     }
 }

@@ -402,7 +402,10 @@ impl ObjectClient for ArchiveClient {
                 // A big member is read ahead by the file system above, range by range.
                 let plan = match m.size <= SMALL {
                     true => self.ahead.plan(from, to, self.ahead_limit(from)),
-                    false => Plan::Direct,
+                    false => {
+                        self.ahead.saw(to);
+                        Plan::Direct
+                    }
                 };
                 match plan {
                     Plan::Chunk { at, to: end, cell } => {
