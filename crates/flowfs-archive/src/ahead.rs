@@ -39,6 +39,9 @@ pub(crate) enum Plan {
         at: u64,
         to: u64,
         cell: Arc<OnceCell<Bytes>>,
+        /// The chunk after it, for the caller to fetch in the background: reads in order
+        /// then find their bytes arrived rather than wait a GET per chunk.
+        next: Option<(u64, u64, Arc<OnceCell<Bytes>>)>,
     },
     /// Fetch exactly them.
     Direct,
@@ -49,10 +52,19 @@ pub(crate) struct Ahead {
     state: Mutex<State>,
 }
 
+/// Archive bytes `[at, to)`, fetched once by whoever asks first.
+struct Chunk {
+    at: u64,
+    to: u64,
+    cell: Arc<OnceCell<Bytes>>,
+    /// The chunk after it was asked for.
+    followed: bool,
+}
+
 #[derive(Default)]
 struct State {
-    /// Chunks of the archive fetched ahead, or being fetched: (at, to, bytes), oldest first.
-    kept: VecDeque<(u64, u64, Arc<OnceCell<Bytes>>)>,
+    /// Chunks of the archive fetched ahead, or being fetched, oldest first.
+    kept: VecDeque<Chunk>,
     /// Where recent reads ended.
     ends: VecDeque<u64>,
     /// The next fetch ahead: grows while reads follow each other.
@@ -61,36 +73,39 @@ struct State {
 
 impl Ahead {
     /// The plan for a read of `[start, end)`; a fetch ahead goes no further than `limit`
-    /// (the archive's end, or a member too big to be read ahead here).
-    pub(crate) fn plan(&self, start: u64, end: u64, limit: u64) -> Plan {
+    /// (the archive's end, or a member too big to be read ahead here), and ends where
+    /// `snap` says (the end of the member it would cut: no member read from two chunks).
+    pub(crate) fn plan(&self, start: u64, end: u64, limit: u64, snap: &dyn Fn(u64) -> u64) -> Plan {
         let mut st = self.state.lock();
         let follows = st.follows(start);
         st.ended(end);
-        let have = st
-            .kept
-            .iter()
-            .find(|(at, to, _)| *at <= start && end <= *to);
-        if let Some((at, to, cell)) = have {
-            let (at, to, cell) = (*at, *to, cell.clone());
-            return Plan::Chunk { at, to, cell };
-        }
-        if !follows {
+        let have = st.kept.iter().position(|c| c.at <= start && end <= c.to);
+        let i = match have {
+            Some(i) => i,
             // The window is kept: a random member costs its own bytes whatever it is, and
             // members in order after it go on at the size they had reached.
-            return Plan::Direct;
-        }
-        st.window = (st.window * 2).clamp(FIRST, MOST);
-        let to = (start + st.window).min(limit).max(end);
-        let cell = Arc::new(OnceCell::new());
-        st.kept.push_back((start, to, cell.clone()));
-        while st.kept.iter().map(|(at, to, _)| to - at).sum::<u64>() > KEPT {
-            st.kept.pop_front();
-        }
-        Plan::Chunk {
-            at: start,
-            to,
-            cell,
-        }
+            None if !follows => return Plan::Direct,
+            None => {
+                st.window = (st.window * 2).clamp(FIRST, MOST);
+                let to = snap((start + st.window).min(limit)).min(limit).max(end);
+                st.add(start, to)
+            }
+        };
+        // The chunk after this one is fetched while this one is read, once.
+        let c = &st.kept[i];
+        let (at, to, cell, followed) = (c.at, c.to, c.cell.clone(), c.followed);
+        let next = match !followed && to < limit {
+            true => {
+                st.kept[i].followed = true;
+                // Doubling while reads stay in order, as a new chunk's window does.
+                st.window = ((to - at) * 2).clamp(FIRST, MOST).max(st.window);
+                let next_to = snap((to + st.window).min(limit)).min(limit);
+                let j = st.add(to, next_to);
+                Some((to, next_to, st.kept[j].cell.clone()))
+            }
+            false => None,
+        };
+        Plan::Chunk { at, to, cell, next }
     }
 
     /// A read of a big member, `[start, end)`: not fetched here, but the small member
@@ -101,6 +116,23 @@ impl Ahead {
 }
 
 impl State {
+    /// A new chunk `[at, to)` (or the one kept there); its place in `kept`.
+    fn add(&mut self, at: u64, to: u64) -> usize {
+        if let Some(i) = self.kept.iter().position(|c| c.at == at) {
+            return i;
+        }
+        self.kept.push_back(Chunk {
+            at,
+            to,
+            cell: Arc::new(OnceCell::new()),
+            followed: false,
+        });
+        while self.kept.iter().map(|c| c.to - c.at).sum::<u64>() > KEPT {
+            self.kept.pop_front();
+        }
+        self.kept.len() - 1
+    }
+
     fn follows(&self, start: u64) -> bool {
         self.ends.iter().any(|&e| start >= e && start - e <= GAP)
     }
@@ -126,25 +158,46 @@ mod tests {
         }
     }
 
+    fn same(x: u64) -> u64 {
+        x
+    }
+
     #[test]
     fn reads_in_order_fetch_ahead_and_random_ones_do_not() {
         let a = Ahead::default();
         let size = 100 << 20;
-        assert!(matches!(a.plan(0, 1000, size), Plan::Direct));
-        // The next member, past its header: a chunk ahead, which the members after it
-        // share (fetched once, by whoever comes first).
-        assert_eq!(chunk(a.plan(1536, 3000, size)), (1536, 1536 + FIRST));
-        assert_eq!(chunk(a.plan(3584, 5000, size)), (1536, 1536 + FIRST));
-        // A member running past the chunk, still in order: the window doubles.
-        let past = 1536 + FIRST + 10;
-        assert_eq!(chunk(a.plan(5512, past, size)), (5512, 5512 + 2 * FIRST));
-        // A member far away: its own bytes only, and the window starts again.
+        assert!(matches!(a.plan(0, 1000, size, &same), Plan::Direct));
+        // The next member, past its header: a chunk, which the members after it share
+        // (fetched once, by whoever comes first), and the chunk after it to fetch now.
+        let first = a.plan(1536, 3000, size, &same);
+        let after = 1536 + FIRST;
+        assert!(
+            matches!(&first, Plan::Chunk { next: Some((at, to, _)), .. } if (*at, *to) == (after, after + 2 * FIRST))
+        );
+        assert_eq!(chunk(first), (1536, after));
+        let again = a.plan(3584, 5000, size, &same);
+        assert!(
+            matches!(&again, Plan::Chunk { next: None, .. }),
+            "asked once"
+        );
+        assert_eq!(chunk(again), (1536, after));
+        // In the chunk fetched behind: served from it, and the one after it asked for.
+        let behind = a.plan(after + 512, after + 1000, size, &same);
+        assert!(
+            matches!(&behind, Plan::Chunk { next: Some((at, to, _)), .. } if (*at, *to) == (after + 2 * FIRST, after + 6 * FIRST))
+        );
+        // A member far away: its own bytes only.
         assert!(matches!(
-            a.plan(50 << 20, (50 << 20) + 10, size),
+            a.plan(50 << 20, (50 << 20) + 10, size, &same),
             Plan::Direct
         ));
-        // The limit (a big member, the archive's end) bounds a chunk.
+        // A chunk ends at a member's end (`snap`) and before a big member (`limit`).
         let at = (50 << 20) + 600;
-        assert_eq!(chunk(a.plan(at, at + 10, at + 100)), (at, at + 100));
+        let snap = |x: u64| x.div_ceil(10_000) * 10_000;
+        let (_, to) = chunk(a.plan(at, at + 10, size, &snap));
+        assert_eq!(to % 10_000, 0);
+        a.saw(70 << 20);
+        let at = (70 << 20) + 512;
+        assert_eq!(chunk(a.plan(at, at + 10, at + 100, &same)), (at, at + 100));
     }
 }

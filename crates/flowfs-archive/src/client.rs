@@ -40,6 +40,8 @@ pub struct ArchiveClient {
     /// the members too big for that start, in order.
     ahead: Ahead,
     big_members: Vec<u64>,
+    /// Where each file member's bytes start and end, in archive order.
+    extents: Vec<(u64, u64)>,
 }
 
 impl ArchiveClient {
@@ -76,8 +78,33 @@ impl ArchiveClient {
             spans: Spans::new(index.points.len()),
             ahead: Ahead::default(),
             big_members: big_members(&index),
+            extents: extents(&index),
             index: Arc::new(index),
         })
+    }
+
+    /// Fetches archive bytes `[at, to)` into `cell` in the background (a reader that gets
+    /// there first fetches them itself; a failure here is its to see, so it is dropped).
+    fn fetch_behind(&self, at: u64, to: u64, cell: Arc<tokio::sync::OnceCell<Bytes>>) {
+        let (inner, key, etag) = (
+            self.inner.clone(),
+            self.key.clone(),
+            self.index.etag.clone(),
+        );
+        tokio::spawn(async move {
+            let fetch = || inner.get_range(&key, at, to, Some(&etag));
+            let _ = cell.get_or_try_init(fetch).await;
+        });
+    }
+
+    /// Where a chunk of the archive ending at `x` should end instead: at the end of the
+    /// member `x` falls in, so that no member is read from two chunks.
+    fn member_end(&self, x: u64) -> u64 {
+        let i = self.extents.partition_point(|&(start, _)| start <= x);
+        match i.checked_sub(1).map(|i| self.extents[i]) {
+            Some((_, end)) if end > x => end,
+            _ => x,
+        }
     }
 
     /// How far a fetch ahead from `from` may go: to the next big member (its bytes are
@@ -324,6 +351,18 @@ fn big_members(ix: &Index) -> Vec<u64> {
     v
 }
 
+/// Where the file members' bytes start and end, in order.
+fn extents(ix: &Index) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = (ix.members.values())
+        .filter_map(|m| match m.kind {
+            MemberKind::File { offset } => Some((offset, offset + m.size)),
+            _ => None,
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 /// The index of the archive `info` names, built by this process unless another built it
 /// while this one waited for the lock (`IndexFiles::lock`), and kept in `files`.
 async fn build_once(
@@ -401,14 +440,25 @@ impl ObjectClient for ArchiveClient {
                 let etag = Some(self.index.etag.as_str());
                 // A big member is read ahead by the file system above, range by range.
                 let plan = match m.size <= SMALL {
-                    true => self.ahead.plan(from, to, self.ahead_limit(from)),
+                    true => {
+                        let snap = |x: u64| self.member_end(x);
+                        self.ahead.plan(from, to, self.ahead_limit(from), &snap)
+                    }
                     false => {
                         self.ahead.saw(to);
                         Plan::Direct
                     }
                 };
                 match plan {
-                    Plan::Chunk { at, to: end, cell } => {
+                    Plan::Chunk {
+                        at,
+                        to: end,
+                        cell,
+                        next,
+                    } => {
+                        if let Some((a, b, c)) = next {
+                            self.fetch_behind(a, b, c);
+                        }
                         let fetch = || self.inner.get_range(&self.key, at, end, etag);
                         let got = cell.get_or_try_init(fetch).await?;
                         got.slice((from - at) as usize..(to - at) as usize)
