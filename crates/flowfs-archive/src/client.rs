@@ -442,7 +442,14 @@ impl ObjectClient for ArchiveClient {
                 let plan = match m.size <= SMALL {
                     true => {
                         let snap = |x: u64| self.member_end(x);
-                        self.ahead.plan(from, to, self.ahead_limit(from), &snap)
+                        // A read further into a member (the file system's next range of
+                        // it) fetches no further than the member's end: a random member
+                        // costs its own bytes, whatever its size.
+                        let limit = match start {
+                            0 => self.ahead_limit(from),
+                            _ => self.ahead_limit(from).min(offset + m.size),
+                        };
+                        self.ahead.plan(from, to, limit, &snap)
                     }
                     false => {
                         self.ahead.saw(to);
