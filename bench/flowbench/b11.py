@@ -47,6 +47,7 @@ from pathlib import Path
 from . import util
 from .install import CACHE
 from .tools import FlowFS, MountError, MountHandle, MountTool, Tool
+from .workloads import sha256_file
 
 MiB = 1 << 20
 SEED = 20261128
@@ -159,22 +160,12 @@ def generate(root: Path, s: ArchiveSizes) -> dict:
     with open(gz_path, "wb") as out:
         subprocess.run(["gzip", "-1", "-n", "-c", str(tar_path)], stdout=out, check=True, timeout=1800)
     ver = subprocess.run(["gzip", "--version"], capture_output=True, text=True).stdout.splitlines()[0].strip()
-    info = {fmt: {"size": p.stat().st_size, "sha256": _sha256_file(p)} for fmt, p in
+    info = {fmt: {"size": p.stat().st_size, "sha256": sha256_file(p)} for fmt, p in
             (("tar", tar_path), ("tar.gz", gz_path))}
     info["compressor"] = f"gzip -1 -n ({ver})"
     manifest = {"files": files, "dirs": dirs, "info": info}
     (root / "manifest.json").write_text(json.dumps(manifest))
     return manifest
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(4 * MiB)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
 
 
 def data_dir(s: ArchiveSizes) -> Path:
@@ -262,7 +253,7 @@ def verify_tree(dest: Path, data: ArchiveData) -> tuple[bool, str]:
     extra = seen - set(data.files)
     if missing or extra:
         return False, f"{len(missing)} of {len(data.files)} members missing, {len(extra)} unexpected files"
-    bad = [n for n, (_, h) in data.files.items() if _sha256_file(dest / n) != h]
+    bad = [n for n, (_, h) in data.files.items() if sha256_file(dest / n) != h]
     if bad:
         return False, f"{len(bad)} members differ (sha256), e.g. {bad[0]}"
     return True, f"sha256 of all {len(data.files)} members"
@@ -496,7 +487,7 @@ def _peers(ctx, tool: FlowFS, run: int, fmt: str, data: ArchiveData) -> list[dic
                 rec["error"] = "timed out" if r.timed_out else f"cat exit {r.returncode}: {r.stderr.strip()[-500:]}"
             else:
                 # the bytes the mount serves (from its cache now), against the archive's sha256
-                got = _sha256_file(h.path / key)
+                got = sha256_file(h.path / key)
                 rec["verified"] = got == data.info[fmt]["sha256"]
                 rec["notes"] = ("sha256 of the whole archive (read again through the mount)" if rec["verified"]
                                 else "the archive read through the mount differs (sha256)")
