@@ -228,16 +228,22 @@ impl Fs {
         Ok(())
     }
 
-    /// `check_writable_key` of the node `ino`.
+    /// `check_writable_key` of the node `ino`. A node without a path (gone from the
+    /// namespace) has no key to refuse: the operation answers for itself, as it did
+    /// before writes were checked per key.
     fn check_writable(&self, ino: u64) -> Result<()> {
-        let path = self.ns.lock().path(ino).ok_or(FsError::NotFound)?;
-        self.check_writable_key(&self.key(&path))
+        match self.ns.lock().path(ino) {
+            Some(path) => self.check_writable_key(&self.key(&path)),
+            None => self.check_writable_key(""),
+        }
     }
 
     /// `check_writable_key` of the name `name` in the directory `parent`.
     fn check_writable_in(&self, parent: u64, name: &str) -> Result<()> {
-        let path = self.ns.lock().path(parent).ok_or(FsError::NotFound)?;
-        self.check_writable_key(&format!("{}{name}", self.dir_prefix(&path)))
+        match self.ns.lock().path(parent) {
+            Some(path) => self.check_writable_key(&format!("{}{name}", self.dir_prefix(&path))),
+            None => self.check_writable_key(""),
+        }
     }
 
     fn node_attr(&self, ino: u64, n: &crate::inode::Node) -> Attr {
