@@ -71,14 +71,15 @@ impl ArchiveClient {
             Some(ix) => ix,
             None => build_once(&inner, info, &files).await?,
         };
+        let extents = extents(&index);
         Ok(ArchiveClient {
             inner,
             key: key.to_string(),
             modified: info.last_modified,
             spans: Spans::new(index.points.len()),
             ahead: Ahead::default(),
-            big_members: big_members(&index),
-            extents: extents(&index),
+            big_members: big_members(&extents),
+            extents,
             index: Arc::new(index),
         })
     }
@@ -338,17 +339,13 @@ impl Spans {
     }
 }
 
-/// Where the members bigger than `SMALL` start (their header's offset), in order.
-fn big_members(ix: &Index) -> Vec<u64> {
-    let mut v: Vec<u64> = (ix.members.values())
-        .filter(|m| m.size > SMALL)
-        .filter_map(|m| match m.kind {
-            MemberKind::File { offset } => Some(offset.saturating_sub(512)),
-            _ => None,
-        })
-        .collect();
-    v.sort_unstable();
-    v
+/// Where the members bigger than `SMALL` start (their header's offset), in order: of
+/// the members' `extents`, already in order.
+fn big_members(extents: &[(u64, u64)]) -> Vec<u64> {
+    (extents.iter())
+        .filter(|(start, end)| end - start > SMALL)
+        .map(|(start, _)| start.saturating_sub(512))
+        .collect()
 }
 
 /// Where the file members' bytes start and end, in order.
