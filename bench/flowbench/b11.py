@@ -54,6 +54,9 @@ SEED = 20261128
 PICKS = 100  # members read in step 3
 SPAN = 4 * MiB  # flowfs's gzip restart spacing (of uncompressed output)
 FORMATS = {"tar": "b11/data.tar", "tar.gz": "b11/data.tar.gz"}
+# FLOWFS_B11_FORMATS=tar: one format only, to measure a change to it (not for reported runs)
+if os.environ.get("FLOWFS_B11_FORMATS"):
+    FORMATS = {f: FORMATS[f] for f in os.environ["FLOWFS_B11_FORMATS"].split(",")}
 STEPS = ["list-cold", "list-cached", "members-100", "cp-r"]
 PEERS = ["seq-read", "cat-tar-x"]  # flowfs through a normal mount of the bucket
 MTIME = 1_764_000_000

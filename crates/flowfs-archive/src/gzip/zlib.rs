@@ -1,45 +1,21 @@
-//! zlib's C API, the project's one use of it (libz-sys): an inflate stream with the
-//! calls flate2 does not expose (`inflatePrime`, a dictionary on a raw stream), and
-//! zlib's CRC-32. Every `unsafe` of the archive crate is in this file.
+//! zlib's C API, the project's one use of it (zlib-rs's, libz-rs-sys): an inflate stream
+//! with the calls flate2 does not expose (`inflatePrime`, a dictionary on a raw stream),
+//! and zlib's CRC-32. Every `unsafe` of the gzip reader is in this file.
 
-use std::os::raw::{c_int, c_uint};
+use std::os::raw::{c_int, c_uint, c_ulong};
 
-use libz_sys as z;
+use libz_rs_sys as z;
 
 pub(super) use z::{Z_BLOCK, Z_BUF_ERROR, Z_NO_FLUSH, Z_OK, Z_STREAM_END};
 
 /// A zlib inflate stream; boxed because zlib keeps a pointer to it.
 pub(super) struct Stream(Box<z::z_stream>);
 
-extern "C" fn zalloc(_: z::voidpf, items: c_uint, size: c_uint) -> z::voidpf {
-    // SAFETY: calloc of a size zlib asks for; zlib checks for NULL.
-    unsafe { libc::calloc(items as usize, size as usize) }
-}
-
-extern "C" fn zfree(_: z::voidpf, p: z::voidpf) {
-    // SAFETY: p came from zalloc.
-    unsafe { libc::free(p) }
-}
-
 impl Stream {
     /// `bits`: 15 + 32 reads a gzip or zlib header; -15 raw deflate.
     pub(super) fn new(bits: c_int) -> std::io::Result<Stream> {
-        let mut s = Box::new(z::z_stream {
-            next_in: std::ptr::null_mut(),
-            avail_in: 0,
-            total_in: 0,
-            next_out: std::ptr::null_mut(),
-            avail_out: 0,
-            total_out: 0,
-            msg: std::ptr::null_mut(),
-            state: std::ptr::null_mut(),
-            zalloc,
-            zfree,
-            opaque: std::ptr::null_mut(),
-            data_type: 0,
-            adler: 0,
-            reserved: 0,
-        });
+        // No allocators set: zlib-rs then uses Rust's.
+        let mut s = Box::new(z::z_stream::default());
         let size = std::mem::size_of::<z::z_stream>() as c_int;
         // SAFETY: a fresh stream with allocators set, the library's own version string.
         let r = unsafe { z::inflateInit2_(&mut *s, bits, z::zlibVersion(), size) };
@@ -58,7 +34,7 @@ impl Stream {
         flush: c_int,
     ) -> (c_int, usize, usize) {
         let s = &mut *self.0;
-        s.next_in = input.as_ptr() as *mut u8;
+        s.next_in = input.as_ptr();
         s.avail_in = input.len().min(c_uint::MAX as usize) as c_uint;
         s.next_out = output.as_mut_ptr();
         s.avail_out = output.len().min(c_uint::MAX as usize) as c_uint;
@@ -115,6 +91,6 @@ impl Drop for Stream {
 pub(super) fn crc32(crc: u32, data: &[u8]) -> u32 {
     data.chunks(1 << 30).fold(crc, |c, d| {
         // SAFETY: a live slice.
-        unsafe { z::crc32(z::uLong::from(c), d.as_ptr(), d.len() as c_uint) as u32 }
+        unsafe { z::crc32(c_ulong::from(c), d.as_ptr(), d.len() as c_uint) as u32 }
     })
 }
