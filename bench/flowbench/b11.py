@@ -7,7 +7,7 @@ Per tool and format, four steps, each a record (variant "FORMAT STEP"):
 1. `list-cold`: mount (the index is built: one pass over the archive) + `find DIR`, page
    cache dropped, empty cache dir: timed from the mount command to the end of `find`.
 2. `list-cached`: unmount, mount again on the same cache dir (flowfs: its
-   `archives/<hash>.idx`/`.gzi`; ratarmount: its `--index-file CACHE/ratarmount.index.sqlite`),
+   `archives/<archive>-<version>.idx`/`.gzi`; ratarmount: its `--index-file CACHE/ratarmount.index.sqlite`),
    `find DIR`: the find is timed; the window (requests, bytes, CPU) also holds the remount.
 3. `members-100`: 100 members drawn with a fixed seed, read whole and hashed, cold data but the
    index present (flowfs: `flowfs cache clear` of that cache dir, which keeps the index;

@@ -1,9 +1,10 @@
 //! The index of one archive version: every member by its path, what it is and where its
 //! bytes are in the archive's uncompressed stream, plus (for gzip) the restart points.
-//! Kept in the node cache as `<hash>.idx` (JSON, one object per member) and `<hash>.gzi`
-//! (the restart points, binary: each carries 32 KiB of window), named by the archive's
-//! bucket, key, ETag and size, so that a changed archive is never served from a stale
-//! index, and written by rename so that a reader never sees half of one.
+//! Kept in the node cache as `<archive>-<version>.idx` (JSON, one object per member) and
+//! `.gzi` (the restart points, binary: each carries 32 KiB of window), `<archive>` a hash of
+//! the archive's bucket and key and `<version>` of those and its ETag and size, so that a
+//! changed archive is never served from a stale index; written by rename so that a reader
+//! never sees half of one, and the other versions' files dropped when a new one is kept.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -94,14 +95,20 @@ pub struct IndexFiles {
 }
 
 impl IndexFiles {
-    /// The files for the archive `ident` (its bucket and key) at `etag` and `size`.
+    /// The files for the archive `ident` (its bucket and key) at `etag` and `size`:
+    /// `<archive>-<version>.idx`, so that the files of the archive's other versions can be
+    /// found and dropped.
     pub fn new(cache_dir: &Path, ident: &str, etag: &str, size: u64) -> IndexFiles {
-        let d = Sha256::digest(format!("{ident}\0{etag}\0{size}").as_bytes());
-        let hash: String = d.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        let short = |text: String| -> String {
+            let d = Sha256::digest(text.as_bytes());
+            d.iter().take(8).map(|b| format!("{b:02x}")).collect()
+        };
+        let archive = short(ident.to_string());
+        let version = short(format!("{ident}\0{etag}\0{size}"));
         let dir = cache_dir.join("archives");
         IndexFiles {
-            json: dir.join(format!("{hash}.idx")),
-            points: dir.join(format!("{hash}.gzi")),
+            json: dir.join(format!("{archive}-{version}.idx")),
+            points: dir.join(format!("{archive}-{version}.gzi")),
         }
     }
 
@@ -125,7 +132,32 @@ impl IndexFiles {
         }
         write_atomic(&self.json, |f| {
             serde_json::to_writer(std::io::BufWriter::new(f), ix).map_err(std::io::Error::other)
-        })
+        })?;
+        self.drop_other_versions();
+        Ok(())
+    }
+
+    /// Removes the files of this archive's other versions (a mount still serving one has
+    /// its index in memory). Best effort: a file left is only disk.
+    fn drop_other_versions(&self) {
+        let Some(stem) = self.json.file_stem().and_then(|s| s.to_str()) else {
+            return;
+        };
+        let Some((archive, _)) = stem.split_once('-') else {
+            return;
+        };
+        let dir = self.json.parent().expect("index files live in a directory");
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let other = name.split('.').next().unwrap_or(name);
+            if other.starts_with(&format!("{archive}-")) && other != stem {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 
     /// The right to build this version's index, held until the file returned is dropped
