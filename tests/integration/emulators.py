@@ -152,7 +152,17 @@ class FakeGcs(_Emulator):
             return r.status == 200
 
     def create_bucket(self, name: str) -> None:
-        body = json.dumps({"name": name}).encode()
-        req = urllib.request.Request(f"{self.url}/storage/v1/b?project=test", data=body, method="POST",
-                                     headers={"content-type": "application/json"})
-        urllib.request.urlopen(req, timeout=10).close()
+        st, body, _ = request(f"{self.url}/storage/v1/b?project=test", "POST", json.dumps({"name": name}).encode(),
+                              {"content-type": "application/json"})
+        if st != 200:
+            raise RuntimeError(f"bucket {name}: HTTP {st}: {body[:200]!r}")
+
+
+def request(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None):
+    """One HTTP request: (status, body, headers), an error status returned, not raised."""
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read(), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), e.headers

@@ -15,13 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import pytest
 
 from emulators import Azurite, FakeGcs
+from emulators import request as _req
 
 
 @pytest.fixture(scope="module")
@@ -113,15 +112,6 @@ def test_azure_server_side_copy(container):
 
 
 # ------------------------------------------------------------------------- GCS (fake-gcs-server)
-
-def _req(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None):
-    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read(), r.headers
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), e.headers
-
 
 def _q(key: str) -> str:
     return urllib.parse.quote(key, safe="")

@@ -146,6 +146,7 @@ impl IndexFiles {
         let Some((archive, _)) = stem.split_once('-') else {
             return;
         };
+        let prefix = format!("{archive}-");
         let dir = self.json.parent().expect("index files live in a directory");
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
@@ -153,8 +154,8 @@ impl IndexFiles {
         for e in entries.flatten() {
             let name = e.file_name();
             let Some(name) = name.to_str() else { continue };
-            let other = name.split('.').next().unwrap_or(name);
-            if other.starts_with(&format!("{archive}-")) && other != stem {
+            let other = name.split_once('.').map_or(name, |(s, _)| s);
+            if other.starts_with(&prefix) && other != stem {
                 let _ = std::fs::remove_file(e.path());
             }
         }

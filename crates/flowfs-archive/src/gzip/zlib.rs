@@ -14,10 +14,10 @@ pub(super) struct Stream(Box<z::z_stream>);
 impl Stream {
     /// `bits`: 15 + 32 reads a gzip or zlib header; -15 raw deflate.
     pub(super) fn new(bits: c_int) -> std::io::Result<Stream> {
-        // No allocators set: zlib-rs then uses Rust's.
         let mut s = Box::new(z::z_stream::default());
         let size = std::mem::size_of::<z::z_stream>() as c_int;
-        // SAFETY: a fresh stream with allocators set, the library's own version string.
+        // SAFETY: a fresh stream (no allocators: zlib-rs's own), the library's own version
+        // string and the stream's size.
         let r = unsafe { z::inflateInit2_(&mut *s, bits, z::zlibVersion(), size) };
         if r != z::Z_OK {
             return Err(std::io::Error::other(format!("inflateInit2 failed ({r})")));
