@@ -374,11 +374,16 @@ def b11_table(records: list[dict], info: dict | None = None) -> str:
         target = "-"
         tg = [r["b11"] for r in ok if r.get("b11")]
         if tg:
+            # The targets are on medians: the mark says whether the median meets
+            # it, and how many runs did on their own.
             ratio = util.median([t["ratio"] for t in tg])
-            met = all(t["met"] for t in tg)
-            target = f"{ratio:.2f} {tg[0]['figure']} (≤ {tg[0]['target']:g}) {'✓' if met else '✗'}"
+            met = ratio <= tg[0]["target"]
+            runs = f", {sum(t['met'] for t in tg)} of {len(tg)} runs" if len(tg) > 1 else ""
+            target = f"{ratio:.2f} {tg[0]['figure']} (≤ {tg[0]['target']:g}) {'✓' if met else '✗'}{runs}"
             if step == "list-cached":
-                target = f"{med('wall_s'):.3f} s (≤ 0.2 s), {med('gets'):.0f} GETs (0) {'✓' if met else '✗'}"
+                met = med("wall_s") <= 0.2 and not med("gets")
+                target = (f"{med('wall_s'):.3f} s (≤ 0.2 s), {med('gets'):.0f} GETs (0) "
+                          f"{'✓' if met else '✗'}{runs}")
             if step == "members-100" and fmt == "tar.gz":
                 cvm = util.median([t["compressed_vs_members"] for t in tg])
                 target += f"; compressed {cvm:.2f}× member bytes"
