@@ -33,7 +33,7 @@ pub enum ClientError {
     )]
     NoCredentials,
     /// A configured credential source failed (an expired SSO session, a broken profile).
-    #[error("cannot load AWS credentials: {0}")]
+    #[error("cannot load credentials: {0}")]
     Credentials(String),
     /// The endpoint answered, but not as an S3 server does (a web server, a proxy page).
     #[error("the endpoint does not answer like an S3 server: {0}")]

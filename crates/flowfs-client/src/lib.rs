@@ -5,6 +5,8 @@
 
 #![warn(missing_docs)]
 
+pub mod azure;
+mod body;
 mod buf;
 pub mod copy;
 mod error;

@@ -89,9 +89,10 @@ impl S3Client {
         match provider.provide_credentials().await {
             Ok(_) => Ok(()),
             Err(CredentialsError::CredentialsNotLoaded(_)) => Err(ClientError::NoCredentials),
-            Err(e) => Err(ClientError::Credentials(
-                aws_sdk_s3::error::DisplayErrorContext(&e).to_string(),
-            )),
+            Err(e) => Err(ClientError::Credentials(format!(
+                "AWS: {}",
+                aws_sdk_s3::error::DisplayErrorContext(&e)
+            ))),
         }
     }
 }

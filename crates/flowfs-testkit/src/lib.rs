@@ -1,7 +1,9 @@
 //! What the test suites of the flowfs crates share and the binary never links: the
-//! SeaweedFS harness (`weed`), used by the client's conformance run
-//! (flowfs-client/tests/conformance_seaweedfs) and the core's shared bodies over a real
-//! server (flowfs-fs/tests/fs_on_seaweedfs). A dev-dependency of both, so that no test
-//! includes another crate's source by `#[path]`.
+//! SeaweedFS harness (`weed`) and Azurite's (`azurite`), used by the client's conformance
+//! runs (flowfs-client/tests/conformance_seaweedfs, conformance_azurite) and the core's
+//! shared bodies over a real server (flowfs-fs/tests/fs_on_seaweedfs). A dev-dependency
+//! of both, so that no test includes another crate's source by `#[path]`.
 
+pub mod azurite;
+mod group;
 pub mod weed;

@@ -7,7 +7,6 @@
 //! the server gets SIGTERM if the test process dies first (PR_SET_PDEATHSIG).
 
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -231,25 +230,10 @@ impl Weed {
             .replace(&self.secret_key, "<secret>")
     }
 
-    /// SIGTERM to the process group, SIGKILL after 20 s, then reap.
     fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let pgid = child.id() as libc::pid_t;
-        // SAFETY: kill(2) on the process group this guard created (process_group(0)).
-        unsafe { libc::kill(-pgid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        if let Some(child) = self.child.take() {
+            crate::group::stop(child);
         }
-        // The leader may be gone while others of its group linger.
-        // SAFETY: as above.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = child.wait();
     }
 }
 
@@ -309,8 +293,7 @@ fn spawn(weed: &Path, dir: &Path, ports: &[(&str, u16)], log: &Path) -> Child {
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(out)
-        .stderr(err)
-        .process_group(0);
+        .stderr(err);
     // Nothing of the caller's AWS or proxy settings reaches the server.
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().to_string();
@@ -318,15 +301,7 @@ fn spawn(weed: &Path, dir: &Path, ports: &[(&str, u16)], log: &Path) -> Child {
             cmd.env_remove(&k);
         }
     }
-    // SAFETY: prctl is async-signal-safe; the server dies with this process.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
-    cmd.spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", weed.display()))
+    crate::group::spawn(&mut cmd, &weed.display().to_string())
 }
 
 /// An SDK client for the harness's own requests (readiness, bucket creation).

@@ -1,49 +1,30 @@
-//! A GET body handed over in the caller's pieces as it arrives (`get_range_pieces`), so
-//! that a reader waiting on the front of a long range does not wait for its end. Each
-//! piece is in a buffer of its own: the disk cache writes it while the next one is still
-//! arriving.
+//! An S3 GET body to the shared piece-by-piece delivery (crate::body).
 
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 
-use crate::{short_body, AlignedBuf, ClientError, Result};
+use crate::body::Frames;
+use crate::{ClientError, Result};
 
-/// Reads `body`, the bytes of `key` from `start` on, and gives piece `i`, which ends at
-/// `cuts[i]` (not empty), to `sink(i, bytes)` once it is whole. A body that ends early
-/// is a short-body error after the pieces it completed.
+struct Sdk<'a> {
+    body: ByteStream,
+    key: &'a str,
+}
+
+impl Frames for Sdk<'_> {
+    async fn next_frame(&mut self) -> Result<Option<Bytes>> {
+        (self.body.try_next().await)
+            .map_err(|e| ClientError::Transient(format!("{}: body: {e}", self.key)))
+    }
+}
+
+/// `crate::body::deliver` of an SDK body.
 pub(super) async fn deliver(
-    mut body: ByteStream,
+    body: ByteStream,
     key: &str,
     start: u64,
     cuts: &[u64],
     sink: &mut (dyn FnMut(usize, Bytes) + Send),
 ) -> Result<()> {
-    let want = cuts.last().map_or(0, |&end| end - start);
-    let (mut i, mut from) = (0, start);
-    let mut buf = AlignedBuf::with_capacity((cuts[0] - start) as usize);
-    while i < cuts.len() {
-        let Some(frame) = body
-            .try_next()
-            .await
-            .map_err(|e| ClientError::Transient(format!("{key}: body: {e}")))?
-        else {
-            return Err(short_body(key, from - start + buf.len() as u64, want));
-        };
-        let mut frame = &frame[..];
-        while !frame.is_empty() && i < cuts.len() {
-            let room = (cuts[i] - from) as usize - buf.len();
-            let n = room.min(frame.len());
-            buf.extend_from_slice(&frame[..n]);
-            frame = &frame[n..];
-            if buf.len() as u64 == cuts[i] - from {
-                from = cuts[i];
-                let next = cuts.get(i + 1).map_or(0, |&c| (c - from) as usize);
-                let full = std::mem::replace(&mut buf, AlignedBuf::with_capacity(next));
-                sink(i, full.into_bytes());
-                i += 1;
-            }
-        }
-        // Bytes past the range (a server that ignored Range) are dropped.
-    }
-    Ok(())
+    crate::body::deliver(Sdk { body, key }, key, start, cuts, sink).await
 }

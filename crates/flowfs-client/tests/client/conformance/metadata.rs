@@ -30,8 +30,8 @@ pub async fn metadata_names_come_back_lower_case(c: &dyn ObjectClient, p: &str) 
     assert_eq!(h.metadata, want);
 }
 
-/// A copy onto itself with REPLACE changes the metadata only: same body, same ETag, and
-/// the old keys are gone.
+/// A copy onto itself with REPLACE changes the metadata only: same body, the old keys
+/// gone, and on S3 the same ETag (Azure's Set Blob Metadata gives a new one).
 pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
     let put = c
@@ -46,9 +46,12 @@ pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str)
         .replace_metadata(&key, &meta(&[("mode", "33188")]), Some(&put.etag), 3000)
         .await
         .expect("replace");
-    assert_eq!(done.etag, put.etag, "the ETag stays");
+    // S3 keeps an object's ETag (its body's MD5); Azure gives the blob a new one.
+    if super::s3_etags() {
+        assert_eq!(done.etag, put.etag, "the ETag stays");
+    }
     let h = c.head(&key).await.expect("head");
-    assert_eq!(h.info.etag, put.etag);
+    assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the one returned");
     assert_eq!(
         h.metadata,
         meta(&[("mode", "33188")]),

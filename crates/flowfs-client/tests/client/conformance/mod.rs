@@ -88,6 +88,19 @@ pub fn all() -> Vec<Behaviour> {
 /// on the client `make` returns for it, with prefix `{base}{name}/`, and fails with the
 /// list of the behaviours that failed.
 pub async fn run_all(backend: &str, base: &str, make: &dyn Fn() -> Arc<dyn ObjectClient>) {
+    run_all_with(backend, base, make, &[]).await
+}
+
+/// `run_all` for a server that gets some behaviours wrong: `deviations` names each (a
+/// substring of its name) with the reason. Those run too and must still fail, so that a
+/// server that mends one is noticed and its entry removed.
+pub async fn run_all_with(
+    backend: &str,
+    base: &str,
+    make: &dyn Fn() -> Arc<dyn ObjectClient>,
+    deviations: &[(&str, &str)],
+) {
+    let _ = BACKEND.set(backend.to_string());
     let only = std::env::var("FLOWFS_CONFORMANCE_ONLY").unwrap_or_default();
     let mut failed = Vec::new();
     let mut ran = 0;
@@ -102,9 +115,26 @@ pub async fn run_all(backend: &str, base: &str, make: &dyn Fn() -> Arc<dyn Objec
             Ok(Err(e)) => Some(e.to_string()),
         };
         ran += 1;
-        match outcome {
-            None => println!("conformance[{backend}] {} ... ok", b.name),
-            Some(msg) => {
+        let deviation = deviations.iter().find(|(n, _)| b.name.contains(n));
+        match (outcome, deviation) {
+            (None, None) => println!("conformance[{backend}] {} ... ok", b.name),
+            (Some(_), Some((_, why))) => {
+                println!(
+                    "conformance[{backend}] {} ... deviation, as known: {why}",
+                    b.name
+                )
+            }
+            (None, Some((_, why))) => {
+                println!(
+                    "conformance[{backend}] {} ... PASSED, but listed as a deviation",
+                    b.name
+                );
+                failed.push(format!(
+                    "{}: passes now; remove it from the deviations ({why})",
+                    b.name
+                ));
+            }
+            (Some(msg), None) => {
                 println!("conformance[{backend}] {} ... FAILED: {msg}", b.name);
                 failed.push(format!("{}: {msg}", b.name));
             }
@@ -121,6 +151,16 @@ pub async fn run_all(backend: &str, base: &str, make: &dyn Fn() -> Arc<dyn Objec
         failed.join("\n")
     );
     println!("conformance[{backend}]: {ran} behaviours passed");
+}
+
+/// The backend `run_all` runs on (one per test binary).
+static BACKEND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Whether the store's ETags are S3's: the MD5 of the body (`-N` after a multipart
+/// upload's), kept by a metadata rewrite. Azure's are opaque versions, new at every
+/// change of the blob or its metadata.
+pub fn s3_etags() -> bool {
+    !BACKEND.get().is_some_and(|b| b.starts_with("azur"))
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {

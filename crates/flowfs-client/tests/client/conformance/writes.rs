@@ -53,7 +53,7 @@ pub async fn multipart_round_trip(c: &dyn ObjectClient, p: &str) {
     assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the completion's");
     // A multipart ETag is "<md5 of the part md5s>-<parts>" on S3 and SeaweedFS.
     assert!(
-        h.info.etag.ends_with("-2\""),
+        !super::s3_etags() || h.info.etag.ends_with("-2\""),
         "multipart ETag: {}",
         h.info.etag
     );

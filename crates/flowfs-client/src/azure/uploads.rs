@@ -1,0 +1,180 @@
+//! S3's multipart uploads as Azure block blobs. Azure has no upload object: blocks are
+//! staged on the blob (Put Block, ids chosen by the client) and made the blob by a Put
+//! Block List. So an upload id here is flowfs's own, `SECS-NONCE` (when it began, and 64
+//! random bits), and every block id of an upload begins with it:
+//!
+//! - `SECS-NONCE-o00000`: staged (1 byte) by `create_multipart`, so that `list_uploads`
+//!   (a Get Block List of the uncommitted blocks) finds an upload before its first part;
+//! - `SECS-NONCE-pNNNNN`: part NNNNN;
+//! - `SECS-NONCE-x00000`: staged by `abort_multipart`: Azure cannot drop one upload's
+//!   blocks (its garbage collection drops uncommitted blocks after 7 days, and a commit
+//!   or a Put Blob of the key drops them all at once), so an aborted upload is one with
+//!   this block, which `list_uploads` leaves out.
+//!
+//! Azure wants every block id of a blob the same length: all of these are 34 bytes.
+//! The metadata given at creation is kept here until the completion, which writes it
+//! (Put Block List takes it): an upload survives only in the process that began it, as
+//! flowfs's recovery expects (it aborts a dead mount's uploads and sends the files again).
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use parking_lot::Mutex;
+
+use crate::UploadInfo;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// What a block of an upload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Block {
+    Opened,
+    Part(i32),
+    Aborted,
+}
+
+/// The uploads this client began and has not ended: their keys and metadata.
+#[derive(Default)]
+pub(super) struct Uploads {
+    open: Mutex<HashMap<String, Open>>,
+}
+
+struct Open {
+    key: String,
+    metadata: HashMap<String, String>,
+}
+
+impl Uploads {
+    /// A new upload of `key`: its id.
+    pub(super) fn begin(&self, key: &str, metadata: &HashMap<String, String>) -> String {
+        let secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let id = format!("{secs:010}-{:016x}", rand::random::<u64>());
+        let open = Open {
+            key: key.to_string(),
+            metadata: metadata.clone(),
+        };
+        self.open.lock().insert(id.clone(), open);
+        id
+    }
+
+    /// Whether `id` is an upload of `key` this client began and has not ended.
+    pub(super) fn is_open(&self, key: &str, id: &str) -> bool {
+        self.open.lock().get(id).is_some_and(|o| o.key == key)
+    }
+
+    /// Ends upload `id` of `key`; its metadata if it was open.
+    pub(super) fn end(&self, key: &str, id: &str) -> Option<HashMap<String, String>> {
+        let mut open = self.open.lock();
+        match open.get(id) {
+            Some(o) if o.key == key => open.remove(id).map(|o| o.metadata),
+            _ => None,
+        }
+    }
+
+    /// The metadata of open upload `id` of `key`.
+    pub(super) fn metadata(&self, key: &str, id: &str) -> Option<HashMap<String, String>> {
+        let open = self.open.lock();
+        open.get(id)
+            .filter(|o| o.key == key)
+            .map(|o| o.metadata.clone())
+    }
+}
+
+/// Whether `id` has the form of an upload id (an id from elsewhere is never sent on).
+pub(super) fn valid_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 27
+        && b[10] == b'-'
+        && b[..10].iter().all(u8::is_ascii_digit)
+        && b[11..].iter().all(u8::is_ascii_hexdigit)
+}
+
+/// The block id (base64, as sent) of `block` of upload `id`.
+pub(super) fn block_id(id: &str, block: Block) -> String {
+    let (kind, n) = match block {
+        Block::Opened => ('o', 0),
+        Block::Part(n) => ('p', n),
+        Block::Aborted => ('x', 0),
+    };
+    B64.encode(format!("{id}-{kind}{n:05}"))
+}
+
+/// The upload and block a block id names, if it is one of flowfs's.
+pub(super) fn parse_block(b64: &str) -> Option<(String, Block)> {
+    let raw = String::from_utf8(B64.decode(b64).ok()?).ok()?;
+    let (id, rest) = raw.rsplit_once('-')?;
+    if !valid_id(id) || rest.len() != 6 {
+        return None;
+    }
+    let n: i32 = rest[1..].parse().ok()?;
+    let block = match &rest[..1] {
+        "o" => Block::Opened,
+        "p" => Block::Part(n),
+        "x" => Block::Aborted,
+        _ => return None,
+    };
+    Some((id.to_string(), block))
+}
+
+/// The open uploads among a blob's uncommitted block ids: opened and not aborted.
+pub(super) fn open_uploads(blocks: &[String]) -> Vec<UploadInfo> {
+    let parsed: Vec<(String, Block)> = blocks.iter().filter_map(|b| parse_block(b)).collect();
+    let aborted = |id: &str| parsed.iter().any(|(i, b)| i == id && *b == Block::Aborted);
+    let mut out: Vec<UploadInfo> = parsed
+        .iter()
+        .filter(|(id, b)| *b == Block::Opened && !aborted(id))
+        .map(|(id, _)| UploadInfo {
+            upload_id: id.clone(),
+            initiated: UNIX_EPOCH + Duration::from_secs(id[..10].parse().unwrap_or(0)),
+        })
+        .collect();
+    out.dedup_by(|a, b| a.upload_id == b.upload_id);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_ids_name_their_upload_and_have_one_length() {
+        let ups = Uploads::default();
+        let id = ups.begin("k", &HashMap::new());
+        assert!(valid_id(&id), "{id}");
+        let blocks = [
+            Block::Opened,
+            Block::Part(1),
+            Block::Part(10_000),
+            Block::Aborted,
+        ];
+        let ids: Vec<String> = blocks.iter().map(|b| block_id(&id, *b)).collect();
+        assert!(ids.iter().all(|b| b.len() == ids[0].len()));
+        for (b, s) in blocks.iter().zip(&ids) {
+            assert_eq!(parse_block(s), Some((id.clone(), *b)));
+        }
+        assert_eq!(parse_block("QUJD"), None, "another tool's block");
+        assert!(ups.is_open("k", &id) && !ups.is_open("k2", &id));
+        assert!(ups.end("k", &id).is_some());
+        assert!(ups.end("k", &id).is_none(), "ended once");
+    }
+
+    #[test]
+    fn aborted_uploads_are_not_listed() {
+        let (a, b) = ("0000000001-00000000000000aa", "0000000002-00000000000000bb");
+        let blocks = vec![
+            block_id(a, Block::Opened),
+            block_id(a, Block::Part(1)),
+            block_id(b, Block::Opened),
+            block_id(b, Block::Aborted),
+            "QUJD".to_string(),
+        ];
+        let open = open_uploads(&blocks);
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].upload_id, a);
+        assert_eq!(open[0].initiated, UNIX_EPOCH + Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,53 @@
+//! A GET body handed over in the caller's pieces as it arrives (`get_range_pieces`), so
+//! that a reader waiting on the front of a long range does not wait for its end. Each
+//! piece is in a buffer of its own: the disk cache writes it while the next one is still
+//! arriving. Every backend's GET ends here, whatever its HTTP stack.
+
+use std::future::Future;
+
+use bytes::Bytes;
+
+use crate::{short_body, AlignedBuf, Result};
+
+/// A body read frame by frame, whatever the HTTP stack (an SDK stream, a reqwest answer).
+pub(crate) trait Frames: Send {
+    /// The next frame, `None` at the body's end.
+    fn next_frame(&mut self) -> impl Future<Output = Result<Option<Bytes>>> + Send;
+}
+
+/// Reads `body`, the bytes of `key` from
+/// `start` on, and gives piece `i`, which ends at `cuts[i]` (not empty), to
+/// `sink(i, bytes)` once it is whole. A body that ends early is a short-body error after
+/// the pieces it completed.
+pub(crate) async fn deliver(
+    mut body: impl Frames,
+    key: &str,
+    start: u64,
+    cuts: &[u64],
+    sink: &mut (dyn FnMut(usize, Bytes) + Send),
+) -> Result<()> {
+    let want = cuts.last().map_or(0, |&end| end - start);
+    let (mut i, mut from) = (0, start);
+    let mut buf = AlignedBuf::with_capacity((cuts[0] - start) as usize);
+    while i < cuts.len() {
+        let Some(frame) = body.next_frame().await? else {
+            return Err(short_body(key, from - start + buf.len() as u64, want));
+        };
+        let mut frame = &frame[..];
+        while !frame.is_empty() && i < cuts.len() {
+            let room = (cuts[i] - from) as usize - buf.len();
+            let n = room.min(frame.len());
+            buf.extend_from_slice(&frame[..n]);
+            frame = &frame[n..];
+            if buf.len() as u64 == cuts[i] - from {
+                from = cuts[i];
+                let next = cuts.get(i + 1).map_or(0, |&c| (c - from) as usize);
+                let full = std::mem::replace(&mut buf, AlignedBuf::with_capacity(next));
+                sink(i, full.into_bytes());
+                i += 1;
+            }
+        }
+        // Bytes past the range (a server that ignored Range) are dropped.
+    }
+    Ok(())
+}
