@@ -40,7 +40,7 @@ pub(crate) fn serve_source(
     let meta = match rt.block_on(client.head(&key)) {
         Ok(m) => m,
         Err(ClientError::NotFound(_)) if !named => return Ok(prefix(client, cfg)),
-        Err(e) => return Err(e).with_context(|| format!("s3://{}/{key}", cfg.bucket)),
+        Err(e) => return Err(e).with_context(|| url_of(&cfg.bucket, &key)),
     };
     if !named {
         let first = rt
@@ -50,7 +50,7 @@ pub(crate) fn serve_source(
                 meta.info.size.min(SNIFF_LEN),
                 Some(&meta.info.etag),
             ))
-            .with_context(|| format!("s3://{}/{key}", cfg.bucket))?;
+            .with_context(|| url_of(&cfg.bucket, &key))?;
         let below = rt.block_on(client.list_page(&format!("{key}/"), Some("/"), None, Some(1)))?;
         if sniff(&first).is_none() || !below.objects.is_empty() || !below.prefixes.is_empty() {
             return Ok(prefix(client, cfg));
@@ -64,7 +64,7 @@ pub(crate) fn serve_source(
             &ident,
             &cfg.cache_dir,
         ))
-        .with_context(|| format!("archive s3://{}/{key}", cfg.bucket))?;
+        .with_context(|| format!("archive {}", url_of(&cfg.bucket, &key)))?;
     tracing::info!(
         key,
         members = archive.index().members.len(),
@@ -73,4 +73,13 @@ pub(crate) fn serve_source(
     cfg.prefix = String::new();
     cfg.read_only = true;
     Ok(Arc::new(archive))
+}
+
+/// An object's URL from the store's cache name (an S3 bucket's is its bare name; other
+/// stores' are URLs already: stores.rs).
+fn url_of(store: &str, key: &str) -> String {
+    match store.contains("://") {
+        true => format!("{store}/{key}"),
+        false => format!("s3://{store}/{key}"),
+    }
 }

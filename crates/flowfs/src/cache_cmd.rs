@@ -10,9 +10,8 @@ use flowfs_archive::{archive_named, ArchiveClient};
 use flowfs_fs::admin::{self, CacheStats};
 use flowfs_fs::Warmer;
 
-use crate::cli::{parse_object, CacheCommand, PrefetchArgs};
+use crate::cli::{parse_object, CacheCommand, PrefetchArgs, Store};
 use crate::mount::{check_endpoint, fs_config};
-use crate::session::connect;
 
 pub fn cache(cmd: CacheCommand) -> Result<()> {
     match cmd {
@@ -101,26 +100,32 @@ fn prefetch(args: &PrefetchArgs) -> Result<()> {
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0o077) };
     check_endpoint(&args.opts)?;
-    let mut by_bucket: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Objects grouped by store, in the order of their cache names.
+    let mut by_store: BTreeMap<String, (Store, Vec<String>)> = BTreeMap::new();
     for o in &args.objects {
-        let (b, k) = parse_object(o).map_err(|e| anyhow!(e))?;
-        by_bucket.entry(b).or_default().push(k);
+        let (store, k) = parse_object(o).map_err(|e| anyhow!(e))?;
+        let name = crate::stores::cache_name(&store, &args.opts)?;
+        by_store
+            .entry(name)
+            .or_insert((store, Vec::new()))
+            .1
+            .push(k);
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .thread_name("flowfs-io")
         .enable_all()
         .build()?;
-    for (bucket, keys) in by_bucket {
-        let cfg = fs_config(&args.opts, &bucket, "")?;
-        let client = connect(&rt, &args.opts, &cfg)?;
+    for (name, (store, keys)) in by_store {
+        let cfg = fs_config(&args.opts, &name, "")?;
+        let client = crate::stores::connect(&rt, &args.opts, &cfg, &store)?;
         let w = Warmer::new(&cfg, client.clone()).context("cannot open the cache")?;
         let r = rt.block_on(async {
             for k in &keys {
-                let url = format!("s3://{bucket}/{k}");
+                let url = format!("{}/{k}", store.url());
                 let archive = archive_named(k);
                 if archive {
-                    let ident = format!("{bucket}/{k}");
+                    let ident = format!("{name}/{k}");
                     let a = ArchiveClient::open(client.clone(), k, &ident, &cfg.cache_dir)
                         .await
                         .with_context(|| format!("archive {url}"))?;

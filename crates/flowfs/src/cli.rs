@@ -13,7 +13,7 @@ mod options;
 mod parse;
 
 pub use options::MountOptions;
-pub use parse::{parse_endpoint, parse_min_free, parse_object, parse_size, parse_source};
+pub use parse::{parse_endpoint, parse_min_free, parse_object, parse_size, parse_source, Store};
 
 #[derive(Parser, Debug)]
 #[command(

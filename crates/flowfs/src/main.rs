@@ -13,6 +13,7 @@ mod run;
 mod session;
 mod status;
 mod stop;
+mod stores;
 mod unmount;
 
 use clap::Parser;

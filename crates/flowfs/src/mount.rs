@@ -19,8 +19,9 @@ use crate::session;
 /// Mounts `args.source` at `args.dir`; returns once the mount is ready (in the
 /// foreground: once it is unmounted).
 pub fn mount(args: MountArgs) -> Result<()> {
-    let (bucket, prefix) = parse_source(&args.source).map_err(|e| anyhow!(e))?;
+    let (store, prefix) = parse_source(&args.source).map_err(|e| anyhow!(e))?;
     check_endpoint(&args.opts)?;
+    let bucket = crate::stores::cache_name(&store, &args.opts)?;
     let dir = check_mountpoint(&args.dir)?;
     if !Path::new("/dev/fuse").exists() {
         bail!(

@@ -1,4 +1,4 @@
-//! The mount process: logging, the tokio runtime, the S3 client and its bucket check,
+//! The mount process: logging, the tokio runtime, the store's client and its check,
 //! recovery of an earlier mount's journal, the control socket, the FUSE session and the
 //! signal task, then `session.run()` until the unmount, and the clean-up after it.
 
@@ -7,12 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use flowfs_client::retry::{RetryPolicy, Retrying};
-use flowfs_client::s3::{S3Client, S3Config};
-use flowfs_client::{ClientError, ObjectClient};
 use flowfs_fs::{Fs, FsConfig, FuseAdapter};
 
-use crate::cli::{MountArgs, MountOptions};
+use crate::cli::{parse_source, MountArgs};
 use crate::control;
 use crate::daemon::Ready;
 use crate::logging;
@@ -32,48 +29,6 @@ pub fn serve(args: &MountArgs, cfg: FsConfig, dir: &Path, mut ready: Ready) -> R
         ready.send(&format!("ERR {e:#}"));
     }
     r
-}
-
-/// The S3 client, once credentials and the bucket are checked (within 30 s).
-pub(crate) fn connect(
-    rt: &tokio::runtime::Runtime,
-    opts: &MountOptions,
-    cfg: &FsConfig,
-) -> Result<Arc<Retrying>> {
-    let s3cfg = S3Config {
-        bucket: cfg.bucket.clone(),
-        endpoint_url: opts.endpoint_url.clone(),
-        region: opts.region.clone(),
-        // One attempt per SDK call: the retry layer decides them all (`Retrying`).
-        max_attempts: 1,
-    };
-    let endpoint = opts
-        .endpoint_url
-        .clone()
-        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
-        .unwrap_or_else(|| "AWS S3".into());
-    let policy = RetryPolicy {
-        budget: Duration::from_secs_f64(opts.retry_budget),
-        max_attempts: opts.max_attempts.max(1),
-        ..RetryPolicy::default()
-    };
-    let s3 = Arc::new(rt.block_on(S3Client::new(&s3cfg)));
-    let client = Arc::new(Retrying::new(s3.clone(), policy));
-    // Credentials first: without them the bucket check fails as a request that could
-    // not be sent, which says nothing about what to set.
-    let check = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(30), async {
-            s3.check_credentials().await?;
-            client.check_bucket(&cfg.prefix).await
-        })
-        .await
-    });
-    match check {
-        Err(_) => bail!("no answer from the S3 endpoint {endpoint} within 30 s"),
-        Ok(Err(e)) => bail!("{}", describe(&e, &cfg.bucket, &endpoint)),
-        Ok(Ok(())) => {}
-    }
-    Ok(client)
 }
 
 /// Mount options and session settings for fuser.
@@ -118,23 +73,6 @@ fn fuse_config(args: &MountArgs, read_only: bool) -> Result<fuser::Config> {
     Ok(fcfg)
 }
 
-fn describe(e: &ClientError, bucket: &str, endpoint: &str) -> String {
-    let one_line = |s: String| s.replace(['\n', '\r'], " ");
-    one_line(match e {
-        ClientError::NoSuchBucket(_) => format!("bucket {bucket} does not exist (at {endpoint})"),
-        ClientError::NotFound(_) => format!("bucket {bucket} does not exist (at {endpoint})"),
-        ClientError::AccessDenied(m) => format!(
-            "access to bucket {bucket} denied ({m}); check the credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE, ...) and the bucket policy"
-        ),
-        ClientError::Unreachable(m) => format!("cannot reach the S3 endpoint {endpoint}: {m}"),
-        ClientError::NotS3(m) => format!(
-            "the endpoint {endpoint} does not look like an S3 server ({m}); check --endpoint-url or AWS_ENDPOINT_URL"
-        ),
-        ClientError::NoCredentials | ClientError::Credentials(_) => e.to_string(),
-        other => format!("cannot use bucket {bucket} at {endpoint}: {other}"),
-    })
-}
-
 /// The life of the mount after its checks, from the runtime to the clean-up after the
 /// session ends; `ready` hears `OK` once the kernel has the mount.
 fn session(args: &MountArgs, mut cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Result<()> {
@@ -143,7 +81,8 @@ fn session(args: &MountArgs, mut cfg: FsConfig, dir: &Path, ready: &mut Ready) -
         .thread_name("flowfs-io")
         .enable_all()
         .build()?;
-    let client = connect(&rt, &args.opts, &cfg)?;
+    let (store, _) = parse_source(&args.source).map_err(|e| anyhow!(e))?;
+    let client = crate::stores::connect(&rt, &args.opts, &cfg, &store)?;
     let store = crate::archive::serve_source(&rt, client.clone(), &mut cfg, args.opts.archives)?;
     let read_only = cfg.read_only;
     let fs = Arc::new(Fs::new(cfg, store)?);

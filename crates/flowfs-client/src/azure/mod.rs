@@ -51,6 +51,14 @@ pub struct AzureClient {
     uploads: uploads::Uploads,
 }
 
+/// The storage account `cfg` names, found as the client finds it (the account, the
+/// connection string, the endpoint's host): what the node cache knows the container by.
+pub fn account(cfg: &AzureConfig) -> Result<String> {
+    let env = |k: &str| std::env::var(k).ok();
+    let found = credentials::resolve(cfg.account.as_deref(), cfg.endpoint_url.as_deref(), &env)?;
+    Ok(found.account)
+}
+
 impl AzureClient {
     /// The client for `cfg`, with its endpoint and credential source found; no request.
     pub fn new(cfg: &AzureConfig) -> Result<AzureClient> {
@@ -77,6 +85,13 @@ impl AzureClient {
             container: cfg.container.clone(),
             uploads: uploads::Uploads::default(),
         })
+    }
+
+    /// The blob endpoint requests go to (for messages; it holds no secret: a SAS token is
+    /// never part of it).
+    pub fn endpoint(&self) -> String {
+        let cut = self.base.len() - self.container.len() - 1;
+        self.base[..cut].to_string()
     }
 
     /// Whether a credential can be had (a key, a token from Entra ID); never returns or

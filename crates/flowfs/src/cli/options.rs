@@ -133,9 +133,14 @@ pub struct MountOptions {
     )]
     pub fuse_threads: usize,
 
-    /// S3 endpoint URL; a custom endpoint uses path-style requests [env: AWS_ENDPOINT_URL]
+    /// Endpoint URL of the store: S3 (path-style requests) [env: AWS_ENDPOINT_URL], or
+    /// Azure's blob endpoint (e.g. Azurite's http://127.0.0.1:10000/devstoreaccount1)
     #[arg(long, value_name = "URL", help_heading = "Object storage")]
     pub endpoint_url: Option<String>,
+    /// Azure storage account of an az:// source [env: AZURE_STORAGE_ACCOUNT; or the
+    /// connection string's]
+    #[arg(long, value_name = "NAME", help_heading = "Object storage")]
+    pub azure_account: Option<String>,
     /// Region of the bucket [env: AWS_REGION, default: us-east-1]
     #[arg(long, value_name = "R", help_heading = "Object storage")]
     pub region: Option<String>,

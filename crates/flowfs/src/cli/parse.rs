@@ -1,5 +1,5 @@
 //! The parsers of option values that clap's types do not cover: sizes (`8M`, `10%` of a
-//! disk), endpoint URLs and `s3://` names. Each returns the message to show, naming the
+//! disk), endpoint URLs and store URLs (`s3://`, `az://`). Each returns the message to show, naming the
 //! form it wants.
 
 /// A custom endpoint: `http(s)://HOST[:PORT][/PATH]`. Checked before anything else, so a
@@ -88,31 +88,94 @@ pub fn parse_min_free(s: &str, disk: u64) -> Result<u64, String> {
     }
 }
 
-/// `s3://bucket/key` (one object) into its bucket and key, the key as written.
-pub fn parse_object(s: &str) -> Result<(String, String), String> {
-    let rest = s
-        .strip_prefix("s3://")
-        .ok_or_else(|| format!("an object must look like s3://BUCKET/KEY, got {s:?}"))?;
-    match rest.split_once('/') {
-        Some((b, k)) if !b.is_empty() && !k.is_empty() && !k.ends_with('/') => {
-            Ok((b.to_string(), k.to_string()))
+/// The store a URL names: an S3 bucket or an Azure Blob container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Store {
+    /// `s3://BUCKET`
+    S3 { bucket: String },
+    /// `az://CONTAINER` (the account from `--azure-account`, AZURE_STORAGE_ACCOUNT or the
+    /// connection string), or `https://ACCOUNT.blob.core.windows.net/CONTAINER`.
+    Azure {
+        account: Option<String>,
+        container: String,
+        /// The `https://HOST` of a URL that named it.
+        endpoint: Option<String>,
+    },
+}
+
+impl Store {
+    /// The URL it was named by, without a key (for messages).
+    pub fn url(&self) -> String {
+        match self {
+            Store::S3 { bucket } => format!("s3://{bucket}"),
+            Store::Azure { container, .. } => format!("az://{container}"),
         }
+    }
+}
+
+/// The URL forms, for messages.
+const FORMS: &str =
+    "s3://BUCKET, az://CONTAINER or https://ACCOUNT.blob.core.windows.net/CONTAINER";
+
+/// A store URL into its store and the rest of its path (as written, no leading `/`).
+fn parse_url(s: &str) -> Result<(Store, String), String> {
+    let (store, rest) = if let Some(rest) = s.strip_prefix("s3://") {
+        let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let store = Store::S3 {
+            bucket: bucket.to_string(),
+        };
+        (store, path)
+    } else if let Some(rest) = s.strip_prefix("az://") {
+        let (container, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let store = Store::Azure {
+            account: None,
+            container: container.to_string(),
+            endpoint: None,
+        };
+        (store, path)
+    } else if let Some((host, rest)) = s
+        .strip_prefix("https://")
+        .and_then(|r| r.split_once('/'))
+        .filter(|(h, _)| h.contains(".blob."))
+    {
+        let (container, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let account = host.split('.').next().unwrap_or_default().to_string();
+        let store = Store::Azure {
+            account: Some(account),
+            container: container.to_string(),
+            endpoint: Some(format!("https://{host}")),
+        };
+        (store, path)
+    } else {
+        return Err(format!(
+            "a store URL must start with one of {FORMS}, got {s:?}"
+        ));
+    };
+    let empty = match &store {
+        Store::S3 { bucket } => bucket.is_empty(),
+        Store::Azure { container, .. } => container.is_empty(),
+    };
+    if empty {
+        return Err(format!("no bucket or container name in {s:?}"));
+    }
+    Ok((store, rest.to_string()))
+}
+
+/// `s3://bucket/key` (one object, any store's URL) into its store and key, as written.
+pub fn parse_object(s: &str) -> Result<(Store, String), String> {
+    match parse_url(s) {
+        Ok((store, key)) if !key.is_empty() && !key.ends_with('/') => Ok((store, key)),
         _ => Err(format!(
-            "an object must look like s3://BUCKET/KEY, got {s:?}"
+            "an object must look like s3://BUCKET/KEY (or az://CONTAINER/KEY), got {s:?}"
         )),
     }
 }
 
-/// `s3://bucket/prefix` into its bucket and prefix.
-pub fn parse_source(s: &str) -> Result<(String, String), String> {
-    let rest = s
-        .strip_prefix("s3://")
-        .ok_or_else(|| format!("source must look like s3://BUCKET[/PREFIX], got {s:?}"))?;
-    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-    if bucket.is_empty() {
-        return Err(format!("no bucket name in {s:?}"));
-    }
-    Ok((bucket.to_string(), prefix.trim_matches('/').to_string()))
+/// `s3://bucket/prefix` (any store's URL) into its store and prefix.
+pub fn parse_source(s: &str) -> Result<(Store, String), String> {
+    let (store, prefix) = parse_url(s)
+        .map_err(|e| format!("source must look like {FORMS}, with an optional /PREFIX: {e}"))?;
+    Ok((store, prefix.trim_matches('/').to_string()))
 }
 
 #[cfg(test)]
@@ -169,20 +232,54 @@ mod tests {
 
     #[test]
     fn objects() {
+        let s3 = |b: &str| Store::S3 { bucket: b.into() };
         assert_eq!(
             parse_object("s3://b/a/b.fa"),
-            Ok(("b".into(), "a/b.fa".into()))
+            Ok((s3("b"), "a/b.fa".into()))
         );
-        for bad in ["s3://b", "s3://b/", "s3:///k", "b/k", "s3://b/dir/"] {
+        let az = Store::Azure {
+            account: None,
+            container: "c".into(),
+            endpoint: None,
+        };
+        assert_eq!(parse_object("az://c/k//x"), Ok((az, "k//x".into())));
+        for bad in [
+            "s3://b",
+            "s3://b/",
+            "s3:///k",
+            "b/k",
+            "s3://b/dir/",
+            "az://c",
+            "gs:/b/k",
+        ] {
             assert!(parse_object(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn sources() {
-        assert_eq!(parse_source("s3://b"), Ok(("b".into(), "".into())));
-        assert_eq!(parse_source("s3://b/p/q/"), Ok(("b".into(), "p/q".into())));
-        assert!(parse_source("b/p").is_err());
-        assert!(parse_source("s3:///p").is_err());
+        let s3 = |b: &str| Store::S3 { bucket: b.into() };
+        assert_eq!(parse_source("s3://b"), Ok((s3("b"), "".into())));
+        assert_eq!(parse_source("s3://b/p/q/"), Ok((s3("b"), "p/q".into())));
+        let (store, prefix) = parse_source("https://acct.blob.core.windows.net/c/p").unwrap();
+        assert_eq!(
+            store,
+            Store::Azure {
+                account: Some("acct".into()),
+                container: "c".into(),
+                endpoint: Some("https://acct.blob.core.windows.net".into()),
+            }
+        );
+        assert_eq!(prefix, "p");
+        assert_eq!(parse_source("az://c").unwrap().0.url(), "az://c");
+        for bad in [
+            "b/p",
+            "s3:///p",
+            "az:///p",
+            "https://example.org/c",
+            "gs://b",
+        ] {
+            assert!(parse_source(bad).is_err(), "{bad}");
+        }
     }
 }
