@@ -250,7 +250,8 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     factory = getattr(item, "_flowfs_factory", None)
     if rep.failed and factory is not None and rep.when in ("call", "setup"):
-        secret = factory.seaweed.creds.secret_key
+        # The Azure factory's account key is Azurite's public development key.
+        secret = factory.seaweed.creds.secret_key if factory.seaweed is not None else None
         for i, m in enumerate(factory.mounts):
             rep.sections.append((f"flowfs log (mount {i}: {m.source})", m.log_text(secret)[-6000:]))
     fp = getattr(item, "_fault_proxy", None)

@@ -51,8 +51,48 @@ HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authenticat
 CHUNK = 256 * 1024
 
 
+def classify_azure(method: str, path: str, headers) -> tuple[str, str, str]:
+    """(operation, container, key) of an Azure Blob request to an emulator-style URL
+    (/ACCOUNT/CONTAINER/BLOB), named by the S3 operation it stands for in flowfs's client
+    (crates/flowfs-client/src/azure): Put Block is an UPLOAD_PART, Put Block List a
+    COMPLETE_MULTIPART, Get Block List a LIST_MULTIPART, Set Blob Metadata and Copy Blob
+    a COPY."""
+    parts = urlsplit(path)
+    q = parse_qs(parts.query, keep_blank_values=True)
+    _account, _, rest = parts.path.lstrip("/").partition("/")
+    container, _, key = rest.partition("/")
+    container, key = unquote(container), unquote(key)
+    comp = (q.get("comp") or [""])[0]
+    if not key:
+        if method == "GET" and comp == "list":
+            return LIST, container, ""
+        if method == "PUT" and not comp:
+            return CREATE_BUCKET, container, ""
+        return BUCKET_OTHER, container, ""
+    if method == "GET":
+        if comp == "blocklist":
+            return LIST_MULTIPART, container, key
+        return (GET_RANGE if headers.get("x-ms-range") else GET), container, key
+    if method == "HEAD":
+        return HEAD, container, key
+    if method == "DELETE":
+        return DELETE, container, key
+    if method == "PUT":
+        if comp == "block":
+            return UPLOAD_PART, container, key
+        if comp == "blocklist":
+            return COMPLETE_MULTIPART, container, key
+        if comp == "metadata" or headers.get("x-ms-copy-source"):
+            return COPY, container, key
+        if not comp:
+            return PUT, container, key
+    return OBJECT_OTHER, container, key
+
+
 def classify(method: str, path: str, headers) -> tuple[str, str, str]:
-    """(operation, bucket, key) of a path-style S3 request."""
+    """(operation, bucket, key) of a path-style S3 request (an Azure one: classify_azure)."""
+    if headers.get("x-ms-version"):
+        return classify_azure(method, path, headers)
     parts = urlsplit(path)
     q = parse_qs(parts.query, keep_blank_values=True)
     raw = parts.path.lstrip("/")

@@ -180,6 +180,7 @@ impl ArchiveClient {
                 .then(|| l.last().unwrap_or_default().to_string()),
             objects,
             prefixes: l.prefixes,
+            metadata: Default::default(),
         }
     }
 

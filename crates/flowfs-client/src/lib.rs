@@ -91,6 +91,10 @@ pub struct ListPage {
     pub prefixes: Vec<String>,
     /// Token for the next page; `None` on the last one.
     pub next_token: Option<String>,
+    /// The user metadata of listed objects, by key, where the store's listing carries it
+    /// (Azure's List Blobs with `include=metadata`): a file system above needs no HEAD
+    /// for their attributes. Empty where it does not (S3).
+    pub metadata: HashMap<String, HashMap<String, String>>,
 }
 
 /// Result of a completed upload.

@@ -55,7 +55,8 @@ impl AzureClient {
         max: Option<i32>,
     ) -> Result<xml::BlobPage> {
         // An empty `prefix=` is left out: reqsign signs it as no value, Azurite as empty.
-        let mut q = String::from("restype=container&comp=list");
+        // Each blob's metadata comes with it: attributes and symlinks without a HEAD each.
+        let mut q = String::from("restype=container&comp=list&include=metadata");
         if !prefix.is_empty() {
             q.push_str(&format!("&prefix={}", query_value(prefix)));
         }
@@ -233,6 +234,7 @@ impl ObjectClient for AzureClient {
             objects: page.blobs,
             prefixes: page.prefixes,
             next_token: page.next_marker,
+            metadata: page.metadata,
         })
     }
 

@@ -2,6 +2,7 @@
 //! it sends (Put Block List), read event by event with quick-xml: each answer needs a
 //! handful of fields, and an element path is all that tells them apart.
 
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use quick_xml::events::{BytesStart, Event};
@@ -16,6 +17,8 @@ pub(crate) struct BlobPage {
     pub blobs: Vec<ObjectInfo>,
     pub prefixes: Vec<String>,
     pub next_marker: Option<String>,
+    /// The metadata of every listed blob, by key (names as flowfs uses them).
+    pub metadata: HashMap<String, HashMap<String, String>>,
 }
 
 fn bad(what: &str, e: impl std::fmt::Display) -> ClientError {
@@ -89,8 +92,11 @@ pub(crate) fn blob_page(xml: &str) -> Result<BlobPage> {
     walk(xml, "List Blobs", |path, v, encoded| match path {
         p if p == format!("{BLOB}/Name") => {
             page.blobs.extend(blob.take());
+            let key = name_of(v, encoded);
+            // Asked with include=metadata: a blob without any has none, known.
+            page.metadata.insert(key.clone(), HashMap::new());
             blob = Some(ObjectInfo {
-                key: name_of(v, encoded),
+                key,
                 size: 0,
                 etag: String::new(),
                 last_modified: SystemTime::UNIX_EPOCH,
@@ -109,6 +115,15 @@ pub(crate) fn blob_page(xml: &str) -> Result<BlobPage> {
         p if p == format!("{BLOB}/Properties/Last-Modified") => {
             if let Some(b) = blob.as_mut() {
                 b.last_modified = httpdate::parse_http_date(&v).unwrap_or(SystemTime::UNIX_EPOCH);
+            }
+        }
+        p if p.starts_with(&format!("{BLOB}/Metadata/")) => {
+            if let Some(b) = blob.as_ref() {
+                let name = super::meta_name_in(&p[BLOB.len() + "/Metadata/".len()..]);
+                page.metadata
+                    .entry(b.key.clone())
+                    .or_default()
+                    .insert(name, v);
             }
         }
         "/EnumerationResults/Blobs/BlobPrefix/Name" => page.prefixes.push(name_of(v, encoded)),
@@ -153,7 +168,7 @@ mod tests {
 <EnumerationResults ServiceEndpoint="http://x/" ContainerName="c"><Prefix>d/</Prefix>
 <Blobs><BlobPrefix><Name>d/sub/</Name></BlobPrefix>
 <Blob><Name>d/a&amp;b</Name><Properties><Last-Modified>Sat, 28 Nov 2026 09:00:00 GMT</Last-Modified>
-<Etag>0x8DC1</Etag><Content-Length>12</Content-Length></Properties><Metadata/></Blob>
+<Etag>0x8DC1</Etag><Content-Length>12</Content-Length></Properties><Metadata><mode>33188</mode><flowfs__symlink>t</flowfs__symlink></Metadata></Blob>
 <Blob><Name Encoded="true">d/%01x</Name><Properties><Content-Length>0</Content-Length><Etag>"0x8DC2"</Etag></Properties></Blob>
 </Blobs><NextMarker>m2</NextMarker></EnumerationResults>"#;
         let p = blob_page(xml).unwrap();
@@ -165,6 +180,12 @@ mod tests {
         assert_eq!(
             p.blobs[0].last_modified,
             httpdate::parse_http_date("Sat, 28 Nov 2026 09:00:00 GMT").unwrap()
+        );
+        assert_eq!(p.metadata["d/a&b"]["mode"], "33188");
+        assert_eq!(p.metadata["d/a&b"]["flowfs-symlink"], "t");
+        assert!(
+            p.metadata["d/\u{1}x"].is_empty(),
+            "listed without metadata: none"
         );
         assert_eq!(p.blobs[1].key, "d/\u{1}x");
         assert_eq!(p.blobs[1].etag, "\"0x8DC2\"");

@@ -92,6 +92,7 @@ impl S3Client {
             objects,
             prefixes,
             next_token,
+            metadata: Default::default(),
         })
     }
 }

@@ -255,6 +255,15 @@ impl Fs {
                 {
                     continue;
                 }
+                // The listing gave its metadata (Azure): all a HEAD would.
+                if let Some(m) = page.metadata.get(&o.key) {
+                    let meta = ObjectMeta {
+                        info: o.clone(),
+                        metadata: m.clone(),
+                    };
+                    entries.insert(name.to_string(), meta_entry(&meta));
+                    continue;
+                }
                 if maybe_symlink(o) {
                     candidates.push((name.to_string(), o.key.clone()));
                 } else {

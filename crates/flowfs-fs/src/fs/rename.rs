@@ -61,13 +61,42 @@ impl Fs {
             Kind::Dir => Some(self.up.hold_all().await),
             _ => None,
         };
-        match kind {
+        let copied = match kind {
             Kind::Dir => self.rename_dir_remote(&old_path, &new_path).await?,
             _ => self.rename_file_remote(ino, &old_path, &new_path).await?,
-        }
+        };
         // Until its upload lands, a staged source shadows the object it replaced.
         self.wb.set_shadows(ino, replaced_remote);
-        self.rename_nodes(ino, (parent, name), (newparent, newname))
+        self.rename_nodes(ino, (parent, name), (newparent, newname))?;
+        self.take_copied_etags(ino, &copied);
+        Ok(())
+    }
+
+    /// The moved nodes (`ino`, or the nodes below it at the paths `copied` names relative
+    /// to it, `""` for itself) take the ETags of their copies: a copy's ETag is not always
+    /// its source's (S3's copy of a multipart object, Azure's of any blob), and a read
+    /// with the old one fails as if the file had changed on the server.
+    fn take_copied_etags(&self, ino: u64, copied: &[(String, String)]) {
+        let mut t = self.ns.lock();
+        for (rel, etag) in copied {
+            let mut at = Some(ino);
+            for name in rel.split('/').filter(|n| !n.is_empty()) {
+                // A listing kept below the moved directory holds the old ETags: the
+                // next lookup there lists again.
+                if let Some(dir) = at.filter(|&d| d != ino) {
+                    t.set_listing(dir, None);
+                }
+                at = at.and_then(|i| t.child(i, name));
+            }
+            let Some(n) = at.and_then(|i| t.get_mut(i)) else {
+                continue;
+            };
+            let new: Arc<str> = etag.as_str().into();
+            if n.page_cache_etag().is_some() && n.page_cache_etag() == n.entry.etag.as_ref() {
+                n.set_page_cache_etag(Some(new.clone()));
+            }
+            n.entry.etag = Some(new);
+        }
     }
 
     /// The source's kind, its path and the path it goes to; a directory cannot move into
@@ -113,21 +142,30 @@ impl Fs {
 
     /// Moves a file's object in the bucket, as far as its write-back state says one is
     /// there (the caller holds its naming lock).
-    async fn rename_file_remote(&self, ino: u64, old_path: &str, new_path: &str) -> Result<()> {
+    /// The copy's ETag, as `take_copied_etags` wants it, when the object was copied.
+    async fn rename_file_remote(
+        &self,
+        ino: u64,
+        old_path: &str,
+        new_path: &str,
+    ) -> Result<Vec<(String, String)>> {
         match self.wb.remote_state(ino) {
             // Only staged here: its upload goes to the new name.
-            Some((false, _)) => {}
+            Some((false, _)) => Ok(Vec::new()),
             // Staged and changed since its last upload: drop the old object.
-            Some((true, true)) => self.client.delete(&self.key(old_path)).await?,
+            Some((true, true)) => {
+                self.client.delete(&self.key(old_path)).await?;
+                Ok(Vec::new())
+            }
             // Clean: the bucket's copy moves.
             Some((true, false)) | None => {
-                self.client
+                let copy = (self.client)
                     .copy(&self.key(old_path), &self.key(new_path))
                     .await?;
                 self.client.delete(&self.key(old_path)).await?;
+                Ok(vec![(String::new(), copy.etag)])
             }
         }
-        Ok(())
     }
 
     /// The namespace after a rename: the node under its new name, both listings and the
@@ -169,7 +207,12 @@ impl Fs {
     }
 
     /// Moves every object under a directory prefix (S3 has no rename).
-    pub(super) async fn rename_dir_remote(&self, old: &str, new: &str) -> Result<()> {
+    /// Returns each copied object's path below the directory and its new ETag.
+    pub(super) async fn rename_dir_remote(
+        &self,
+        old: &str,
+        new: &str,
+    ) -> Result<Vec<(String, String)>> {
         let (from, to) = (self.dir_prefix(old), self.dir_prefix(new));
         let mut keys = Vec::new();
         let mut token = None;
@@ -192,17 +235,23 @@ impl Fs {
         }
         let objects: Vec<&String> = keys.iter().filter(|k| !k.ends_with('/')).collect();
         let client = &self.client;
+        let mut copied = Vec::with_capacity(objects.len());
         batched(
             &objects,
             |k| {
                 let (client, k) = (client.clone(), (*k).clone());
-                let nk = format!("{to}{}", &k[from.len()..]);
+                let rel = k[from.len()..].to_string();
+                let nk = format!("{to}{rel}");
                 async move {
-                    client.copy(&k, &nk).await?;
-                    client.delete(&k).await
+                    let copy = client.copy(&k, &nk).await?;
+                    client.delete(&k).await?;
+                    Ok::<_, ClientError>((rel, copy.etag))
                 }
             },
-            |r| r.map_err(FsError::from),
+            |r| {
+                copied.push(r?);
+                Ok(())
+            },
         )
         .await?;
         // Markers are empty (some servers cannot copy them) and keep empty directories.
@@ -241,6 +290,6 @@ impl Fs {
             )
             .await?;
         }
-        Ok(())
+        Ok(copied)
     }
 }
