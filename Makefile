@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -39,6 +39,11 @@ test-integration:
 # setup installs both with cargo install). About 5 minutes on 2 cores.
 test-exercisers: setup build
 	$(PYTHON) -m pytest tests/integration/test_fsx.py tests/integration/test_pjdfstest.py -v
+
+# The other stores' tests only (issue 30): Azure Blob on Azurite (`-m azure`), and the
+# emulators' own checks (`-m gcs`). Also part of `test`.
+test-stores: setup build
+	$(PYTHON) -m pytest tests/integration -v -m "azure or gcs"
 
 # The Nextflow/Snakemake end-to-end tests only (tests/integration/test_workflows.py).
 test-workflows: setup workflow-deps build

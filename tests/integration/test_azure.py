@@ -140,3 +140,26 @@ def mount(flowfs_binary, azurite, work_dir, request):  # noqa: ARG001 - flowfs_b
     request.node._flowfs_factory = factory
     yield factory
     factory.close_all()
+
+
+def test_requests_per_new_small_file(mount, bucket, s3, proxy):
+    """Issue 30's target on Azure: B5's shape (new 400-byte files in a new directory, until
+    durable) costs at most 1.1 requests per file, counted at the proxy from the first
+    write to the end of `flowfs unmount`."""
+    n = 200
+    m = mount(bucket, proxy=proxy)
+    proxy.reset()
+    os.mkdir(m / "b5")
+    for i in range(n):
+        with open(m / f"b5/f{i:04d}.txt", "wb") as f:
+            f.write(payload(400, f"b5-{i}"))
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    ops = proxy.stats.snapshot()["ops"]
+    total = sum(ops.values())
+    per_file = total / n
+    print(f"{n} new files: {total} requests ({per_file:.3f} per file): {ops}")
+    assert per_file <= 1.1, f"{per_file:.3f} requests per new small file\n{proxy.stats.summary()}"
+    listed = {k for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="b5/")
+              for k in (o["Key"] for o in page["Contents"])}
+    assert len([k for k in listed if not k.endswith("/")]) == n
