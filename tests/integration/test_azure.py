@@ -163,3 +163,69 @@ def test_requests_per_new_small_file(mount, bucket, s3, proxy):
     listed = {k for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="b5/")
               for k in (o["Key"] for o in page["Contents"])}
     assert len([k for k in listed if not k.endswith("/")]) == n
+
+
+def _closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/metadata/identity/oauth2/token"
+
+
+def _mount_fails(flowfs_binary, source, env, work_dir, extra=()):
+    from flowfs_mount import mount_args
+
+    mp = work_dir / "mp"
+    mp.mkdir(exist_ok=True)
+    home = work_dir / "home"
+    home.mkdir(exist_ok=True)
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+            # reqsign's managed-identity step asks this instead of 169.254.169.254: a closed
+            # loopback port, so nothing leaves the machine and the refusal is immediate.
+            "AZURE_IMDS_ENDPOINT": _closed_port_url()}
+    args = mount_args(source, mp, cache_dir=work_dir / "cache", log_file=work_dir / "m.log",
+                      pid_file=None, endpoint=None, extra=extra)
+    import subprocess
+    import time
+
+    t0 = time.monotonic()
+    r = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                       env=base | env, check=False)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    return r.returncode, (lines[-1] if lines else ""), time.monotonic() - t0, r.stderr
+
+
+def test_no_account_names_what_to_set(flowfs_binary, work_dir):
+    rc, line, took, _ = _mount_fails(flowfs_binary, "az://c", {}, work_dir)
+    assert rc == 1, line
+    assert line.startswith("flowfs: ") and "AZURE_STORAGE_CONNECTION_STRING" in line, line
+    assert "--azure-account" in line and "AZURE_STORAGE_KEY" in line, line
+    assert took < 15
+
+
+def test_an_account_without_any_credential_names_what_was_looked_for(flowfs_binary, work_dir):
+    rc, line, took, _ = _mount_fails(flowfs_binary, "az://c", {}, work_dir, extra=["--azure-account", "acct"])
+    assert rc == 1, line
+    assert "credentials" in line and "AZURE_STORAGE_CONNECTION_STRING" in line, line
+    assert took < 15, f"took {took:.1f} s"
+
+
+def test_a_wrong_key_is_access_denied_and_never_printed(flowfs_binary, azurite, bucket, work_dir):
+    wrong = "d3JvbmcgYnV0IHdlbGwtZm9ybWVkIGtleSBmb3IgdGhlIHRlc3Q="
+    cs = azurite.connection_string.replace(azurite.connection_string.split("AccountKey=")[1].split(";")[0], wrong)
+    rc, line, _, err = _mount_fails(flowfs_binary, f"az://{bucket}", {"AZURE_STORAGE_CONNECTION_STRING": cs},
+                                    work_dir)
+    assert rc == 1, line
+    assert "access to container" in line and "denied" in line, line
+    log = work_dir / "m.log"
+    assert wrong not in err, "the key is printed"
+    assert not log.exists() or wrong not in log.read_text(errors="replace"), "the key is logged"
+
+
+def test_a_missing_container_is_named(flowfs_binary, azurite, work_dir):
+    rc, line, _, _ = _mount_fails(flowfs_binary, "az://no-such-container",
+                                  {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string}, work_dir)
+    assert rc == 1, line
+    assert "container no-such-container does not exist" in line, line
