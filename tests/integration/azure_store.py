@@ -68,6 +68,10 @@ class AzureS3:
         # Staged blocks and a commit, as a big upload is on Azure.
         self._blob(bucket, key).upload_blob(f, overwrite=True, max_concurrency=4)
 
+    def upload_file(self, path: str, bucket: str, key: str, Config=None):  # noqa: N803
+        with open(path, "rb") as f:
+            self.upload_fileobj(f, bucket, key, Config=Config)
+
     def head_object(self, Bucket: str, Key: str):  # noqa: N803
         from azure.core.exceptions import ResourceNotFoundError
 

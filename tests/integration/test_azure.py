@@ -229,3 +229,58 @@ def test_a_missing_container_is_named(flowfs_binary, azurite, work_dir):
                                   {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string}, work_dir)
     assert rc == 1, line
     assert "container no-such-container does not exist" in line, line
+
+
+# ------------------------------------------------------------------ the Snakemake pipeline on Azure
+
+@pytest.fixture(scope="module")
+def az_snakemake(flowfs_binary, azurite, s3, wf_data, session_dir):  # noqa: ARG001
+    """test_workflows.py's Snakemake run on an Azure container: inputs on a read-only mount
+    of az://C/data, `--directory` on a mount of az://C/smk; unmounted at the end."""
+    import tempfile
+    from pathlib import Path
+
+    from workflow_helpers import ENGINE_TIMEOUT, need_tools, run_engine, snakemake_cmd, upload_data, vcf_records
+
+    need_tools("snakemake")
+    b = _container(s3, "workflows")
+    upload_data(s3, b, wf_data, "data/")
+    base = Path(tempfile.mkdtemp(prefix="wf-snakemake-az-", dir=session_dir))
+    factory = AzureMountFactory(azurite, base)
+    try:
+        data = factory(b, "data", read_only=True)
+        smk = factory(b, "smk")
+        run = run_engine(snakemake_cmd(data.path, smk.path), cwd=base, timeout=ENGINE_TIMEOUT)
+        print(f"\nSnakemake on Azure, --directory on flowfs: {run.wall_s:.1f}s")
+        vcf = smk.path / "results" / "annotated.vcf.gz"
+        records = vcf_records(vcf) if run.ok and vcf.exists() else None
+        um = smk.unmount(timeout=300) if run.ok else None
+        yield {"run": run, "records": records, "unmount": um, "factory": factory, "data": data, "bucket": b}
+    finally:
+        factory.close_all()
+
+
+@pytest.mark.workflows
+def test_snakemake_on_azure_matches_local(az_snakemake, local_reference):
+    from workflow_helpers import diff_records
+
+    r = az_snakemake
+    logs = "\n".join(m.log_text()[-3000:] for m in r["factory"].mounts)
+    assert r["run"].ok, f"Snakemake on an Azure mount failed: {r['run'].describe()}\n{logs}"
+    assert r["records"] == local_reference, diff_records(r["records"] or [], local_reference)
+    assert r["unmount"] is not None and r["unmount"].returncode == 0, r["unmount"]
+
+
+@pytest.mark.workflows
+def test_snakemake_on_azure_nothing_to_rerun_after_remount(az_snakemake, local_reference):
+    from workflow_helpers import run_engine, snakemake_cmd, vcf_records
+
+    r = az_snakemake
+    if not r["run"].ok:
+        pytest.fail("the Snakemake run failed (see test_snakemake_on_azure_matches_local)")
+    smk2 = r["factory"](r["bucket"], "smk")
+    d = r["factory"].work_dir / "dry-run"
+    dry = run_engine(snakemake_cmd(r["data"].path, smk2.path, extra=["-n"]), cwd=d, timeout=300)
+    assert dry.ok, f"snakemake -n on the remounted directory failed: {dry.describe()}"
+    assert "Nothing to be done" in dry.output, f"Snakemake wants to rerun jobs after a remount:\n{dry.output[-4000:]}"
+    assert vcf_records(smk2.path / "results" / "annotated.vcf.gz") == local_reference
