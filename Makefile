@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
+.PHONY: setup build lint test test-rust test-integration test-stores bench-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -90,6 +90,11 @@ bench-archives: setup build
 # BENCH_TOOLS=a,b limits the peers (CI: flowfs and the mounting peers, not the copy CLIs).
 bench-quick: setup build
 	$(PYTHON) bench/run.py --quick $(if $(BENCH_TOOLS),--tools $(BENCH_TOOLS))
+
+# Issue 30's store benchmark (bench/stores.py): B1 and B3 on Azure Blob (Azurite) through
+# flowfs against rclone's azureblob backend and Azure's Python SDK, one run.
+bench-stores: setup build
+	$(PYTHON) bench/stores.py --runs $(or $(RUNS),3)
 
 # Issue 16's node-cache benchmark (bench/shared_cache.py): 8 concurrent `flowfs run` tasks on
 # one --cache-dir, each reading the same object cold; SIZE=1G by default, PRIVATE=1 adds the
