@@ -284,3 +284,48 @@ def test_snakemake_on_azure_nothing_to_rerun_after_remount(az_snakemake, local_r
     assert dry.ok, f"snakemake -n on the remounted directory failed: {dry.describe()}"
     assert "Nothing to be done" in dry.output, f"Snakemake wants to rerun jobs after a remount:\n{dry.output[-4000:]}"
     assert vcf_records(smk2.path / "results" / "annotated.vcf.gz") == local_reference
+
+
+# ------------------------------------------------------------------ flowfs cache and flowfs run on Azure
+
+def test_prefetch_then_a_mount_reads_from_disk(mount, s3, bucket, proxy, work_dir, azurite):
+    """`flowfs cache prefetch az://C/KEY` fills the node cache, where a mount of the same
+    container finds it (the cache knows the container as az://ACCOUNT/C): no GET."""
+    from test_cache_cli import cli, stats
+
+    a = payload(5 * MiB + 17, "pf-a")
+    put_many(s3, bucket, {"ref/a.fa": a})
+    cache = work_dir / "warm"
+    env = dict(os.environ, AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string)
+    r = cli(["prefetch", f"az://{bucket}/ref/a.fa", "--cache-dir", str(cache),
+             "--endpoint-url", f"{proxy.endpoint}/{AZURE_ACCOUNT}"], env)
+    assert r.returncode == 0, r.stderr
+    assert f"az://{bucket}/ref/a.fa" in r.stdout, r.stdout
+    assert len(a) <= proxy.stats.get_bytes <= 1.1 * len(a)
+    st = stats(cache, env)
+    assert st["buckets"][f"az://{AZURE_ACCOUNT}/{bucket}"]["objects"] == 1, st["buckets"]
+    proxy.reset()
+    m = mount(bucket, proxy=proxy, cache_dir=cache)
+    assert (m / "ref/a.fa").read_bytes() == a
+    assert proxy.count("GET", "GET_RANGE") == 0, proxy.stats.summary()
+
+
+def test_flowfs_run_with_an_azure_mount(s3, bucket, work_dir, flowfs_binary, azurite):
+    """`flowfs run --mount az://C/work=DIR -- CMD`: the command's exit code comes back, and
+    its outputs are in the container when flowfs run returns."""
+    import subprocess
+
+    mnt = work_dir / "task"
+    env = dict(os.environ, AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string)
+    out = payload(9 * MiB + 5, "run-out")  # more than one part: a block list
+    (work_dir / "out.bin").write_bytes(out)
+    for code in (0, 3):
+        cmd = [flowfs_binary, "run", "--mount", f"az://{bucket}/work={mnt}", "--cache-dir", str(work_dir / "cache"),
+               "--", "bash", "-c", f"mkdir -p {mnt}/t{code} && cp {work_dir}/out.bin {mnt}/t{code}/ "
+                                   f"&& echo {code} > {mnt}/t{code}/.exitcode && exit {code}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+        assert r.returncode == code, r.stderr
+        got = s3.get_object(Bucket=bucket, Key=f"work/t{code}/out.bin")["Body"].read()
+        assert sha256(got) == sha256(out)
+        assert s3.get_object(Bucket=bucket, Key=f"work/t{code}/.exitcode")["Body"].read() == f"{code}\n".encode()
+        assert not os.path.ismount(mnt)
