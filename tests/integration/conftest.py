@@ -271,13 +271,17 @@ class WideDir:
 WIDE_COUNT = 2100
 
 
-@pytest.fixture(scope="session")
-def wide_dir(s3):
-    """2,100 small objects of distinct sizes under one prefix (three listing pages)."""
-    b = create_bucket(s3, "wide")
+def fill_wide_dir(s3, b: str) -> WideDir:
+    """2,100 small objects of distinct sizes under one prefix of bucket `b`."""
     sizes = {f"f{i:05d}.dat": (i * 7919) % 4099 for i in range(WIDE_COUNT)}
     put_many(s3, b, {f"wide/{n}": payload(sz, n) for n, sz in sizes.items()}, threads=16)
     return WideDir(b, "wide/", sizes)
+
+
+@pytest.fixture(scope="session")
+def wide_dir(s3):
+    """2,100 small objects of distinct sizes under one prefix (three listing pages)."""
+    return fill_wide_dir(s3, create_bucket(s3, "wide"))
 
 
 @dataclass
@@ -288,15 +292,30 @@ class BigObject:
     sha256: str
 
 
-@pytest.fixture(scope="session")
-def big_object(s3):
-    """One 256 MiB object (multipart upload), its bytes kept for comparisons."""
-    b = create_bucket(s3, "big")
+def fill_big_object(s3, b: str) -> BigObject:
+    """One 256 MiB object in bucket `b` (multipart upload), its bytes kept."""
     data = payload(256 * MiB, "big-256")
     upload_large(s3, b, "data/big.bin", data)
     head = s3.head_object(Bucket=b, Key="data/big.bin")
     assert head["ContentLength"] == len(data)
     return BigObject(b, "data/big.bin", data, sha256(data))
+
+
+@pytest.fixture(scope="session")
+def big_object(s3):
+    """One 256 MiB object (multipart upload), its bytes kept for comparisons."""
+    return fill_big_object(s3, create_bucket(s3, "big"))
+
+
+@pytest.fixture(scope="session")
+def azurite(session_dir):
+    """Azurite's blob service (emulators.py) for the session: test_azure.py and
+    test_store_emulators.py."""
+    from emulators import Azurite
+
+    a = Azurite(session_dir / "azurite").start()
+    yield a
+    a.stop()
 
 
 # ------------------------------------------------------------------ the test pipeline (workflows/)

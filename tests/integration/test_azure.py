@@ -18,8 +18,8 @@ import secrets
 import pytest
 
 from azure_store import AzureS3
-from conftest import FAULT_SEED, WIDE_COUNT, BigObject, MountFactory, WideDir
-from helpers import MiB, payload, put_many, sha256, upload_large
+from conftest import FAULT_SEED, MountFactory, fill_big_object, fill_wide_dir
+from helpers import MiB, payload, put_many, sha256
 from emulators import AZURE_ACCOUNT, Azurite
 from faultproxy import FaultProxy
 from flowfs_mount import start_mount
@@ -53,13 +53,6 @@ pytestmark = pytest.mark.azure
 
 
 @pytest.fixture(scope="session")
-def azurite(session_dir):
-    a = Azurite(session_dir / "azurite").start()
-    yield a
-    a.stop()
-
-
-@pytest.fixture(scope="session")
 def s3(azurite):
     return AzureS3(azurite.service())
 
@@ -80,19 +73,12 @@ def bucket(s3, request):
 # session ran S3 tests first).
 @pytest.fixture(scope="module")
 def wide_dir(s3):
-    b = _container(s3, "wide")
-    sizes = {f"f{i:05d}.dat": (i * 7919) % 4099 for i in range(WIDE_COUNT)}
-    put_many(s3, b, {f"wide/{n}": payload(sz, n) for n, sz in sizes.items()}, threads=16)
-    return WideDir(b, "wide/", sizes)
+    return fill_wide_dir(s3, _container(s3, "wide"))
 
 
 @pytest.fixture(scope="module")
 def big_object(s3):
-    b = _container(s3, "big")
-    data = payload(256 * MiB, "big-256")
-    upload_large(s3, b, "data/big.bin", data)
-    assert s3.head_object(Bucket=b, Key="data/big.bin")["ContentLength"] == len(data)
-    return BigObject(b, "data/big.bin", data, sha256(data))
+    return fill_big_object(s3, _container(s3, "big"))
 
 
 @pytest.fixture

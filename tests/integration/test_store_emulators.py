@@ -19,15 +19,8 @@ import urllib.parse
 
 import pytest
 
-from emulators import Azurite, FakeGcs
+from emulators import FakeGcs
 from emulators import request as _req
-
-
-@pytest.fixture(scope="module")
-def azurite(session_dir):
-    a = Azurite(session_dir / "azurite").start()
-    yield a
-    a.stop()
 
 
 @pytest.fixture(scope="module")
