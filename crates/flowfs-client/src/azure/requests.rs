@@ -135,8 +135,7 @@ struct Answer<'a> {
 
 impl crate::body::Frames for Answer<'_> {
     async fn next_frame(&mut self) -> Result<Option<Bytes>> {
-        (self.r.chunk().await)
-            .map_err(|e| ClientError::Transient(format!("{}: body: {e}", self.key)))
+        (self.r.chunk().await).map_err(|e| super::errors::body_error(self.key, e))
     }
 }
 
@@ -151,7 +150,7 @@ fn header(r: &reqwest::Response, name: &str) -> String {
 async fn text(r: reqwest::Response, what: &str) -> Result<String> {
     r.text()
         .await
-        .map_err(|e| ClientError::Transient(format!("{what}: body: {e}")))
+        .map_err(|e| super::errors::body_error(what, e))
 }
 
 fn put_result(r: &reqwest::Response) -> PutResult {
