@@ -315,3 +315,11 @@ def test_flowfs_run_with_an_azure_mount(s3, bucket, work_dir, flowfs_binary, azu
         assert sha256(got) == sha256(out)
         assert s3.get_object(Bucket=bucket, Key=f"work/t{code}/.exitcode")["Body"].read() == f"{code}\n".encode()
         assert not os.path.ismount(mnt)
+
+
+def test_a_part_size_above_azures_largest_block_is_refused(flowfs_binary, azurite, bucket, work_dir):
+    rc, line, _, _ = _mount_fails(flowfs_binary, f"az://{bucket}",
+                                  {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string}, work_dir,
+                                  extra=["--part-size", "4G"])
+    assert rc == 1, line
+    assert "--part-size" in line and "4000M" in line, line

@@ -10,8 +10,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use flowfs_fs::{disk_space, FsConfig, MetaHeads};
 
 use crate::cli::{
-    parse_endpoint, parse_min_free, parse_size, parse_source, MountArgs, MountOptions,
+    parse_endpoint, parse_min_free, parse_size, parse_source, MountArgs, MountOptions, Store,
 };
+
+/// Azure's largest block (Put Block), the largest part of an upload there.
+const AZURE_MAX_BLOCK: u64 = 4000 << 20;
 use crate::daemon::{self, Ready};
 use crate::mountinfo::mount_type;
 use crate::session;
@@ -29,6 +32,9 @@ pub fn mount(args: MountArgs) -> Result<()> {
         );
     }
     let cfg = fs_config(&args.opts, &bucket, &prefix)?;
+    if matches!(store, Store::Azure { .. }) && cfg.part_size > AZURE_MAX_BLOCK {
+        bail!("--part-size must be at most 4000M on Azure Blob (its largest block)");
+    }
     if args.opts.fuse_threads == 0 {
         bail!("--fuse-threads must be at least 1");
     }
