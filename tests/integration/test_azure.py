@@ -14,6 +14,11 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -22,8 +27,18 @@ from conftest import FAULT_SEED, MountFactory, fill_big_object, fill_wide_dir
 from helpers import MiB, payload, put_many, sha256
 from emulators import AZURE_ACCOUNT, Azurite
 from faultproxy import FaultProxy
-from flowfs_mount import start_mount
+from flowfs_mount import mount_args, start_mount
 from s3proxy import CountingProxy
+from test_cache_cli import cli, stats
+from workflow_helpers import (
+    ENGINE_TIMEOUT,
+    diff_records,
+    need_tools,
+    run_engine,
+    snakemake_cmd,
+    upload_data,
+    vcf_records,
+)
 
 # The same bodies, run here on Azure (pytest collects them in this module, with its
 # fixtures; the data fixtures of test_read come along, the session ones are redefined below).
@@ -152,8 +167,6 @@ def test_requests_per_new_small_file(mount, bucket, s3, proxy):
 
 
 def _closed_port_url() -> str:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -161,8 +174,6 @@ def _closed_port_url() -> str:
 
 
 def _mount_fails(flowfs_binary, source, env, work_dir, extra=()):
-    from flowfs_mount import mount_args
-
     mp = work_dir / "mp"
     mp.mkdir(exist_ok=True)
     home = work_dir / "home"
@@ -173,9 +184,6 @@ def _mount_fails(flowfs_binary, source, env, work_dir, extra=()):
             "AZURE_IMDS_ENDPOINT": _closed_port_url()}
     args = mount_args(source, mp, cache_dir=work_dir / "cache", log_file=work_dir / "m.log",
                       pid_file=None, endpoint=None, extra=extra)
-    import subprocess
-    import time
-
     t0 = time.monotonic()
     r = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
                        env=base | env, check=False)
@@ -223,11 +231,6 @@ def test_a_missing_container_is_named(flowfs_binary, azurite, work_dir):
 def az_snakemake(flowfs_binary, azurite, s3, wf_data, session_dir):  # noqa: ARG001
     """test_workflows.py's Snakemake run on an Azure container: inputs on a read-only mount
     of az://C/data, `--directory` on a mount of az://C/smk; unmounted at the end."""
-    import tempfile
-    from pathlib import Path
-
-    from workflow_helpers import ENGINE_TIMEOUT, need_tools, run_engine, snakemake_cmd, upload_data, vcf_records
-
     need_tools("snakemake")
     b = _container(s3, "workflows")
     upload_data(s3, b, wf_data, "data/")
@@ -248,8 +251,6 @@ def az_snakemake(flowfs_binary, azurite, s3, wf_data, session_dir):  # noqa: ARG
 
 @pytest.mark.workflows
 def test_snakemake_on_azure_matches_local(az_snakemake, local_reference):
-    from workflow_helpers import diff_records
-
     r = az_snakemake
     logs = "\n".join(m.log_text()[-3000:] for m in r["factory"].mounts)
     assert r["run"].ok, f"Snakemake on an Azure mount failed: {r['run'].describe()}\n{logs}"
@@ -259,8 +260,6 @@ def test_snakemake_on_azure_matches_local(az_snakemake, local_reference):
 
 @pytest.mark.workflows
 def test_snakemake_on_azure_nothing_to_rerun_after_remount(az_snakemake, local_reference):
-    from workflow_helpers import run_engine, snakemake_cmd, vcf_records
-
     r = az_snakemake
     if not r["run"].ok:
         pytest.fail("the Snakemake run failed (see test_snakemake_on_azure_matches_local)")
@@ -277,8 +276,6 @@ def test_snakemake_on_azure_nothing_to_rerun_after_remount(az_snakemake, local_r
 def test_prefetch_then_a_mount_reads_from_disk(mount, s3, bucket, proxy, work_dir, azurite):
     """`flowfs cache prefetch az://C/KEY` fills the node cache, where a mount of the same
     container finds it (the cache knows the container as az://ACCOUNT/C): no GET."""
-    from test_cache_cli import cli, stats
-
     a = payload(5 * MiB + 17, "pf-a")
     put_many(s3, bucket, {"ref/a.fa": a})
     cache = work_dir / "warm"
@@ -299,8 +296,6 @@ def test_prefetch_then_a_mount_reads_from_disk(mount, s3, bucket, proxy, work_di
 def test_flowfs_run_with_an_azure_mount(s3, bucket, work_dir, flowfs_binary, azurite):
     """`flowfs run --mount az://C/work=DIR -- CMD`: the command's exit code comes back, and
     its outputs are in the container when flowfs run returns."""
-    import subprocess
-
     mnt = work_dir / "task"
     env = dict(os.environ, AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string)
     out = payload(9 * MiB + 5, "run-out")  # more than one part: a block list

@@ -12,12 +12,12 @@ use flowfs_fs::{disk_space, FsConfig, MetaHeads};
 use crate::cli::{
     parse_endpoint, parse_min_free, parse_size, parse_source, MountArgs, MountOptions, Store,
 };
-
-/// Azure's largest block (Put Block), the largest part of an upload there.
-const AZURE_MAX_BLOCK: u64 = 4000 << 20;
 use crate::daemon::{self, Ready};
 use crate::mountinfo::mount_type;
 use crate::session;
+
+/// Azure's largest block (Put Block), the largest part of an upload there.
+const AZURE_MAX_BLOCK: u64 = 4000 << 20;
 
 /// Mounts `args.source` at `args.dir`; returns once the mount is ready (in the
 /// foreground: once it is unmounted).
@@ -39,10 +39,12 @@ pub fn mount(args: MountArgs) -> Result<()> {
         bail!("--fuse-threads must be at least 1");
     }
     if args.opts.foreground {
-        return session::serve(&args, cfg, &dir, Ready::nobody());
+        return session::serve(&args, &store, cfg, &dir, Ready::nobody());
     }
     let tied = args.opts.end_with_parent;
-    daemon::spawn(tied, |ready| session::serve(&args, cfg, &dir, ready))
+    daemon::spawn(tied, |ready| {
+        session::serve(&args, &store, cfg, &dir, ready)
+    })
 }
 
 /// The settings of the file system, from the options.

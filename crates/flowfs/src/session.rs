@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use flowfs_fs::{Fs, FsConfig, FuseAdapter};
 
-use crate::cli::{parse_source, MountArgs};
+use crate::cli::{MountArgs, Store};
 use crate::control;
 use crate::daemon::Ready;
 use crate::logging;
@@ -17,14 +17,20 @@ use crate::stop::{spawn_signal_task, Ending};
 
 /// Serves the mount at `dir` until it is unmounted; `ready` hears `OK` once the mount is
 /// up, or `ERR <why>` if it never comes up.
-pub fn serve(args: &MountArgs, cfg: FsConfig, dir: &Path, mut ready: Ready) -> Result<()> {
+pub fn serve(
+    args: &MountArgs,
+    store: &Store,
+    cfg: FsConfig,
+    dir: &Path,
+    mut ready: Ready,
+) -> Result<()> {
     // Everything the mount process creates (log, journal, cache files, pid file) is its
     // user's alone: logs and journal records name buckets, keys and paths. Set here, in
     // the mount process only: `flowfs run` must not hand this umask to its command.
     // SAFETY: umask cannot fail.
     unsafe { libc::umask(0o077) };
     logging::init(args, &cfg.cache_dir);
-    let r = session(args, cfg, dir, &mut ready);
+    let r = session(args, store, cfg, dir, &mut ready);
     if let Err(e) = &r {
         ready.send(&format!("ERR {e:#}"));
     }
@@ -75,14 +81,19 @@ fn fuse_config(args: &MountArgs, read_only: bool) -> Result<fuser::Config> {
 
 /// The life of the mount after its checks, from the runtime to the clean-up after the
 /// session ends; `ready` hears `OK` once the kernel has the mount.
-fn session(args: &MountArgs, mut cfg: FsConfig, dir: &Path, ready: &mut Ready) -> Result<()> {
+fn session(
+    args: &MountArgs,
+    store: &Store,
+    mut cfg: FsConfig,
+    dir: &Path,
+    ready: &mut Ready,
+) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .thread_name("flowfs-io")
         .enable_all()
         .build()?;
-    let (store, _) = parse_source(&args.source).map_err(|e| anyhow!(e))?;
-    let client = crate::stores::connect(&rt, &args.opts, &cfg, &store)?;
+    let client = crate::stores::connect(&rt, &args.opts, &cfg, store)?;
     let store = crate::archive::serve_source(&rt, client.clone(), &mut cfg, args.opts.archives)?;
     let read_only = cfg.read_only;
     let fs = Arc::new(Fs::new(cfg, store)?);

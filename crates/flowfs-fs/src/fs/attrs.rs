@@ -223,11 +223,7 @@ impl Fs {
                 if let Some(n) = t.get_mut(ino) {
                     // The body is the same: what the kernel and the cache hold stays good.
                     if n.entry.etag.as_deref() == Some(etag) {
-                        let new: Arc<str> = put.etag.as_str().into();
-                        n.entry.etag = Some(new.clone());
-                        if n.page_cache_etag().map(|e| &**e) == Some(etag) {
-                            n.set_page_cache_etag(Some(new));
-                        }
+                        n.retag(put.etag.as_str().into());
                     }
                 }
                 Ok(())

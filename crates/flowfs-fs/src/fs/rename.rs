@@ -91,11 +91,7 @@ impl Fs {
             let Some(n) = at.and_then(|i| t.get_mut(i)) else {
                 continue;
             };
-            let new: Arc<str> = etag.as_str().into();
-            if n.page_cache_etag().is_some() && n.page_cache_etag() == n.entry.etag.as_ref() {
-                n.set_page_cache_etag(Some(new.clone()));
-            }
-            n.entry.etag = Some(new);
+            n.retag(etag.as_str().into());
         }
     }
 

@@ -163,6 +163,15 @@ impl Node {
         self.page_cache_etag = etag.map(Box::new);
     }
 
+    /// The same bytes under a new ETag (its metadata rewritten, or its object copied
+    /// to a new name): what the kernel's page cache holds of the old one stays good.
+    pub fn retag(&mut self, etag: Arc<str>) {
+        if self.page_cache_etag().is_some() && self.page_cache_etag() == self.entry.etag.as_ref() {
+            self.set_page_cache_etag(Some(etag.clone()));
+        }
+        self.entry.etag = Some(etag);
+    }
+
     /// No name leads to it any more (unlinked or replaced while still in use).
     pub fn is_unlinked(&self) -> bool {
         self.unlinked
