@@ -10,6 +10,7 @@ mod body;
 mod buf;
 pub mod copy;
 mod error;
+pub mod gcs;
 mod limiter;
 pub mod meta;
 pub mod mock;

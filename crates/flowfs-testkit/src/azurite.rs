@@ -3,11 +3,8 @@
 //! phones home without it), data in a private temp dir; ready when it answers HTTP. It is
 //! installed pinned by scripts/setup.sh under ~/.cache/flowfs-emul (FLOWFS_EMUL_DIR).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use flowfs_client::azure::{AzureClient, AzureConfig};
 
@@ -73,7 +70,8 @@ impl Azurite {
                 }
             }
             let mut child = crate::group::spawn(&mut cmd, "azurite-blob");
-            match wait_ready(&mut child, port, Duration::from_secs(60)) {
+            let probe = format!("/{ACCOUNT}?comp=list");
+            match crate::group::wait_http(&mut child, port, &probe, "azurite") {
                 Ok(()) => {
                     return Azurite {
                         child: Some(child),
@@ -125,38 +123,6 @@ impl Azurite {
 
     pub fn log_tail(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-/// Ready when the port answers an HTTP request with a status line.
-fn wait_ready(child: &mut Child, port: u16, timeout: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    let mut last = String::from("no answer yet");
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("azurite exited early: {status}"));
-        }
-        match answers(port) {
-            Ok(()) => return Ok(()),
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Err(format!("azurite not answering on port {port}: {last}"))
-}
-
-fn answers(port: u16) -> Result<(), String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok();
-    let req = format!(
-        "GET /{ACCOUNT}?comp=list HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
-    let mut buf = [0u8; 12];
-    s.read_exact(&mut buf).map_err(|e| e.to_string())?;
-    match buf.starts_with(b"HTTP/1.1 ") {
-        true => Ok(()),
-        false => Err(format!("not HTTP: {:?}", String::from_utf8_lossy(&buf))),
     }
 }
 

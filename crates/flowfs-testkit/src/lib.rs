@@ -1,9 +1,10 @@
 //! What the test suites of the flowfs crates share and the binary never links: the
-//! SeaweedFS harness (`weed`) and Azurite's (`azurite`), used by the client's conformance
-//! runs (flowfs-client/tests/conformance_seaweedfs, conformance_azurite) and the core's
+//! SeaweedFS harness (`weed`) Azurite's (`azurite`) and fake-gcs-server's (`fakegcs`), used by the client's conformance
+//! runs (flowfs-client/tests/conformance_seaweedfs, conformance_azurite, conformance_fakegcs) and the core's
 //! shared bodies over a real server (flowfs-fs/tests/fs_on_seaweedfs). A dev-dependency
 //! of both, so that no test includes another crate's source by `#[path]`.
 
 pub mod azurite;
+pub mod fakegcs;
 mod group;
 pub mod weed;

@@ -158,9 +158,12 @@ static BACKEND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Whether the store's ETags are S3's: the MD5 of the body (`-N` after a multipart
 /// upload's), kept by a metadata rewrite. Azure's are opaque versions, new at every
-/// change of the blob or its metadata.
+/// change of the blob or its metadata; GCS's are generations (new at every write, kept
+/// by a metadata change on GCS but not on fake-gcs-server).
 pub fn s3_etags() -> bool {
-    !BACKEND.get().is_some_and(|b| b.starts_with("azur"))
+    !BACKEND
+        .get()
+        .is_some_and(|b| b.starts_with("azur") || b == "gcs")
 }
 
 fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {

@@ -1,0 +1,172 @@
+//! S3's multipart uploads on GCS, which has none of its own that can take parts in
+//! parallel (a resumable upload takes its bytes in order): each part is an object of its
+//! own, and the completion composes them into the key (32 sources per compose call, so a
+//! tree of them above 32 parts), then deletes them. The parts of upload ID of KEY live at
+//!
+//! `.flowfs-parts/H/ID/` with `open` (empty, written by `create_multipart` so that
+//! `list_uploads` finds an upload before its first part), `pNNNNN` (part NNNNN) and
+//! `cL-NNNNN` (a compose of level L),
+//!
+//! H being the first 128 bits of the key's SHA-256 in hex (a key may be 1024 bytes; a
+//! part's name must stay below that). Listings leave `.flowfs-parts/` out. An upload id is
+//! flowfs's own, `SECS-NONCE` (when it began, and 64 random bits). The metadata given at
+//! creation, and each part's generation, are kept here until the completion: an upload
+//! survives only in the process that began it, as flowfs's recovery expects (it aborts a
+//! dead mount's uploads, which deletes their part objects, and sends the files again).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+
+use crate::UploadInfo;
+
+/// Where the part objects of every upload live, at the bucket's root.
+pub(crate) const PARTS_DIR: &str = ".flowfs-parts/";
+/// Sources one compose call takes (GCS's limit).
+pub(super) const COMPOSE_MAX: usize = 32;
+
+/// The uploads this client began and has not ended.
+#[derive(Default)]
+pub(super) struct Uploads {
+    open: Mutex<HashMap<String, Open>>,
+}
+
+struct Open {
+    key: String,
+    metadata: HashMap<String, String>,
+    /// Part number → the generation of its object.
+    parts: BTreeMap<i32, String>,
+}
+
+impl Uploads {
+    /// A new upload of `key`: its id.
+    pub(super) fn begin(&self, key: &str, metadata: &HashMap<String, String>) -> String {
+        let secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let id = format!("{secs:010}-{:016x}", rand::random::<u64>());
+        let open = Open {
+            key: key.to_string(),
+            metadata: metadata.clone(),
+            parts: BTreeMap::new(),
+        };
+        self.open.lock().insert(id.clone(), open);
+        id
+    }
+
+    /// Whether `id` is an upload of `key` this client began and has not ended.
+    pub(super) fn is_open(&self, key: &str, id: &str) -> bool {
+        self.open.lock().get(id).is_some_and(|o| o.key == key)
+    }
+
+    /// Notes that part `n` of upload `id` is the object of `generation`; false if the
+    /// upload is no longer open.
+    pub(super) fn part_sent(&self, key: &str, id: &str, n: i32, generation: &str) -> bool {
+        let mut open = self.open.lock();
+        match open.get_mut(id).filter(|o| o.key == key) {
+            Some(o) => {
+                o.parts.insert(n, generation.to_string());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The metadata of open upload `id` of `key` and the generations of its parts.
+    pub(super) fn state(
+        &self,
+        key: &str,
+        id: &str,
+    ) -> Option<(HashMap<String, String>, BTreeMap<i32, String>)> {
+        let open = self.open.lock();
+        open.get(id)
+            .filter(|o| o.key == key)
+            .map(|o| (o.metadata.clone(), o.parts.clone()))
+    }
+
+    /// Ends upload `id` of `key`; whether it was open.
+    pub(super) fn end(&self, key: &str, id: &str) -> bool {
+        let mut open = self.open.lock();
+        match open.get(id) {
+            Some(o) if o.key == key => open.remove(id).is_some(),
+            _ => false,
+        }
+    }
+}
+
+/// Whether `id` has the form of an upload id (an id from elsewhere is never sent on).
+pub(super) fn valid_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 27
+        && b[10] == b'-'
+        && b[..10].iter().all(u8::is_ascii_digit)
+        && b[11..].iter().all(u8::is_ascii_hexdigit)
+}
+
+/// The directory of every upload of `key`.
+pub(super) fn key_dir(key: &str) -> String {
+    let h = Sha256::digest(key.as_bytes());
+    let hex: String = h[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{PARTS_DIR}{hex}/")
+}
+
+/// The directory of upload `id` of `key`.
+pub(super) fn upload_dir(key: &str, id: &str) -> String {
+    format!("{}{id}/", key_dir(key))
+}
+
+/// The object that says upload `id` of `key` is open.
+pub(super) fn marker(key: &str, id: &str) -> String {
+    format!("{}open", upload_dir(key, id))
+}
+
+/// The object of part `n`.
+pub(super) fn part(key: &str, id: &str, n: i32) -> String {
+    format!("{}p{n:05}", upload_dir(key, id))
+}
+
+/// The object of compose `i` at `level` of the tree.
+pub(super) fn composed(key: &str, id: &str, level: usize, i: usize) -> String {
+    format!("{}c{level}-{i:05}", upload_dir(key, id))
+}
+
+/// The open upload a common prefix below `key_dir` names (`.../ID/`).
+pub(super) fn upload_of(prefix: &str) -> Option<UploadInfo> {
+    let id = prefix.trim_end_matches('/').rsplit('/').next()?;
+    valid_id(id).then(|| UploadInfo {
+        upload_id: id.to_string(),
+        initiated: UNIX_EPOCH + Duration::from_secs(id[..10].parse().unwrap_or(0)),
+    })
+}
+
+/// Whether a key is one of the part objects listings leave out.
+pub(crate) fn hidden(key: &str) -> bool {
+    key.starts_with(PARTS_DIR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upload_lives_below_its_keys_directory() {
+        let ups = Uploads::default();
+        let id = ups.begin("k", &HashMap::new());
+        assert!(valid_id(&id), "{id}");
+        let dir = upload_dir("k", &id);
+        assert!(dir.starts_with(&key_dir("k")) && hidden(&dir));
+        assert_eq!(key_dir("k").len(), PARTS_DIR.len() + 33);
+        assert_ne!(key_dir("k"), key_dir("k2"));
+        assert_eq!(part("k", &id, 7), format!("{dir}p00007"));
+        assert_eq!(marker("k", &id), format!("{dir}open"));
+        assert_eq!(upload_of(&dir).unwrap().upload_id, id);
+        assert!(upload_of(".flowfs-parts/x/not-an-id/").is_none());
+        assert!(ups.part_sent("k", &id, 1, "5") && !ups.part_sent("k2", &id, 1, "5"));
+        assert_eq!(ups.state("k", &id).unwrap().1[&1], "5");
+        assert!(ups.end("k", &id) && !ups.end("k", &id), "ended once");
+        assert!(!ups.part_sent("k", &id, 2, "6"), "a part after the end");
+    }
+}
