@@ -1,4 +1,4 @@
-//! From a store URL to a checked client: the S3 or Azure backend behind the one retry
+//! From a store URL to a checked client: the S3, GCS or Azure backend behind the one retry
 //! layer (the same budget and backoff for every store), its credentials and bucket or
 //! container checked within 30 s, and the name the node cache and the journal know the
 //! store by.
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use flowfs_client::azure::{self, AzureClient, AzureConfig};
+use flowfs_client::gcs::{GcsClient, GcsConfig};
 use flowfs_client::retry::{RetryPolicy, Retrying};
 use flowfs_client::s3::{S3Client, S3Config};
 use flowfs_client::{ClientError, ObjectClient};
@@ -29,11 +30,12 @@ fn azure_config(
 }
 
 /// The name the node cache and the journal know `store` by: an S3 bucket's own name (as
-/// before other stores), `az://ACCOUNT/CONTAINER` for Azure. No S3 bucket name holds `:`
-/// or `/`, so two stores never share cached objects.
+/// before other stores), `gs://BUCKET` for GCS, `az://ACCOUNT/CONTAINER` for Azure. No
+/// S3 bucket name holds `:` or `/`, so two stores never share cached objects.
 pub(crate) fn cache_name(store: &Store, opts: &MountOptions) -> Result<String> {
     match store {
         Store::S3 { bucket } => Ok(bucket.clone()),
+        Store::Gcs { bucket } => Ok(format!("gs://{bucket}")),
         Store::Azure {
             account,
             container,
@@ -59,6 +61,12 @@ async fn backend(
     store: &Store,
     opts: &MountOptions,
 ) -> std::result::Result<(Arc<dyn ObjectClient>, Named, Check), ClientError> {
+    if opts.anonymous && !matches!(store, Store::Gcs { .. }) {
+        return Err(ClientError::Credentials(format!(
+            "--anonymous is for gs:// sources; {} is reached with credentials",
+            store.url()
+        )));
+    }
     match store {
         Store::S3 { bucket } => {
             let s3cfg = S3Config {
@@ -79,6 +87,21 @@ async fn backend(
                 credentials_hint: "AWS_ACCESS_KEY_ID, AWS_PROFILE, ...",
             };
             Ok((s3.clone(), named, Check::S3(s3)))
+        }
+        Store::Gcs { bucket } => {
+            let cfg = GcsConfig {
+                bucket: bucket.clone(),
+                endpoint_url: opts.endpoint_url.clone(),
+                anonymous: opts.anonymous,
+            };
+            let gcs = Arc::new(GcsClient::new(&cfg)?);
+            let named = Named {
+                kind: "GCS",
+                what: format!("bucket {bucket}"),
+                endpoint: gcs.endpoint(),
+                credentials_hint: "GOOGLE_APPLICATION_CREDENTIALS, gcloud, ...",
+            };
+            Ok((gcs.clone(), named, Check::Gcs(gcs)))
         }
         Store::Azure {
             account,
@@ -101,6 +124,7 @@ async fn backend(
 /// A backend's own credential check.
 enum Check {
     S3(Arc<S3Client>),
+    Gcs(Arc<GcsClient>),
     Azure(Arc<AzureClient>),
 }
 
@@ -108,6 +132,7 @@ impl Check {
     async fn credentials(&self) -> std::result::Result<(), ClientError> {
         match self {
             Check::S3(c) => c.check_credentials().await,
+            Check::Gcs(c) => c.check_credentials().await,
             Check::Azure(c) => c.check_credentials().await,
         }
     }

@@ -133,14 +133,18 @@ pub struct MountOptions {
     )]
     pub fuse_threads: usize,
 
-    /// Endpoint URL of the store: S3 (path-style requests) [env: AWS_ENDPOINT_URL], or
-    /// Azure's blob endpoint (e.g. Azurite's http://127.0.0.1:10000/devstoreaccount1)
+    /// Endpoint URL of the store: S3 (path-style requests) [env: AWS_ENDPOINT_URL],
+    /// GCS's JSON API [env: STORAGE_EMULATOR_HOST] or Azure's blob endpoint (e.g.
+    /// Azurite's http://127.0.0.1:10000/devstoreaccount1)
     #[arg(long, value_name = "URL", help_heading = "Object storage")]
     pub endpoint_url: Option<String>,
     /// Azure storage account of an az:// source [env: AZURE_STORAGE_ACCOUNT; or the
     /// connection string's]
     #[arg(long, value_name = "NAME", help_heading = "Object storage")]
     pub azure_account: Option<String>,
+    /// Send requests unsigned, without looking for credentials: a public gs:// bucket
+    #[arg(long, help_heading = "Object storage")]
+    pub anonymous: bool,
     /// Region of the bucket [env: AWS_REGION, default: us-east-1]
     #[arg(long, value_name = "R", help_heading = "Object storage")]
     pub region: Option<String>,

@@ -93,6 +93,8 @@ pub fn parse_min_free(s: &str, disk: u64) -> Result<u64, String> {
 pub enum Store {
     /// `s3://BUCKET`
     S3 { bucket: String },
+    /// `gs://BUCKET`
+    Gcs { bucket: String },
     /// `az://CONTAINER` (the account from `--azure-account`, AZURE_STORAGE_ACCOUNT or the
     /// connection string), or `https://ACCOUNT.blob.core.windows.net/CONTAINER`.
     Azure {
@@ -108,6 +110,7 @@ impl Store {
     pub fn url(&self) -> String {
         match self {
             Store::S3 { bucket } => format!("s3://{bucket}"),
+            Store::Gcs { bucket } => format!("gs://{bucket}"),
             Store::Azure { container, .. } => format!("az://{container}"),
         }
     }
@@ -115,13 +118,19 @@ impl Store {
 
 /// The URL forms, for messages.
 const FORMS: &str =
-    "s3://BUCKET, az://CONTAINER or https://ACCOUNT.blob.core.windows.net/CONTAINER";
+    "s3://BUCKET, gs://BUCKET, az://CONTAINER or https://ACCOUNT.blob.core.windows.net/CONTAINER";
 
 /// A store URL into its store and the rest of its path (as written, no leading `/`).
 fn parse_url(s: &str) -> Result<(Store, String), String> {
     let (store, rest) = if let Some(rest) = s.strip_prefix("s3://") {
         let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
         let store = Store::S3 {
+            bucket: bucket.to_string(),
+        };
+        (store, path)
+    } else if let Some(rest) = s.strip_prefix("gs://") {
+        let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let store = Store::Gcs {
             bucket: bucket.to_string(),
         };
         (store, path)
@@ -152,7 +161,7 @@ fn parse_url(s: &str) -> Result<(Store, String), String> {
         ));
     };
     let empty = match &store {
-        Store::S3 { bucket } => bucket.is_empty(),
+        Store::S3 { bucket } | Store::Gcs { bucket } => bucket.is_empty(),
         Store::Azure { container, .. } => container.is_empty(),
     };
     if empty {
@@ -166,7 +175,7 @@ pub fn parse_object(s: &str) -> Result<(Store, String), String> {
     match parse_url(s) {
         Ok((store, key)) if !key.is_empty() && !key.ends_with('/') => Ok((store, key)),
         _ => Err(format!(
-            "an object must look like s3://BUCKET/KEY (or az://CONTAINER/KEY), got {s:?}"
+            "an object must look like s3://BUCKET/KEY (or gs://BUCKET/KEY, az://CONTAINER/KEY), got {s:?}"
         )),
     }
 }
@@ -243,6 +252,8 @@ mod tests {
             endpoint: None,
         };
         assert_eq!(parse_object("az://c/k//x"), Ok((az, "k//x".into())));
+        let gs = Store::Gcs { bucket: "g".into() };
+        assert_eq!(parse_object("gs://g/d/f.bam"), Ok((gs, "d/f.bam".into())));
         for bad in [
             "s3://b",
             "s3://b/",
@@ -261,6 +272,9 @@ mod tests {
         let s3 = |b: &str| Store::S3 { bucket: b.into() };
         assert_eq!(parse_source("s3://b"), Ok((s3("b"), "".into())));
         assert_eq!(parse_source("s3://b/p/q/"), Ok((s3("b"), "p/q".into())));
+        let gs = Store::Gcs { bucket: "g".into() };
+        assert_eq!(parse_source("gs://g/run/"), Ok((gs, "run".into())));
+        assert!(parse_source("gs:///x").is_err());
         let (store, prefix) = parse_source("https://acct.blob.core.windows.net/c/p").unwrap();
         assert_eq!(
             store,
