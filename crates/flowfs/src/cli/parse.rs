@@ -291,7 +291,7 @@ mod tests {
             "s3:///p",
             "az:///p",
             "https://example.org/c",
-            "gs://b",
+            "gcs://b",
         ] {
             assert!(parse_source(bad).is_err(), "{bad}");
         }
