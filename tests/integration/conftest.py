@@ -318,6 +318,17 @@ def azurite(session_dir):
     a.stop()
 
 
+@pytest.fixture(scope="session")
+def gcs(session_dir):
+    """fake-gcs-server (emulators.py) for the session: test_gcs.py and
+    test_store_emulators.py."""
+    from emulators import FakeGcs
+
+    g = FakeGcs(session_dir / "fake-gcs").start()
+    yield g
+    g.stop()
+
+
 # ------------------------------------------------------------------ the test pipeline (workflows/)
 
 @pytest.fixture(scope="session")

@@ -89,10 +89,50 @@ def classify_azure(method: str, path: str, headers) -> tuple[str, str, str]:
     return OBJECT_OTHER, container, key
 
 
+def classify_gcs(method: str, path: str, headers) -> tuple[str, str, str]:
+    """(operation, bucket, key) of a GCS JSON API request, named by the S3 operation it
+    stands for in flowfs's client (crates/flowfs-client/src/gcs): an object of
+    `.flowfs-parts/H/ID/` sent is an UPLOAD_PART (its `open` marker the
+    CREATE_MULTIPART), a compose the COMPLETE_MULTIPART, a rewrite or an update of the
+    metadata a COPY, a GET of the resource a HEAD."""
+    parts = urlsplit(path)
+    q = parse_qs(parts.query, keep_blank_values=True)
+    upload = parts.path.startswith("/upload/")
+    segs = parts.path.split("/")
+    # /[upload/]storage/v1/b/BUCKET/o[/KEY[/compose | /rewriteTo/b/B/o/KEY]]
+    at = segs.index("b") if "b" in segs else len(segs)
+    bucket = unquote(segs[at + 1]) if len(segs) > at + 1 else ""
+    rest = segs[at + 3:] if len(segs) > at + 2 and segs[at + 2] == "o" else []
+    if not bucket:
+        return (CREATE_BUCKET if method == "POST" else LIST_BUCKETS), "", ""
+    if upload:
+        name = (q.get("name") or [""])[0]
+        if name.startswith(".flowfs-parts/"):
+            return (CREATE_MULTIPART if name.endswith("/open") else UPLOAD_PART), bucket, name
+        return PUT, bucket, name
+    if not rest:
+        return (LIST if method == "GET" else BUCKET_OTHER), bucket, ""
+    key = unquote(rest[0])
+    if method == "POST" and len(rest) > 1:
+        return (COMPLETE_MULTIPART if rest[1] == "compose" else COPY), bucket, key
+    if method == "GET":
+        if "alt" not in q:
+            return HEAD, bucket, key
+        return (GET_RANGE if headers.get("Range") else GET), bucket, key
+    if method == "DELETE":
+        return DELETE, bucket, key
+    if method in ("PUT", "PATCH"):
+        return COPY, bucket, key
+    return OBJECT_OTHER, bucket, key
+
+
 def classify(method: str, path: str, headers) -> tuple[str, str, str]:
-    """(operation, bucket, key) of a path-style S3 request (an Azure one: classify_azure)."""
+    """(operation, bucket, key) of a path-style S3 request (an Azure one: classify_azure;
+    a GCS one: classify_gcs)."""
     if headers.get("x-ms-version"):
         return classify_azure(method, path, headers)
+    if path.startswith(("/storage/v1/", "/upload/storage/v1/")):
+        return classify_gcs(method, path, headers)
     parts = urlsplit(path)
     q = parse_qs(parts.query, keep_blank_values=True)
     raw = parts.path.lstrip("/")

@@ -19,15 +19,7 @@ import urllib.parse
 
 import pytest
 
-from emulators import FakeGcs
 from emulators import request as _req
-
-
-@pytest.fixture(scope="module")
-def gcs(session_dir):
-    g = FakeGcs(session_dir / "fake-gcs").start()
-    yield g
-    g.stop()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ use http::Method;
 use super::json::{self, Object, Page};
 use super::uploads::{self, COMPOSE_MAX};
 use super::{etag_of, generation_of, query_value, GcsClient};
+use crate::retry::RetryPolicy;
 use crate::{
     pieces_end, ClientError, CompletedPart, ListPage, ObjectClient, ObjectMeta, PutResult, Result,
     UploadInfo,
@@ -85,9 +86,10 @@ impl GcsClient {
                 query.push_str(&format!("&{name}={}", query_value(v)));
             }
         }
-        if let Some(n) = q.max {
-            query.push_str(&format!("&maxResults={}", n.clamp(1, 1000)));
-        }
+        // GCS's own page size, asked for: fake-gcs-server answers every key at once
+        // without it.
+        let max = q.max.unwrap_or(1000).clamp(1, 1000);
+        query.push_str(&format!("&maxResults={max}"));
         let what = format!("list of {}/{}", self.bucket, q.prefix);
         let url = self.object_url("", &query);
         let got = match self.call(Method::GET, &url, None, &what).await {
@@ -170,6 +172,61 @@ impl GcsClient {
             .await
     }
 
+    /// `objects.rewrite` of `from` (of `generation`, if given) to `to`, with `metadata`
+    /// (else the source's), called again with its token until done.
+    async fn rewrite(
+        &self,
+        from: &str,
+        generation: Option<&str>,
+        to: &str,
+        metadata: Option<&HashMap<String, String>>,
+    ) -> Result<Object> {
+        let mut to_url = format!(
+            "{}/rewriteTo/b/{}/o/",
+            self.object_url(from, ""),
+            self.bucket
+        );
+        crate::meta::percent_escape(&mut to_url, to, super::unreserved);
+        let what = format!("copy of {from} to {to}");
+        let body = match metadata {
+            Some(m) => serde_json::json!({ "metadata": json::metadata_out(m) }).to_string(),
+            None => "{}".to_string(),
+        };
+        let mut token: Option<String> = None;
+        loop {
+            let mut q = Vec::new();
+            if let Some(g) = generation {
+                q.push(format!("sourceGeneration={g}"));
+            }
+            if let Some(t) = &token {
+                q.push(format!("rewriteToken={}", query_value(t)));
+            }
+            let url = match q.is_empty() {
+                true => to_url.clone(),
+                false => format!("{to_url}?{}", q.join("&")),
+            };
+            let got = match self
+                .call(Method::POST, &url, Some(body.clone()), &what)
+                .await
+            {
+                Err(ClientError::NotFound(_)) => {
+                    return Err(ClientError::NotFound(from.to_string()))
+                }
+                r => r?,
+            };
+            let r: json::Rewrite = json::parse(&got, &what)?;
+            match (r.done, r.resource, r.rewrite_token) {
+                (true, Some(o), _) => return Ok(o),
+                (false, _, Some(t)) => token = Some(t),
+                _ => {
+                    return Err(ClientError::Other(format!(
+                        "{what}: a rewrite answer with neither the object nor a token"
+                    )))
+                }
+            }
+        }
+    }
+
     /// The object of upload `id` of `key` from its parts (named with their generations):
     /// composes of `COMPOSE_MAX` at a time, level by level, until one remains.
     async fn compose_upload(
@@ -204,14 +261,46 @@ impl GcsClient {
             made.extend(next.iter().map(|(n, _)| n.clone()));
             level = next;
         }
-        let o = self.compose_into(key, &level, metadata).await?;
+        // The last compose makes an object of its own, rewritten into the key with the
+        // upload's metadata: fake-gcs-server gives a compose onto an existing key the old
+        // object's generation (GCS a new one), and a reader that keys its cache by
+        // generation would then serve the old bytes. A rewrite within a bucket, location
+        // and storage class is done in one call on GCS without copying the bytes.
+        let whole = uploads::whole(key, id);
+        let w = self.compose_into(&whole, &level, &none).await?;
+        made.push(whole.clone());
+        let o = self
+            .rewrite(&whole, Some(&w.generation), key, Some(metadata))
+            .await?;
         Ok((o, made))
+    }
+
+    /// Deletes `name` (absent too), sent again on a retryable failure with the retry
+    /// layer's backoff and budget: these deletes happen inside one call of the trait (a
+    /// completion, an abort), which the layer above retries only as a whole.
+    async fn delete_retried(&self, name: &str) -> Result<()> {
+        let policy = RetryPolicy::default();
+        let start = tokio::time::Instant::now();
+        let mut attempt = 1;
+        loop {
+            match self.delete(name).await {
+                Err(e) if e.is_retryable() && attempt < policy.max_attempts => {
+                    let pause = policy.backoff(attempt, &mut rand::thread_rng());
+                    if start.elapsed() + pause > policy.budget {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Deletes `names` (absent ones too), several at once; the first error, after all.
     async fn delete_all(&self, names: Vec<String>) -> Result<()> {
         let results: Vec<Result<()>> = stream::iter(names)
-            .map(|n| async move { self.delete(&n).await })
+            .map(|n| async move { self.delete_retried(&n).await })
             .buffer_unordered(CALLS_AT_ONCE)
             .collect()
             .await;
@@ -224,7 +313,7 @@ impl GcsClient {
         let marker = uploads::marker(key, id);
         names.retain(|n| *n != marker);
         self.delete_all(names).await?;
-        self.delete(&marker).await
+        self.delete_retried(&marker).await
     }
 
     /// An object of `data` named `name` without metadata (a part, a marker).
@@ -521,39 +610,8 @@ impl ObjectClient for GcsClient {
     /// `objects.rewrite`, called again with its token until done (a copy within a
     /// location and storage class is done in one call).
     async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
-        let mut to_url = format!(
-            "{}/rewriteTo/b/{}/o/",
-            self.object_url(from, ""),
-            self.bucket
-        );
-        crate::meta::percent_escape(&mut to_url, to, super::unreserved);
-        let what = format!("copy of {from} to {to}");
-        let mut token: Option<String> = None;
-        loop {
-            let url = match &token {
-                Some(t) => format!("{to_url}?rewriteToken={}", query_value(t)),
-                None => to_url.clone(),
-            };
-            let got = match self
-                .call(Method::POST, &url, Some("{}".into()), &what)
-                .await
-            {
-                Err(ClientError::NotFound(_)) => {
-                    return Err(ClientError::NotFound(from.to_string()))
-                }
-                r => r?,
-            };
-            let r: json::Rewrite = json::parse(&got, &what)?;
-            match (r.done, r.resource, r.rewrite_token) {
-                (true, Some(o), _) => return Ok(put_result(&o)),
-                (false, _, Some(t)) => token = Some(t),
-                _ => {
-                    return Err(ClientError::Other(format!(
-                        "{what}: a rewrite answer with neither the object nor a token"
-                    )))
-                }
-            }
-        }
+        let o = self.rewrite(from, None, to, None).await?;
+        Ok(put_result(&o))
     }
 
     /// `objects.update` of the metadata alone: the body stays; GCS keeps the generation

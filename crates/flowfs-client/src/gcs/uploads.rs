@@ -5,7 +5,8 @@
 //!
 //! `.flowfs-parts/H/ID/` with `open` (empty, written by `create_multipart` so that
 //! `list_uploads` finds an upload before its first part), `pNNNNN` (part NNNNN) and
-//! `cL-NNNNN` (a compose of level L),
+//! `cL-NNNNN` (a compose of level L) and `whole` (the last compose, rewritten into the
+//! key: why at `GcsClient::compose_upload`),
 //!
 //! H being the first 128 bits of the key's SHA-256 in hex (a key may be 1024 bytes; a
 //! part's name must stay below that). Listings leave `.flowfs-parts/` out. An upload id is
@@ -131,6 +132,11 @@ pub(super) fn part(key: &str, id: &str, n: i32) -> String {
 /// The object of compose `i` at `level` of the tree.
 pub(super) fn composed(key: &str, id: &str, level: usize, i: usize) -> String {
     format!("{}c{level}-{i:05}", upload_dir(key, id))
+}
+
+/// The object of the last compose: the whole upload, before it is rewritten into the key.
+pub(super) fn whole(key: &str, id: &str) -> String {
+    format!("{}whole", upload_dir(key, id))
 }
 
 /// The open upload a common prefix below `key_dir` names (`.../ID/`).

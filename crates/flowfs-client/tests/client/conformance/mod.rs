@@ -69,6 +69,7 @@ pub fn all() -> Vec<Behaviour> {
         behaviour!(writes::delete_of_missing_key_succeeds),
         behaviour!(writes::delete_removes_the_object),
         behaviour!(writes::multipart_round_trip),
+        behaviour!(writes::multipart_over_an_existing_key_is_a_new_version),
         behaviour!(writes::multipart_abort_forgets_the_upload),
         behaviour!(writes::list_uploads_names_the_open_uploads_of_one_key),
         behaviour!(writes::multipart_unknown_upload_id_is_not_found),
