@@ -40,8 +40,8 @@ test-integration:
 test-exercisers: setup build
 	$(PYTHON) -m pytest tests/integration/test_fsx.py tests/integration/test_pjdfstest.py -v
 
-# The other stores' tests only (issue 30): Azure Blob on Azurite (`-m azure`), and the
-# emulators' own checks (`-m gcs`). Also part of `test`.
+# The other stores' tests only (issue 30): Azure Blob on Azurite (`-m azure`) and GCS on
+# fake-gcs-server (`-m gcs`), each with the emulator's own checks. Also part of `test`.
 test-stores: setup build
 	$(PYTHON) -m pytest tests/integration -v -m "azure or gcs"
 
@@ -94,7 +94,8 @@ bench-quick: setup build
 # Issue 30's store benchmark (bench/stores.py): B1 and B3 on Azure Blob (Azurite) through
 # flowfs against rclone's azureblob backend and Azure's Python SDK, one run.
 bench-stores: setup build
-	$(PYTHON) bench/stores.py --runs $(or $(RUNS),3)
+	$(PYTHON) bench/stores.py --store azure --runs $(or $(RUNS),3)
+	$(PYTHON) bench/stores.py --store gcs --runs $(or $(RUNS),3)
 
 # Issue 16's node-cache benchmark (bench/shared_cache.py): 8 concurrent `flowfs run` tasks on
 # one --cache-dir, each reading the same object cold; SIZE=1G by default, PRIVATE=1 adds the

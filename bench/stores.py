@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """Issue 30's store benchmark: B1 (many 1 MiB objects copied to local disk) and B3 (one big
-object read sequentially) on Azure Blob (Azurite 3.35.0 on 127.0.0.1), through flowfs
-against the copiers available here for the same store, in one run:
+object read sequentially) on Azure Blob (Azurite 3.35.0) or GCS (fake-gcs-server v1.54.0),
+on 127.0.0.1, through flowfs against the copiers available here for the same store, in one
+run:
 
-- `flowfs`: `flowfs mount az://CONTAINER`, then `cp -r` (B1) or `cat > /dev/null` (B3), a
-  fresh cache dir and a fresh mount each run; tool CPU is the mount process's;
-- `rclone`: rclone 1.75's azureblob backend (`rclone copy`, its default 4 transfers;
+- `flowfs`: `flowfs mount az://CONTAINER` (or `gs://BUCKET`), then `cp -r` (B1) or
+  `cat > /dev/null` (B3), a fresh cache dir and a fresh mount each run; tool CPU is the
+  mount process's;
+- `rclone`: rclone 1.75's azureblob or gcs backend (`rclone copy`, its default 4 transfers;
   B3: `rclone cat`), a Go copier (the pip package the main bench installs);
-- `azure-sdk`: azure-storage-blob 12.31 (Azure's own Python library), `download_blob` with
-  `max_concurrency=8` per object and 16 objects at once (B1).
+- `azure-sdk` (Azure only): azure-storage-blob 12.31 (Azure's own Python library),
+  `download_blob` with `max_concurrency=8` per object and 16 objects at once (B1).
 
 Azure's own fastest copier, AzCopy, is distributed only from Microsoft's release pages and
-package feeds, which this machine does not reach: it is not measured.
+package feeds, which this machine does not reach; Google's (`gcloud storage`) only from
+Google's SDK archive and apt repository, which it does not reach either: neither is
+measured.
 
-    python3 bench/stores.py [--b1-files 2000] [--b3-size 2G] [--runs 3] [--tools flowfs,rclone,azure-sdk]
+    python3 bench/stores.py [--store azure|gcs] [--b1-files 2000] [--b3-size 2G] [--runs 3]
 
 Medians (min-max) of wall time and tool CPU per workload and tool, the ratio of flowfs to
 the fastest peer, and every copy verified by sha256. Page cache dropped before each run.
@@ -42,7 +46,8 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 sys.path.insert(0, str(BENCH))
 
-from emulators import AZURE_ACCOUNT, AZURE_KEY, Azurite  # noqa: E402
+from emulators import AZURE_ACCOUNT, AZURE_KEY, Azurite, FakeGcs  # noqa: E402
+from gcs_store import GcsS3  # noqa: E402
 from flowbench import util  # noqa: E402
 
 CONTAINER = "bench"
@@ -97,51 +102,99 @@ class Data:
         self.b3_sha = ""
         self._rng = rng
 
-    def upload(self, container) -> None:
+    def chunks(self, h):
+        left = self.b3_size
+        while left:
+            b = self._rng.randbytes(min(left, 8 * MiB))
+            h.update(b)
+            left -= len(b)
+            yield b
+
+    def upload(self, store) -> None:
         with concurrent.futures.ThreadPoolExecutor(16) as ex:
-            list(ex.map(lambda kv: container.upload_blob(kv[0], kv[1], overwrite=True), self.b1.items()))
+            list(ex.map(lambda kv: store.put(kv[0], kv[1]), self.b1.items()))
         h = hashlib.sha256()
-
-        def chunks():
-            left = self.b3_size
-            while left:
-                b = self._rng.randbytes(min(left, 8 * MiB))
-                h.update(b)
-                left -= len(b)
-                yield b
-
-        container.get_blob_client(self.b3_key).upload_blob(chunks(), length=self.b3_size, overwrite=True,
-                                                           max_concurrency=4)
+        store.put_big(self.b3_key, self.chunks(h), self.b3_size)
         self.b3_sha = h.hexdigest()
 
 
-class Bench:
-    def __init__(self, args, work: Path, azurite: Azurite, data: Data):
-        self.args = args
-        self.work = work
-        self.azurite = azurite
-        self.data = data
-        self.flowfs = os.environ.get("FLOWFS_BIN", str(ROOT / "target" / "release" / "flowfs"))
+class AzureStore:
+    """Azurite, a container of its development account."""
 
-    # ------------------------------------------------------------ tools
+    name, tools = "azure", ["flowfs", "rclone", "azure-sdk"]
+
+    def __init__(self, work: Path):
+        self.emulator = Azurite(work / "azurite").start()
+        self.container = self.emulator.service().create_container(CONTAINER)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.container.upload_blob(key, data, overwrite=True)
+
+    def put_big(self, key: str, chunks, size: int) -> None:
+        self.container.get_blob_client(key).upload_blob(chunks, length=size, overwrite=True, max_concurrency=4)
+
+    def source(self) -> str:
+        return f"az://{CONTAINER}"
+
     def env(self) -> dict[str, str]:
-        return dict(os.environ, AZURE_STORAGE_CONNECTION_STRING=self.azurite.connection_string,
+        return dict(os.environ, AZURE_STORAGE_CONNECTION_STRING=self.emulator.connection_string,
                     RCLONE_CONFIG="/dev/null")
 
     def rclone_remote(self) -> str:
         # An on-the-fly remote: the key goes in the environment, never on the command line.
-        return f":azureblob,account={AZURE_ACCOUNT},endpoint='{self.azurite.blob_endpoint}':{CONTAINER}"
+        return f":azureblob,account={AZURE_ACCOUNT},endpoint='{self.emulator.blob_endpoint}':{CONTAINER}"
 
     def rclone_env(self) -> dict[str, str]:
         return self.env() | {"RCLONE_AZUREBLOB_KEY": AZURE_KEY}
 
+
+class GcsStore:
+    """fake-gcs-server, one bucket (no credentials: STORAGE_EMULATOR_HOST)."""
+
+    name, tools = "gcs", ["flowfs", "rclone"]
+
+    def __init__(self, work: Path):
+        self.emulator = FakeGcs(work / "fake-gcs").start()
+        self.gcs = GcsS3(self.emulator.url)
+        self.gcs.create_bucket(Bucket=CONTAINER)
+
+    def put(self, key: str, data: bytes) -> None:
+        self.gcs.put_object(Bucket=CONTAINER, Key=key, Body=data)
+
+    def put_big(self, key: str, chunks, size: int) -> None:  # noqa: ARG002
+        self.gcs.upload_chunks(CONTAINER, key, chunks)
+
+    def source(self) -> str:
+        return f"gs://{CONTAINER}"
+
+    def env(self) -> dict[str, str]:
+        host = self.emulator.url.split("://", 1)[1]
+        return dict(os.environ, STORAGE_EMULATOR_HOST=host, RCLONE_CONFIG="/dev/null")
+
+    def rclone_remote(self) -> str:
+        return f":gcs,endpoint='{self.emulator.url}/storage/v1/',anonymous=true:{CONTAINER}"
+
+    def rclone_env(self) -> dict[str, str]:
+        return self.env()
+
+
+class Bench:
+    def __init__(self, args, work: Path, store, data: Data):
+        self.args = args
+        self.work = work
+        self.store = store
+        self.data = data
+        self.flowfs = os.environ.get("FLOWFS_BIN", str(ROOT / "target" / "release" / "flowfs"))
+
+    # ------------------------------------------------------------ tools
     def run_flowfs(self, workload: str, dest: Path) -> tuple[float, float]:
         mnt, cache = self.work / "mnt", self.work / "cache"
         shutil.rmtree(cache, ignore_errors=True)
         mnt.mkdir(exist_ok=True)
         pidf = self.work / "flowfs.pid"
-        r = subprocess.run([self.flowfs, "mount", f"az://{CONTAINER}", str(mnt), "--cache-dir", str(cache),
-                            "--pid-file", str(pidf)], env=self.env(), capture_output=True, text=True, timeout=120)
+        r = subprocess.run([self.flowfs, "mount", self.store.source(), str(mnt), "--cache-dir", str(cache),
+                            "--pid-file", str(pidf)], env=self.store.env(), capture_output=True, text=True,
+                           timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"flowfs mount: {r.stderr.strip()}")
         pid = int(pidf.read_text())
@@ -162,20 +215,20 @@ class Bench:
         before = child_cpu()
         t0 = time.monotonic()
         if workload == "B1":
-            subprocess.run(["rclone", "copy", f"{self.rclone_remote()}/b1", str(dest)], env=self.rclone_env(),
-                           check=True, capture_output=True)
+            subprocess.run(["rclone", "copy", f"{self.store.rclone_remote()}/b1", str(dest)],
+                           env=self.store.rclone_env(), check=True, capture_output=True)
         else:
             with open(dest, "wb") as out:
-                subprocess.run(["rclone", "cat", f"{self.rclone_remote()}/{self.data.b3_key}"],
-                               env=self.rclone_env(), stdout=out, check=True)
+                subprocess.run(["rclone", "cat", f"{self.store.rclone_remote()}/{self.data.b3_key}"],
+                               env=self.store.rclone_env(), stdout=out, check=True)
         return time.monotonic() - t0, child_cpu() - before
 
     def run_sdk(self, workload: str, dest: Path) -> tuple[float, float]:
-        code = SDK_COPY.format(conn=self.azurite.connection_string, container=CONTAINER,
+        code = SDK_COPY.format(conn=self.store.emulator.connection_string, container=CONTAINER,
                                what=workload, key=self.data.b3_key, dest=str(dest))
         before = child_cpu()
         t0 = time.monotonic()
-        subprocess.run([sys.executable, "-c", code], check=True, env=self.env())
+        subprocess.run([sys.executable, "-c", code], check=True, env=self.store.env())
         return time.monotonic() - t0, child_cpu() - before
 
     # ------------------------------------------------------------ checks
@@ -243,19 +296,19 @@ def main() -> int:
     ap.add_argument("--b1-files", type=int, default=2000)
     ap.add_argument("--b3-size", default="2G")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--tools", default="flowfs,rclone,azure-sdk")
+    ap.add_argument("--store", choices=["azure", "gcs"], default="azure")
+    ap.add_argument("--tools", default="", help="default: every tool of the store")
     ap.add_argument("--workloads", default="B1,B3")
     args = ap.parse_args()
-    tools = args.tools.split(",")
     work = Path(tempfile.mkdtemp(prefix="flowfs-stores-"))
-    azurite = Azurite(work / "azurite").start()
+    store = {"azure": AzureStore, "gcs": GcsStore}[args.store](work)
+    tools = args.tools.split(",") if args.tools else store.tools
     try:
-        util.log(f"Azurite on {azurite.url}; data: {args.b1_files} x 1 MiB, one object of {args.b3_size}")
-        svc = azurite.service()
-        container = svc.create_container(CONTAINER)
+        util.log(f"{args.store} emulator on {store.emulator.url}; data: {args.b1_files} x 1 MiB, "
+                 f"one object of {args.b3_size}")
         data = Data(args.b1_files, parse_size(args.b3_size))
-        data.upload(container)
-        bench = Bench(args, work, azurite, data)
+        data.upload(store)
+        bench = Bench(args, work, store, data)
         records = []
         for run in range(1, args.runs + 1):
             for w in args.workloads.split(","):
@@ -266,14 +319,14 @@ def main() -> int:
                     records.append(rec)
         md = table(records, tools)
         print(md)
-        out = BENCH / "results" / f"stores-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+        out = BENCH / "results" / f"stores-{args.store}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"args": vars(args), "records": records}, indent=1))
         util.log(f"results: {out}")
         return 0 if all(r["verified"] for r in records) else 1
     finally:
         subprocess.run(["fusermount3", "-u", "-z", str(work / "mnt")], capture_output=True)
-        azurite.stop()
+        store.emulator.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -92,12 +92,17 @@ class GcsS3:
 
     def upload_fileobj(self, f, bucket: str, key: str, Config=None):  # noqa: N803, ARG002
         """A resumable upload, in chunks of CHUNK bytes (a multiple of 256 KiB)."""
+        self.upload_chunks(bucket, key, iter(lambda: f.read(CHUNK), b""))
+
+    def upload_chunks(self, bucket: str, key: str, chunks) -> None:
+        """A resumable upload of `chunks` (each a multiple of 256 KiB but the last)."""
         _, h = self._call(f"/upload/storage/v1/b/{bucket}/o?uploadType=resumable&name={_q(key)}", "POST",
                           b"{}", {"content-type": "application/json"})
         session, sent = h["location"], 0
-        chunk = f.read(CHUNK)
+        chunks = iter(chunks)
+        chunk = next(chunks, b"")
         while True:
-            nxt = f.read(CHUNK)
+            nxt = next(chunks, b"")
             end = sent + len(chunk)
             total = str(end) if not nxt else "*"
             rng = f"bytes {sent}-{end - 1}/{total}" if chunk else f"bytes */{end}"
