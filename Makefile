@@ -92,7 +92,8 @@ bench-quick: setup build
 	$(PYTHON) bench/run.py --quick $(if $(BENCH_TOOLS),--tools $(BENCH_TOOLS))
 
 # Issue 30's store benchmark (bench/stores.py): B1 and B3 on Azure Blob (Azurite) through
-# flowfs against rclone's azureblob backend and Azure's Python SDK, one run.
+# flowfs against rclone's azureblob backend and Azure's Python SDK, then on GCS
+# (fake-gcs-server) against rclone's gcs backend.
 bench-stores: setup build
 	$(PYTHON) bench/stores.py --store azure --runs $(or $(RUNS),3)
 	$(PYTHON) bench/stores.py --store gcs --runs $(or $(RUNS),3)
