@@ -158,11 +158,12 @@ class FakeGcs(_Emulator):
             raise RuntimeError(f"bucket {name}: HTTP {st}: {body[:200]!r}")
 
 
-def request(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None):
+def request(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None,
+            timeout: float = 30):
     """One HTTP request: (status, body, headers), an error status returned, not raised."""
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read(), r.headers
     except urllib.error.HTTPError as e:
         return e.code, e.read(), e.headers

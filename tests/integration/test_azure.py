@@ -31,13 +31,11 @@ from flowfs_mount import mount_args, start_mount
 from s3proxy import CountingProxy
 from test_cache_cli import cli, stats
 from workflow_helpers import (
-    ENGINE_TIMEOUT,
-    diff_records,
+    assert_store_snakemake_matches,
+    assert_store_snakemake_nothing_to_rerun,
     need_tools,
-    run_engine,
-    snakemake_cmd,
+    store_snakemake,
     upload_data,
-    vcf_records,
 )
 
 # The same bodies, run here on Azure (pytest collects them in this module, with its
@@ -229,46 +227,26 @@ def test_a_missing_container_is_named(flowfs_binary, azurite, work_dir):
 
 @pytest.fixture(scope="module")
 def az_snakemake(flowfs_binary, azurite, s3, wf_data, session_dir):  # noqa: ARG001
-    """test_workflows.py's Snakemake run on an Azure container: inputs on a read-only mount
-    of az://C/data, `--directory` on a mount of az://C/smk; unmounted at the end."""
+    """test_workflows.py's Snakemake run on an Azure container (workflow_helpers.store_snakemake)."""
     need_tools("snakemake")
     b = _container(s3, "workflows")
     upload_data(s3, b, wf_data, "data/")
     base = Path(tempfile.mkdtemp(prefix="wf-snakemake-az-", dir=session_dir))
     factory = AzureMountFactory(azurite, base)
     try:
-        data = factory(b, "data", read_only=True)
-        smk = factory(b, "smk")
-        run = run_engine(snakemake_cmd(data.path, smk.path), cwd=base, timeout=ENGINE_TIMEOUT)
-        print(f"\nSnakemake on Azure, --directory on flowfs: {run.wall_s:.1f}s")
-        vcf = smk.path / "results" / "annotated.vcf.gz"
-        records = vcf_records(vcf) if run.ok and vcf.exists() else None
-        um = smk.unmount(timeout=300) if run.ok else None
-        yield {"run": run, "records": records, "unmount": um, "factory": factory, "data": data, "bucket": b}
+        yield store_snakemake(factory, b, "Azure")
     finally:
         factory.close_all()
 
 
 @pytest.mark.workflows
 def test_snakemake_on_azure_matches_local(az_snakemake, local_reference):
-    r = az_snakemake
-    logs = "\n".join(m.log_text()[-3000:] for m in r["factory"].mounts)
-    assert r["run"].ok, f"Snakemake on an Azure mount failed: {r['run'].describe()}\n{logs}"
-    assert r["records"] == local_reference, diff_records(r["records"] or [], local_reference)
-    assert r["unmount"] is not None and r["unmount"].returncode == 0, r["unmount"]
+    assert_store_snakemake_matches(az_snakemake, local_reference)
 
 
 @pytest.mark.workflows
 def test_snakemake_on_azure_nothing_to_rerun_after_remount(az_snakemake, local_reference):
-    r = az_snakemake
-    if not r["run"].ok:
-        pytest.fail("the Snakemake run failed (see test_snakemake_on_azure_matches_local)")
-    smk2 = r["factory"](r["bucket"], "smk")
-    d = r["factory"].work_dir / "dry-run"
-    dry = run_engine(snakemake_cmd(r["data"].path, smk2.path, extra=["-n"]), cwd=d, timeout=300)
-    assert dry.ok, f"snakemake -n on the remounted directory failed: {dry.describe()}"
-    assert "Nothing to be done" in dry.output, f"Snakemake wants to rerun jobs after a remount:\n{dry.output[-4000:]}"
-    assert vcf_records(smk2.path / "results" / "annotated.vcf.gz") == local_reference
+    assert_store_snakemake_nothing_to_rerun(az_snakemake, local_reference)
 
 
 # ------------------------------------------------------------------ flowfs cache and flowfs run on Azure

@@ -220,3 +220,39 @@ def diff_records(a: list[str], b: list[str]) -> str:
 def bytes_fetched(records, key_suffix: str) -> int:
     """Body bytes of object GETs of keys ending with key_suffix (CountingProxy records)."""
     return sum(r.resp_bytes for r in records if r.op in ("GET", "GET_RANGE") and r.key.endswith(key_suffix))
+
+
+# ------------------------------------------------------------------ the Snakemake pipeline on another store
+
+def store_snakemake(factory, bucket: str, store: str) -> dict:
+    """test_workflows.py's Snakemake run on another store's mounts (test_azure.py,
+    test_gcs.py): the inputs (already below `data/`) on a read-only mount of BUCKET/data,
+    `--directory` on a mount of BUCKET/smk, unmounted at the end when the run passed.
+    `factory(bucket, prefix, read_only=...)` mounts; `store` names it in messages."""
+    data = factory(bucket, "data", read_only=True)
+    smk = factory(bucket, "smk")
+    run = run_engine(snakemake_cmd(data.path, smk.path), cwd=factory.work_dir, timeout=ENGINE_TIMEOUT)
+    print(f"\nSnakemake on {store}, --directory on flowfs: {run.wall_s:.1f}s")
+    vcf = smk.path / "results" / "annotated.vcf.gz"
+    records = vcf_records(vcf) if run.ok and vcf.exists() else None
+    um = smk.unmount(timeout=300) if run.ok else None
+    return {"run": run, "records": records, "unmount": um, "factory": factory, "data": data,
+            "bucket": bucket, "store": store}
+
+
+def assert_store_snakemake_matches(r: dict, local_reference: list[str]) -> None:
+    logs = "\n".join(m.log_text()[-3000:] for m in r["factory"].mounts)
+    assert r["run"].ok, f"Snakemake on a {r['store']} mount failed: {r['run'].describe()}\n{logs}"
+    assert r["records"] == local_reference, diff_records(r["records"] or [], local_reference)
+    assert r["unmount"] is not None and r["unmount"].returncode == 0, r["unmount"]
+
+
+def assert_store_snakemake_nothing_to_rerun(r: dict, local_reference: list[str]) -> None:
+    """A new mount of the run's directory: `snakemake -n` finds nothing to do."""
+    assert r["run"].ok, f"the Snakemake run on {r['store']} failed (see the test that compares its records)"
+    smk2 = r["factory"](r["bucket"], "smk")
+    d = r["factory"].work_dir / "dry-run"
+    dry = run_engine(snakemake_cmd(r["data"].path, smk2.path, extra=["-n"]), cwd=d, timeout=300)
+    assert dry.ok, f"snakemake -n on the remounted directory failed: {dry.describe()}"
+    assert "Nothing to be done" in dry.output, f"Snakemake wants to rerun jobs after a remount:\n{dry.output[-4000:]}"
+    assert vcf_records(smk2.path / "results" / "annotated.vcf.gz") == local_reference

@@ -14,6 +14,7 @@ pub mod gcs;
 mod limiter;
 pub mod meta;
 pub mod mock;
+mod rest;
 pub mod retry;
 pub mod s3;
 

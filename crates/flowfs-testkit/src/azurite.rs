@@ -23,12 +23,7 @@ pub struct Azurite {
 
 /// The `azurite-blob` scripts/setup.sh installed.
 pub fn find_azurite() -> Option<PathBuf> {
-    let base = std::env::var_os("FLOWFS_EMUL_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/flowfs-emul"))
-        })?;
-    let p = base.join("azurite/node_modules/.bin/azurite-blob");
+    let p = crate::group::emul_dir()?.join("azurite/node_modules/.bin/azurite-blob");
     p.is_file().then_some(p)
 }
 

@@ -19,12 +19,7 @@ pub struct FakeGcs {
 
 /// The `fake-gcs-server` scripts/setup.sh installed.
 pub fn find_fake_gcs() -> Option<PathBuf> {
-    let base = std::env::var_os("FLOWFS_EMUL_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/flowfs-emul"))
-        })?;
-    let p = base.join("bin/fake-gcs-server");
+    let p = crate::group::emul_dir()?.join("bin/fake-gcs-server");
     p.is_file().then_some(p)
 }
 

@@ -75,3 +75,13 @@ fn answers(port: u16, path: &str) -> Result<(), String> {
         false => Err(format!("not HTTP: {:?}", String::from_utf8_lossy(&buf))),
     }
 }
+
+/// Where scripts/setup.sh installs the emulators: FLOWFS_EMUL_DIR, else
+/// ~/.cache/flowfs-emul.
+pub(crate) fn emul_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os("FLOWFS_EMUL_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/flowfs-emul"))
+        })
+}

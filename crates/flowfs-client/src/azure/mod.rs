@@ -172,7 +172,7 @@ impl AzureClient {
             .http
             .execute(req)
             .await
-            .map_err(|e| errors::send_error(what, e))?;
+            .map_err(|e| crate::rest::send_error(what, e))?;
         errors::check(resp, what, &self.container).await
     }
 }

@@ -127,18 +127,6 @@ impl AzureClient {
     }
 }
 
-/// A GET's answer read frame by frame.
-struct Answer<'a> {
-    r: reqwest::Response,
-    key: &'a str,
-}
-
-impl crate::body::Frames for Answer<'_> {
-    async fn next_frame(&mut self) -> Result<Option<Bytes>> {
-        (self.r.chunk().await).map_err(|e| super::errors::body_error(self.key, e))
-    }
-}
-
 fn header(r: &reqwest::Response, name: &str) -> String {
     r.headers()
         .get(name)
@@ -148,9 +136,7 @@ fn header(r: &reqwest::Response, name: &str) -> String {
 }
 
 async fn text(r: reqwest::Response, what: &str) -> Result<String> {
-    r.text()
-        .await
-        .map_err(|e| super::errors::body_error(what, e))
+    r.text().await.map_err(|e| crate::rest::body_error(what, e))
 }
 
 fn put_result(r: &reqwest::Response) -> PutResult {
@@ -216,7 +202,7 @@ impl ObjectClient for AzureClient {
             h.push(("if-match", e.to_string()));
         }
         let r = self.call(Method::GET, key, "", &h, key).await?;
-        crate::body::deliver(Answer { r, key }, key, start, cuts, sink).await
+        crate::body::deliver(crate::rest::Answer { r, key }, key, start, cuts, sink).await
     }
 
     async fn list_page(
@@ -353,7 +339,7 @@ impl ObjectClient for AzureClient {
     }
 
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
-        if !uploads::valid_id(upload_id) {
+        if !crate::rest::valid_upload_id(upload_id) {
             return Err(not_open(key, upload_id));
         }
         self.uploads.end(key, upload_id);

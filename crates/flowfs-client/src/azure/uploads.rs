@@ -17,7 +17,6 @@
 //! flowfs's recovery expects (it aborts a dead mount's uploads and sends the files again).
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use parking_lot::Mutex;
@@ -48,11 +47,7 @@ struct Open {
 impl Uploads {
     /// A new upload of `key`: its id.
     pub(super) fn begin(&self, key: &str, metadata: &HashMap<String, String>) -> String {
-        let secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        let id = format!("{secs:010}-{:016x}", rand::random::<u64>());
+        let id = crate::rest::new_upload_id();
         let open = Open {
             key: key.to_string(),
             metadata: metadata.clone(),
@@ -84,15 +79,6 @@ impl Uploads {
     }
 }
 
-/// Whether `id` has the form of an upload id (an id from elsewhere is never sent on).
-pub(super) fn valid_id(id: &str) -> bool {
-    let b = id.as_bytes();
-    b.len() == 27
-        && b[10] == b'-'
-        && b[..10].iter().all(u8::is_ascii_digit)
-        && b[11..].iter().all(u8::is_ascii_hexdigit)
-}
-
 /// The block id (base64, as sent) of `block` of upload `id`.
 pub(super) fn block_id(id: &str, block: Block) -> String {
     let (kind, n) = match block {
@@ -107,7 +93,7 @@ pub(super) fn block_id(id: &str, block: Block) -> String {
 pub(super) fn parse_block(b64: &str) -> Option<(String, Block)> {
     let raw = String::from_utf8(B64.decode(b64).ok()?).ok()?;
     let (id, rest) = raw.rsplit_once('-')?;
-    if !valid_id(id) || rest.len() != 6 {
+    if !crate::rest::valid_upload_id(id) || rest.len() != 6 {
         return None;
     }
     let n: i32 = rest[1..].parse().ok()?;
@@ -129,7 +115,7 @@ pub(super) fn open_uploads(blocks: &[String]) -> Vec<UploadInfo> {
         .filter(|(id, b)| *b == Block::Opened && !aborted(id))
         .map(|(id, _)| UploadInfo {
             upload_id: id.clone(),
-            initiated: UNIX_EPOCH + Duration::from_secs(id[..10].parse().unwrap_or(0)),
+            initiated: crate::rest::upload_began(id),
         })
         .collect();
     out.dedup_by(|a, b| a.upload_id == b.upload_id);
@@ -138,13 +124,15 @@ pub(super) fn open_uploads(blocks: &[String]) -> Vec<UploadInfo> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use super::*;
 
     #[test]
     fn block_ids_name_their_upload_and_have_one_length() {
         let ups = Uploads::default();
         let id = ups.begin("k", &HashMap::new());
-        assert!(valid_id(&id), "{id}");
+        assert!(crate::rest::valid_upload_id(&id), "{id}");
         let blocks = [
             Block::Opened,
             Block::Part(1),

@@ -53,28 +53,6 @@ pub(super) fn classify(status: StatusCode, message: &str, what: &str) -> ClientE
     }
 }
 
-/// A request that got no answer.
-pub(super) fn send_error(what: &str, e: reqwest::Error) -> ClientError {
-    let e = e.without_url();
-    // reqwest's Display hides the cause (connection refused, reset): name it.
-    let mut msg = format!("{what}: {e}");
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        msg.push_str(&format!(": {s}"));
-        src = s.source();
-    }
-    if e.is_connect() || e.is_timeout() {
-        ClientError::Unreachable(msg)
-    } else {
-        ClientError::Transient(msg)
-    }
-}
-
-/// A body that broke off, as a retryable error.
-pub(super) fn body_error(what: &str, e: reqwest::Error) -> ClientError {
-    ClientError::Transient(format!("{what}: body: {}", e.without_url()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -180,7 +180,7 @@ impl GcsClient {
             .http
             .execute(req)
             .await
-            .map_err(|e| errors::send_error(what, e))?;
+            .map_err(|e| crate::rest::send_error(what, e))?;
         errors::check(resp, what).await
     }
 }

@@ -54,7 +54,7 @@ impl GcsClient {
         let r = self.send(method, url, &h, body, what).await?;
         r.bytes()
             .await
-            .map_err(|e| super::errors::body_error(what, e))
+            .map_err(|e| crate::rest::body_error(what, e))
     }
 
     /// An object resource from a request that answers with one.
@@ -154,7 +154,7 @@ impl GcsClient {
         let got = r
             .bytes()
             .await
-            .map_err(|e| super::errors::body_error(what, e))?;
+            .map_err(|e| crate::rest::body_error(what, e))?;
         json::parse(&got, what)
     }
 
@@ -328,20 +328,8 @@ impl GcsClient {
         let got = r
             .bytes()
             .await
-            .map_err(|e| super::errors::body_error(name, e))?;
+            .map_err(|e| crate::rest::body_error(name, e))?;
         json::parse(&got, name)
-    }
-}
-
-/// A GET's answer read frame by frame.
-struct Answer<'a> {
-    r: reqwest::Response,
-    key: &'a str,
-}
-
-impl crate::body::Frames for Answer<'_> {
-    async fn next_frame(&mut self) -> Result<Option<Bytes>> {
-        (self.r.chunk().await).map_err(|e| super::errors::body_error(self.key, e))
     }
 }
 
@@ -420,7 +408,7 @@ impl ObjectClient for GcsClient {
             }
             r => r?,
         };
-        crate::body::deliver(Answer { r, key }, key, start, cuts, sink).await
+        crate::body::deliver(crate::rest::Answer { r, key }, key, start, cuts, sink).await
     }
 
     async fn list_page(
@@ -580,7 +568,7 @@ impl ObjectClient for GcsClient {
     }
 
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
-        if !uploads::valid_id(upload_id) {
+        if !crate::rest::valid_upload_id(upload_id) {
             return Err(not_open(key, upload_id));
         }
         self.uploads.end(key, upload_id);

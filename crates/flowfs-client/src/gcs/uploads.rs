@@ -16,7 +16,6 @@
 //! dead mount's uploads, which deletes their part objects, and sends the files again).
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
@@ -44,11 +43,7 @@ struct Open {
 impl Uploads {
     /// A new upload of `key`: its id.
     pub(super) fn begin(&self, key: &str, metadata: &HashMap<String, String>) -> String {
-        let secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        let id = format!("{secs:010}-{:016x}", rand::random::<u64>());
+        let id = crate::rest::new_upload_id();
         let open = Open {
             key: key.to_string(),
             metadata: metadata.clone(),
@@ -98,15 +93,6 @@ impl Uploads {
     }
 }
 
-/// Whether `id` has the form of an upload id (an id from elsewhere is never sent on).
-pub(super) fn valid_id(id: &str) -> bool {
-    let b = id.as_bytes();
-    b.len() == 27
-        && b[10] == b'-'
-        && b[..10].iter().all(u8::is_ascii_digit)
-        && b[11..].iter().all(u8::is_ascii_hexdigit)
-}
-
 /// The directory of every upload of `key`.
 pub(super) fn key_dir(key: &str) -> String {
     let h = Sha256::digest(key.as_bytes());
@@ -142,9 +128,9 @@ pub(super) fn whole(key: &str, id: &str) -> String {
 /// The open upload a common prefix below `key_dir` names (`.../ID/`).
 pub(super) fn upload_of(prefix: &str) -> Option<UploadInfo> {
     let id = prefix.trim_end_matches('/').rsplit('/').next()?;
-    valid_id(id).then(|| UploadInfo {
+    crate::rest::valid_upload_id(id).then(|| UploadInfo {
         upload_id: id.to_string(),
-        initiated: UNIX_EPOCH + Duration::from_secs(id[..10].parse().unwrap_or(0)),
+        initiated: crate::rest::upload_began(id),
     })
 }
 
@@ -161,7 +147,7 @@ mod tests {
     fn an_upload_lives_below_its_keys_directory() {
         let ups = Uploads::default();
         let id = ups.begin("k", &HashMap::new());
-        assert!(valid_id(&id), "{id}");
+        assert!(crate::rest::valid_upload_id(&id), "{id}");
         let dir = upload_dir("k", &id);
         assert!(dir.starts_with(&key_dir("k")) && hidden(&dir));
         assert_eq!(key_dir("k").len(), PARTS_DIR.len() + 33);
