@@ -1,14 +1,74 @@
-//! What the two REST backends (Azure Blob, GCS) share over reqwest: the errors of a
-//! request that got no answer or a body that broke off (never with the request's URL: a
-//! SAS token is its query), a GET's answer read frame by frame, and the form of the
-//! upload ids they make up (neither store has S3's: `SECS-NONCE`, when the upload began
+//! What the two REST backends (Azure Blob, GCS) share over reqwest: the HTTP client and
+//! reqsign's context, a request's head and its sending, the errors of a request that got
+//! no answer or a body that broke off (never with the request's URL: a SAS token is its
+//! query), a GET's answer read frame by frame, and the uploads they keep themselves
+//! (neither store has S3's upload ids: flowfs's are `SECS-NONCE`, when the upload began
 //! and 64 random bits).
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 
 use crate::{ClientError, Result};
+
+/// The HTTP client of a REST backend: 5 s to connect, 60 s without a byte of an answer.
+pub(crate) fn http_client() -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .read_timeout(Duration::from_secs(60))
+        .build()
+        .map_err(|e| ClientError::Other(format!("cannot build the HTTP client: {e}")))
+}
+
+/// What reqsign's credential sources need to fetch a token, read a token file or run a
+/// CLI (`az`, `gcloud`), over the backend's own HTTP client.
+pub(crate) fn signing_context(http: &reqwest::Client) -> reqsign_core::Context {
+    reqsign_core::Context::new()
+        .with_file_read(reqsign_file_read_tokio::TokioFileRead)
+        .with_http_send(reqsign_http_send_reqwest::ReqwestHttpSend::new(
+            http.clone(),
+        ))
+        .with_command_execute(reqsign_command_execute_tokio::TokioCommandExecute)
+        .with_env(reqsign_core::OsEnv)
+}
+
+/// The head of a request of `body` with `headers`; it says its length when it has a
+/// body, or is a PUT or a POST (which a server may refuse without one).
+pub(crate) fn request_head(
+    method: http::Method,
+    url: &str,
+    headers: &[(&str, String)],
+    body: &Bytes,
+    what: &str,
+) -> Result<http::request::Parts> {
+    let with_length = !body.is_empty() || matches!(method, http::Method::PUT | http::Method::POST);
+    let mut b = http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        b = b.header(*k, v);
+    }
+    if with_length {
+        b = b.header(http::header::CONTENT_LENGTH, body.len());
+    }
+    let (parts, ()) = b
+        .body(())
+        .map_err(|e| ClientError::Other(format!("{what}: {e}")))?
+        .into_parts();
+    Ok(parts)
+}
+
+/// Sends a (signed) request; a request that got no answer is its error.
+pub(crate) async fn execute(
+    http: &reqwest::Client,
+    head: http::request::Parts,
+    body: Bytes,
+    what: &str,
+) -> Result<reqwest::Response> {
+    let req = reqwest::Request::try_from(http::Request::from_parts(head, body))
+        .map_err(|e| ClientError::Other(format!("{what}: {e}")))?;
+    http.execute(req).await.map_err(|e| send_error(what, e))
+}
 
 /// A request that got no answer.
 pub(crate) fn send_error(what: &str, e: reqwest::Error) -> ClientError {
@@ -62,6 +122,75 @@ pub(crate) fn valid_upload_id(id: &str) -> bool {
         && b[11..].iter().all(u8::is_ascii_hexdigit)
 }
 
+/// The uploads a REST backend began and has not ended: each one's key, the metadata
+/// given at its creation (written at its completion) and the backend's own state `S`.
+/// An upload survives only in the process that began it, as flowfs's recovery expects.
+pub(crate) struct OpenUploads<S> {
+    open: Mutex<HashMap<String, OpenUpload<S>>>,
+}
+
+struct OpenUpload<S> {
+    key: String,
+    metadata: HashMap<String, String>,
+    state: S,
+}
+
+impl<S> Default for OpenUploads<S> {
+    fn default() -> Self {
+        OpenUploads {
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<S: Default + Clone> OpenUploads<S> {
+    /// A new upload of `key`: its id.
+    pub(crate) fn begin(&self, key: &str, metadata: &HashMap<String, String>) -> String {
+        let id = new_upload_id();
+        let open = OpenUpload {
+            key: key.to_string(),
+            metadata: metadata.clone(),
+            state: S::default(),
+        };
+        self.open.lock().insert(id.clone(), open);
+        id
+    }
+
+    /// Whether `id` is an upload of `key` this client began and has not ended.
+    pub(crate) fn is_open(&self, key: &str, id: &str) -> bool {
+        self.open.lock().get(id).is_some_and(|o| o.key == key)
+    }
+
+    /// Changes the state of open upload `id` of `key`; false if it is not open.
+    pub(crate) fn update(&self, key: &str, id: &str, f: impl FnOnce(&mut S)) -> bool {
+        let mut open = self.open.lock();
+        match open.get_mut(id).filter(|o| o.key == key) {
+            Some(o) => {
+                f(&mut o.state);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The metadata and state of open upload `id` of `key`.
+    pub(crate) fn get(&self, key: &str, id: &str) -> Option<(HashMap<String, String>, S)> {
+        let open = self.open.lock();
+        open.get(id)
+            .filter(|o| o.key == key)
+            .map(|o| (o.metadata.clone(), o.state.clone()))
+    }
+
+    /// Ends upload `id` of `key`; whether it was open.
+    pub(crate) fn end(&self, key: &str, id: &str) -> bool {
+        let mut open = self.open.lock();
+        match open.get(id) {
+            Some(o) if o.key == key => open.remove(id).is_some(),
+            _ => false,
+        }
+    }
+}
+
 /// When upload `id` began (by this clock).
 pub(crate) fn upload_began(id: &str) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(id.get(..10).and_then(|s| s.parse().ok()).unwrap_or(0))
@@ -78,6 +207,19 @@ mod tests {
         assert!(!valid_upload_id(&format!("{id}x")) && !valid_upload_id("0000000001-xyz"));
         let age = SystemTime::now().duration_since(upload_began(&id)).unwrap();
         assert!(age.as_secs() < 5);
+    }
+
+    #[test]
+    fn an_open_upload_is_its_keys_until_it_ends() {
+        let ups: OpenUploads<Vec<i32>> = OpenUploads::default();
+        let id = ups.begin("k", &HashMap::from([("mode".into(), "1".into())]));
+        assert!(ups.is_open("k", &id) && !ups.is_open("k2", &id));
+        assert!(ups.update("k", &id, |s| s.push(1)) && !ups.update("k2", &id, |s| s.push(2)));
+        let (meta, state) = ups.get("k", &id).unwrap();
+        assert_eq!((meta["mode"].as_str(), state), ("1", vec![1]));
+        assert!(!ups.end("k2", &id), "another key's");
+        assert!(ups.end("k", &id) && !ups.end("k", &id), "ended once");
+        assert!(!ups.update("k", &id, |s| s.push(3)) && ups.get("k", &id).is_none());
     }
 
     #[tokio::test]

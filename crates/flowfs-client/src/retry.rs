@@ -59,6 +59,23 @@ impl RetryPolicy {
         let top = exp.min(self.cap);
         top.mul_f64(rng.gen::<f64>())
     }
+
+    /// The pause before sending again after failed attempt `attempt` (from 1), `elapsed`
+    /// after the first began; `None` once the attempts or `budget` are spent.
+    pub fn pause_within(
+        &self,
+        attempt: u32,
+        elapsed: Duration,
+        budget: Duration,
+    ) -> Option<Duration> {
+        let pause = self.backoff(attempt, &mut rand::thread_rng());
+        (attempt < self.max_attempts && elapsed + pause <= budget).then_some(pause)
+    }
+
+    /// `pause_within` the policy's own budget.
+    pub fn pause_after(&self, attempt: u32, elapsed: Duration) -> Option<Duration> {
+        self.pause_within(attempt, elapsed, self.budget)
+    }
 }
 
 /// What the retries of a mount have done so far.
@@ -130,12 +147,11 @@ impl Retrying {
                 self.counters.throttled.fetch_add(1, Ordering::Relaxed);
                 self.limiter.throttled();
             }
-            let pause = self.policy.backoff(n, &mut rand::thread_rng());
-            if n >= self.policy.max_attempts || start.elapsed() + pause > budget {
+            let Some(pause) = self.policy.pause_within(n, start.elapsed(), budget) else {
                 self.counters.gave_up.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("{what}: giving up after {n} attempts: {e}");
                 return Err(e);
-            }
+            };
             self.counters.retries.fetch_add(1, Ordering::Relaxed);
             tracing::debug!("{what}: attempt {n} failed, again in {pause:?}: {e}");
             tokio::time::sleep(pause).await;

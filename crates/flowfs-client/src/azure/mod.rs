@@ -8,11 +8,10 @@
 //! the answers' errors in errors.rs.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use bytes::Bytes;
 use reqsign_azure_storage::{Credential, RequestSigner};
-use reqsign_core::{Context, OsEnv, Signer};
+use reqsign_core::Signer;
 
 mod credentials;
 mod errors;
@@ -65,18 +64,8 @@ impl AzureClient {
         let env = |k: &str| std::env::var(k).ok();
         let found =
             credentials::resolve(cfg.account.as_deref(), cfg.endpoint_url.as_deref(), &env)?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .read_timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| ClientError::Other(format!("cannot build the HTTP client: {e}")))?;
-        let ctx = Context::new()
-            .with_file_read(reqsign_file_read_tokio::TokioFileRead)
-            .with_http_send(reqsign_http_send_reqwest::ReqwestHttpSend::new(
-                http.clone(),
-            ))
-            .with_command_execute(reqsign_command_execute_tokio::TokioCommandExecute)
-            .with_env(OsEnv);
+        let http = crate::rest::http_client()?;
+        let ctx = crate::rest::signing_context(&http);
         let signer = Signer::new(ctx, found.provider(), RequestSigner::new());
         Ok(AzureClient {
             http,
@@ -148,31 +137,14 @@ impl AzureClient {
         body: Bytes,
         what: &str,
     ) -> Result<reqwest::Response> {
-        let mut b = http::Request::builder()
-            .method(method)
-            .uri(url)
-            .header("x-ms-version", API_VERSION);
-        for (k, v) in headers {
-            b = b.header(*k, v);
-        }
-        if !body.is_empty() || b.method_ref() == Some(&http::Method::PUT) {
-            b = b.header(http::header::CONTENT_LENGTH, body.len());
-        }
-        let (mut parts, ()) = b
-            .body(())
-            .map_err(|e| ClientError::Other(format!("{what}: {e}")))?
-            .into_parts();
+        let mut head = crate::rest::request_head(method, url, headers, &body, what)?;
+        let version = http::HeaderValue::from_static(API_VERSION);
+        head.headers.insert("x-ms-version", version);
         self.signer
-            .sign(&mut parts, None)
+            .sign(&mut head, None)
             .await
             .map_err(|e| ClientError::Credentials(format!("Azure: {e}")))?;
-        let req = reqwest::Request::try_from(http::Request::from_parts(parts, body))
-            .map_err(|e| ClientError::Other(format!("{what}: {e}")))?;
-        let resp = self
-            .http
-            .execute(req)
-            .await
-            .map_err(|e| crate::rest::send_error(what, e))?;
+        let resp = crate::rest::execute(&self.http, head, body, what).await?;
         errors::check(resp, what, &self.container).await
     }
 }
@@ -246,7 +218,7 @@ mod tests {
         let c = AzureClient {
             http: reqwest::Client::new(),
             signer: Signer::new(
-                Context::new(),
+                reqsign_core::Context::new(),
                 credentials::resolve(Some("a"), None, &|k| {
                     (k == "AZURE_STORAGE_KEY").then(|| "a2V5".into())
                 })

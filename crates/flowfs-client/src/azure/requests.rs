@@ -294,7 +294,7 @@ impl ObjectClient for AzureClient {
         upload_id: &str,
         parts: Vec<CompletedPart>,
     ) -> Result<PutResult> {
-        let Some(metadata) = self.uploads.metadata(key, upload_id) else {
+        let Some((metadata, ())) = self.uploads.get(key, upload_id) else {
             return Err(not_open(key, upload_id));
         };
         let mut ids = Vec::with_capacity(parts.len());

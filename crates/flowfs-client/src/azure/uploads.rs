@@ -16,10 +16,7 @@
 //! (Put Block List takes it): an upload survives only in the process that began it, as
 //! flowfs's recovery expects (it aborts a dead mount's uploads and sends the files again).
 
-use std::collections::HashMap;
-
 use base64::Engine;
-use parking_lot::Mutex;
 
 use crate::UploadInfo;
 
@@ -34,50 +31,7 @@ pub(super) enum Block {
 }
 
 /// The uploads this client began and has not ended: their keys and metadata.
-#[derive(Default)]
-pub(super) struct Uploads {
-    open: Mutex<HashMap<String, Open>>,
-}
-
-struct Open {
-    key: String,
-    metadata: HashMap<String, String>,
-}
-
-impl Uploads {
-    /// A new upload of `key`: its id.
-    pub(super) fn begin(&self, key: &str, metadata: &HashMap<String, String>) -> String {
-        let id = crate::rest::new_upload_id();
-        let open = Open {
-            key: key.to_string(),
-            metadata: metadata.clone(),
-        };
-        self.open.lock().insert(id.clone(), open);
-        id
-    }
-
-    /// Whether `id` is an upload of `key` this client began and has not ended.
-    pub(super) fn is_open(&self, key: &str, id: &str) -> bool {
-        self.open.lock().get(id).is_some_and(|o| o.key == key)
-    }
-
-    /// Ends upload `id` of `key`; its metadata if it was open.
-    pub(super) fn end(&self, key: &str, id: &str) -> Option<HashMap<String, String>> {
-        let mut open = self.open.lock();
-        match open.get(id) {
-            Some(o) if o.key == key => open.remove(id).map(|o| o.metadata),
-            _ => None,
-        }
-    }
-
-    /// The metadata of open upload `id` of `key`.
-    pub(super) fn metadata(&self, key: &str, id: &str) -> Option<HashMap<String, String>> {
-        let open = self.open.lock();
-        open.get(id)
-            .filter(|o| o.key == key)
-            .map(|o| o.metadata.clone())
-    }
-}
+pub(super) type Uploads = crate::rest::OpenUploads<()>;
 
 /// The block id (base64, as sent) of `block` of upload `id`.
 pub(super) fn block_id(id: &str, block: Block) -> String {
@@ -124,6 +78,7 @@ pub(super) fn open_uploads(blocks: &[String]) -> Vec<UploadInfo> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
     use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
@@ -146,8 +101,8 @@ mod tests {
         }
         assert_eq!(parse_block("QUJD"), None, "another tool's block");
         assert!(ups.is_open("k", &id) && !ups.is_open("k2", &id));
-        assert!(ups.end("k", &id).is_some());
-        assert!(ups.end("k", &id).is_none(), "ended once");
+        assert!(ups.end("k", &id));
+        assert!(!ups.end("k", &id), "ended once");
     }
 
     #[test]

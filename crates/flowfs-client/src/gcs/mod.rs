@@ -9,10 +9,8 @@
 //! requests.rs, multipart uploads as composed part objects in uploads.rs, the JSON in
 //! json.rs and the answers' errors in errors.rs.
 
-use std::time::Duration;
-
 use bytes::Bytes;
-use reqsign_core::{Context, OsEnv, Signer};
+use reqsign_core::Signer;
 use reqsign_google::{Credential, RequestSigner};
 
 mod credentials;
@@ -55,25 +53,11 @@ impl GcsClient {
     pub fn new(cfg: &GcsConfig) -> Result<GcsClient> {
         let env = |k: &str| std::env::var(k).ok();
         let found = credentials::resolve(cfg, &env)?;
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .read_timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| ClientError::Other(format!("cannot build the HTTP client: {e}")))?;
+        let http = crate::rest::http_client()?;
         let signer = found.signed.then(|| {
-            let ctx = Context::new()
-                .with_file_read(reqsign_file_read_tokio::TokioFileRead)
-                .with_http_send(reqsign_http_send_reqwest::ReqwestHttpSend::new(
-                    http.clone(),
-                ))
-                .with_command_execute(reqsign_command_execute_tokio::TokioCommandExecute)
-                .with_env(OsEnv);
             let provider = reqsign_google::DefaultCredentialProvider::new();
-            Signer::new(
-                ctx,
-                provider,
-                RequestSigner::new("storage").with_scope(SCOPE),
-            )
+            let signing = RequestSigner::new("storage").with_scope(SCOPE);
+            Signer::new(crate::rest::signing_context(&http), provider, signing)
         });
         Ok(GcsClient {
             http,
@@ -156,31 +140,14 @@ impl GcsClient {
         body: Bytes,
         what: &str,
     ) -> Result<reqwest::Response> {
-        let mut b = http::Request::builder().method(method).uri(url);
-        for (k, v) in headers {
-            b = b.header(*k, v);
-        }
-        let m = b.method_ref().cloned();
-        if !body.is_empty() || matches!(m, Some(http::Method::POST | http::Method::PUT)) {
-            b = b.header(http::header::CONTENT_LENGTH, body.len());
-        }
-        let (mut parts, ()) = b
-            .body(())
-            .map_err(|e| ClientError::Other(format!("{what}: {e}")))?
-            .into_parts();
+        let mut head = crate::rest::request_head(method, url, headers, &body, what)?;
         if let Some(signer) = &self.signer {
             signer
-                .sign(&mut parts, None)
+                .sign(&mut head, None)
                 .await
                 .map_err(|e| ClientError::Credentials(format!("GCS: {e}")))?;
         }
-        let req = reqwest::Request::try_from(http::Request::from_parts(parts, body))
-            .map_err(|e| ClientError::Other(format!("{what}: {e}")))?;
-        let resp = self
-            .http
-            .execute(req)
-            .await
-            .map_err(|e| crate::rest::send_error(what, e))?;
+        let resp = crate::rest::execute(&self.http, head, body, what).await?;
         errors::check(resp, what).await
     }
 }

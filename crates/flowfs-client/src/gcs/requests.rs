@@ -1,7 +1,7 @@
 //! `impl ObjectClient for GcsClient`: each method is the GCS JSON API call of
 //! docs/STORES.md's table (multipart uploads as composed part objects: uploads.rs).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -51,7 +51,19 @@ impl GcsClient {
             ),
             None => (Vec::new(), Bytes::new()),
         };
-        let r = self.send(method, url, &h, body, what).await?;
+        self.send_read(method, url, &h, body, what).await
+    }
+
+    /// `send`, and the answer's body read whole.
+    async fn send_read(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+        what: &str,
+    ) -> Result<Bytes> {
+        let r = self.send(method, url, headers, body, what).await?;
         r.bytes()
             .await
             .map_err(|e| crate::rest::body_error(what, e))
@@ -106,20 +118,22 @@ impl GcsClient {
         Ok(page)
     }
 
-    /// Every key below `prefix` (no delimiter), all pages.
-    async fn list_all(&self, prefix: &str) -> Result<Vec<String>> {
-        let (mut keys, mut token) = (Vec::new(), None);
+    /// Every page of `objects.list` below `prefix`, as one.
+    async fn list_every(&self, prefix: &str, delimiter: Option<&str>) -> Result<Page> {
+        let (mut all, mut token) = (Page::default(), None);
         loop {
             let q = ListQuery {
                 prefix,
+                delimiter,
                 token: token.as_deref(),
                 ..ListQuery::default()
             };
             let page = self.list_objects(q).await?;
-            keys.extend(page.items.into_iter().map(|o| o.name));
+            all.items.extend(page.items);
+            all.prefixes.extend(page.prefixes);
             match page.next_page_token {
                 Some(t) => token = Some(t),
-                None => return Ok(keys),
+                None => return Ok(all),
             }
         }
     }
@@ -150,11 +164,7 @@ impl GcsClient {
             query_value(OBJECT_FIELDS)
         ));
         let h = [("content-type", content_type)];
-        let r = self.send(Method::POST, &url, &h, body, what).await?;
-        let got = r
-            .bytes()
-            .await
-            .map_err(|e| crate::rest::body_error(what, e))?;
+        let got = self.send_read(Method::POST, &url, &h, body, what).await?;
         json::parse(&got, what)
     }
 
@@ -238,10 +248,8 @@ impl GcsClient {
     ) -> Result<(Object, Vec<String>)> {
         let mut made = Vec::new();
         let none = HashMap::new();
-        for depth in 0.. {
-            if level.len() <= COMPOSE_MAX {
-                break;
-            }
+        let mut depth = 0;
+        while level.len() > COMPOSE_MAX {
             let groups: Vec<(String, Vec<Source>)> = level
                 .chunks(COMPOSE_MAX)
                 .enumerate()
@@ -260,6 +268,7 @@ impl GcsClient {
                 .collect::<Result<Vec<_>>>()?;
             made.extend(next.iter().map(|(n, _)| n.clone()));
             level = next;
+            depth += 1;
         }
         // The last compose makes an object of its own, rewritten into the key with the
         // upload's metadata: fake-gcs-server gives a compose onto an existing key the old
@@ -284,11 +293,10 @@ impl GcsClient {
         let mut attempt = 1;
         loop {
             match self.delete(name).await {
-                Err(e) if e.is_retryable() && attempt < policy.max_attempts => {
-                    let pause = policy.backoff(attempt, &mut rand::thread_rng());
-                    if start.elapsed() + pause > policy.budget {
+                Err(e) if e.is_retryable() => {
+                    let Some(pause) = policy.pause_after(attempt, start.elapsed()) else {
                         return Err(e);
-                    }
+                    };
                     tokio::time::sleep(pause).await;
                     attempt += 1;
                 }
@@ -324,11 +332,7 @@ impl GcsClient {
             query_value(OBJECT_FIELDS)
         ));
         let h = [("content-type", "application/octet-stream".to_string())];
-        let r = self.send(Method::POST, &url, &h, data, name).await?;
-        let got = r
-            .bytes()
-            .await
-            .map_err(|e| crate::rest::body_error(name, e))?;
+        let got = self.send_read(Method::POST, &url, &h, data, name).await?;
         json::parse(&got, name)
     }
 }
@@ -497,10 +501,10 @@ impl ObjectClient for GcsClient {
         }
         let name = uploads::part(key, upload_id, part_number);
         let o = self.put_part_object(&name, body).await?;
-        if !self
-            .uploads
-            .part_sent(key, upload_id, part_number, &o.generation)
-        {
+        let sent = |parts: &mut BTreeMap<i32, String>| {
+            parts.insert(part_number, o.generation.clone());
+        };
+        if !self.uploads.update(key, upload_id, sent) {
             // Aborted while it was sent: the abort did not see it.
             self.delete(&name).await?;
             return Err(not_open(key, upload_id));
@@ -514,7 +518,7 @@ impl ObjectClient for GcsClient {
         upload_id: &str,
         parts: Vec<CompletedPart>,
     ) -> Result<PutResult> {
-        let Some((metadata, sent)) = self.uploads.state(key, upload_id) else {
+        let Some((metadata, sent)) = self.uploads.get(key, upload_id) else {
             return Err(not_open(key, upload_id));
         };
         let mut sources = Vec::with_capacity(parts.len());
@@ -572,27 +576,16 @@ impl ObjectClient for GcsClient {
             return Err(not_open(key, upload_id));
         }
         self.uploads.end(key, upload_id);
-        let names = self.list_all(&uploads::upload_dir(key, upload_id)).await?;
+        let dir = uploads::upload_dir(key, upload_id);
+        let listed = self.list_every(&dir, None).await?;
+        let names = listed.items.into_iter().map(|o| o.name).collect();
         self.drop_parts(key, upload_id, names).await
     }
 
     async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>> {
-        let dir = uploads::key_dir(key);
-        let (mut out, mut token) = (Vec::new(), None);
-        loop {
-            let q = ListQuery {
-                prefix: &dir,
-                delimiter: Some("/"),
-                token: token.as_deref(),
-                ..ListQuery::default()
-            };
-            let page = self.list_objects(q).await?;
-            out.extend(page.prefixes.iter().filter_map(|p| uploads::upload_of(p)));
-            match page.next_page_token {
-                Some(t) => token = Some(t),
-                None => return Ok(out),
-            }
-        }
+        let page = self.list_every(&uploads::key_dir(key), Some("/")).await?;
+        let open = page.prefixes.iter().filter_map(|p| uploads::upload_of(p));
+        Ok(open.collect())
     }
 
     /// `objects.rewrite`, called again with its token until done (a copy within a

@@ -15,9 +15,8 @@
 //! survives only in the process that began it, as flowfs's recovery expects (it aborts a
 //! dead mount's uploads, which deletes their part objects, and sends the files again).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use crate::UploadInfo;
@@ -27,71 +26,9 @@ pub(crate) const PARTS_DIR: &str = ".flowfs-parts/";
 /// Sources one compose call takes (GCS's limit).
 pub(super) const COMPOSE_MAX: usize = 32;
 
-/// The uploads this client began and has not ended.
-#[derive(Default)]
-pub(super) struct Uploads {
-    open: Mutex<HashMap<String, Open>>,
-}
-
-struct Open {
-    key: String,
-    metadata: HashMap<String, String>,
-    /// Part number → the generation of its object.
-    parts: BTreeMap<i32, String>,
-}
-
-impl Uploads {
-    /// A new upload of `key`: its id.
-    pub(super) fn begin(&self, key: &str, metadata: &HashMap<String, String>) -> String {
-        let id = crate::rest::new_upload_id();
-        let open = Open {
-            key: key.to_string(),
-            metadata: metadata.clone(),
-            parts: BTreeMap::new(),
-        };
-        self.open.lock().insert(id.clone(), open);
-        id
-    }
-
-    /// Whether `id` is an upload of `key` this client began and has not ended.
-    pub(super) fn is_open(&self, key: &str, id: &str) -> bool {
-        self.open.lock().get(id).is_some_and(|o| o.key == key)
-    }
-
-    /// Notes that part `n` of upload `id` is the object of `generation`; false if the
-    /// upload is no longer open.
-    pub(super) fn part_sent(&self, key: &str, id: &str, n: i32, generation: &str) -> bool {
-        let mut open = self.open.lock();
-        match open.get_mut(id).filter(|o| o.key == key) {
-            Some(o) => {
-                o.parts.insert(n, generation.to_string());
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The metadata of open upload `id` of `key` and the generations of its parts.
-    pub(super) fn state(
-        &self,
-        key: &str,
-        id: &str,
-    ) -> Option<(HashMap<String, String>, BTreeMap<i32, String>)> {
-        let open = self.open.lock();
-        open.get(id)
-            .filter(|o| o.key == key)
-            .map(|o| (o.metadata.clone(), o.parts.clone()))
-    }
-
-    /// Ends upload `id` of `key`; whether it was open.
-    pub(super) fn end(&self, key: &str, id: &str) -> bool {
-        let mut open = self.open.lock();
-        match open.get(id) {
-            Some(o) if o.key == key => open.remove(id).is_some(),
-            _ => false,
-        }
-    }
-}
+/// The uploads this client began and has not ended, each with the generation of every
+/// part object it sent (part number → generation).
+pub(super) type Uploads = crate::rest::OpenUploads<BTreeMap<i32, String>>;
 
 /// The directory of every upload of `key`.
 pub(super) fn key_dir(key: &str) -> String {
@@ -141,6 +78,8 @@ pub(crate) fn hidden(key: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     #[test]
@@ -156,9 +95,6 @@ mod tests {
         assert_eq!(marker("k", &id), format!("{dir}open"));
         assert_eq!(upload_of(&dir).unwrap().upload_id, id);
         assert!(upload_of(".flowfs-parts/x/not-an-id/").is_none());
-        assert!(ups.part_sent("k", &id, 1, "5") && !ups.part_sent("k2", &id, 1, "5"));
-        assert_eq!(ups.state("k", &id).unwrap().1[&1], "5");
         assert!(ups.end("k", &id) && !ups.end("k", &id), "ended once");
-        assert!(!ups.part_sent("k", &id, 2, "6"), "a part after the end");
     }
 }
