@@ -33,6 +33,17 @@ def _q(key: str) -> str:
     return urllib.parse.quote(key, safe="")
 
 
+def multipart_upload(key: str, data: bytes, metadata: dict | None) -> tuple[bytes, dict]:
+    """The body and headers of an `uploadType=multipart` request: the object's resource
+    (with its metadata) and its bytes in one request, as a small file's PUT is on S3."""
+    boundary = "gcs-store-7f3a9c"
+    res = json.dumps({"name": key, "metadata": dict(metadata or {})}).encode()
+    body = (f"--{boundary}\r\ncontent-type: application/json\r\n\r\n".encode() + res
+            + f"\r\n--{boundary}\r\ncontent-type: application/octet-stream\r\n\r\n".encode()
+            + data + f"\r\n--{boundary}--\r\n".encode())
+    return body, {"content-type": f"multipart/related; boundary={boundary}"}
+
+
 def _bytes(body) -> bytes:
     data = body.read() if hasattr(body, "read") else body
     return data.encode() if isinstance(data, str) else bytes(data)
@@ -81,13 +92,8 @@ class GcsS3:
                    {"content-type": "application/json"})
 
     def put_object(self, Bucket: str, Key: str, Body=b"", Metadata=None, **_):  # noqa: N803
-        boundary = "gcs-store-7f3a9c"
-        res = json.dumps({"name": Key, "metadata": dict(Metadata or {})}).encode()
-        body = (f"--{boundary}\r\ncontent-type: application/json\r\n\r\n".encode() + res
-                + f"\r\n--{boundary}\r\ncontent-type: application/octet-stream\r\n\r\n".encode()
-                + _bytes(Body) + f"\r\n--{boundary}--\r\n".encode())
-        self._call(f"/upload/storage/v1/b/{Bucket}/o?uploadType=multipart", "POST", body,
-                   {"content-type": f"multipart/related; boundary={boundary}"})
+        body, headers = multipart_upload(Key, _bytes(Body), Metadata)
+        self._call(f"/upload/storage/v1/b/{Bucket}/o?uploadType=multipart", "POST", body, headers)
         return {}
 
     def upload_fileobj(self, f, bucket: str, key: str, Config=None):  # noqa: N803, ARG002

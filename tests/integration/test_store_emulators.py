@@ -20,6 +20,7 @@ import urllib.parse
 import pytest
 
 from emulators import request as _req
+from gcs_store import multipart_upload
 
 
 @pytest.fixture
@@ -110,15 +111,9 @@ def bucket(gcs, request):
 
 
 def _multipart(gcs, bucket, key, data, metadata):
-    """uploadType=multipart: the object's resource (with its metadata) and its bytes in one
-    request, as a small file's PUT is on S3."""
-    boundary = "flowfs-boundary-7b1"
-    res = json.dumps({"name": key, "metadata": metadata}).encode()
-    body = (f"--{boundary}\r\ncontent-type: application/json\r\n\r\n".encode() + res
-            + f"\r\n--{boundary}\r\ncontent-type: application/octet-stream\r\n\r\n".encode() + data
-            + f"\r\n--{boundary}--\r\n".encode())
-    return _req(f"{gcs.url}/upload/storage/v1/b/{bucket}/o?uploadType=multipart", "POST", body,
-                {"content-type": f"multipart/related; boundary={boundary}"})
+    """uploadType=multipart (gcs_store.multipart_upload): the answer as it comes."""
+    body, headers = multipart_upload(key, data, metadata)
+    return _req(f"{gcs.url}/upload/storage/v1/b/{bucket}/o?uploadType=multipart", "POST", body, headers)
 
 
 @pytest.mark.gcs
