@@ -28,7 +28,9 @@ PIP_PINS=(
 )
 APT_PKGS=(fuse3 libacl1-dev
   # the real-tools suite (tests/integration/test_realworld.py)
-  tar git rsync sqlite3 stress-ng dbench fsmark)
+  tar git rsync sqlite3 stress-ng dbench fsmark
+  # the metrics test scrapes a mount with a real Prometheus (tests/integration/test_metrics.py)
+  prometheus)
 # crates.io binaries: name and exact version (`cargo install --locked`)
 CARGO_PINS=(
   "fsx 0.3.2"

@@ -13,6 +13,7 @@ mod error;
 pub mod gcs;
 mod limiter;
 pub mod meta;
+pub mod metrics;
 pub mod mock;
 mod rest;
 pub mod retry;

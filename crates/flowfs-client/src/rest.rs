@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use crate::metrics::{Outcome, StoreMetrics};
 use crate::{ClientError, Result};
 
 /// The HTTP client of a REST backend: 5 s to connect, 60 s without a byte of an answer.
@@ -58,16 +59,30 @@ pub(crate) fn request_head(
     Ok(parts)
 }
 
-/// Sends a (signed) request; a request that got no answer is its error.
+/// A request to send: what it is to the store (`op`, the store's name for it) and to
+/// flowfs's messages (`what`: the request and its key).
+pub(crate) struct Sending<'a> {
+    pub op: &'static str,
+    pub what: &'a str,
+}
+
+/// Sends a (signed) request and counts it in `metrics`; a request that got no answer is
+/// its error.
 pub(crate) async fn execute(
     http: &reqwest::Client,
+    metrics: &StoreMetrics,
     head: http::request::Parts,
     body: Bytes,
-    what: &str,
+    sending: Sending<'_>,
 ) -> Result<reqwest::Response> {
+    let what = sending.what;
     let req = reqwest::Request::try_from(http::Request::from_parts(head, body))
         .map_err(|e| ClientError::Other(format!("{what}: {e}")))?;
-    http.execute(req).await.map_err(|e| send_error(what, e))
+    let sent = std::time::Instant::now();
+    let r = http.execute(req).await;
+    let status = r.as_ref().ok().map(|r| r.status().as_u16());
+    metrics.request(sending.op, Outcome::of_status(status), sent.elapsed());
+    r.map_err(|e| send_error(what, e))
 }
 
 /// A request that got no answer.

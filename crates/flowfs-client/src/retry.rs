@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +19,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::limiter::Limiter;
+use crate::metrics::{RetryEvent, StoreMetrics};
 use crate::{
     ClientError, CompletedPart, ListPage, ObjectClient, ObjectMeta, PutResult, Result, UploadInfo,
 };
@@ -89,19 +89,12 @@ pub struct RetryStats {
     pub gave_up: u64,
 }
 
-#[derive(Default)]
-struct Counters {
-    retries: AtomicU64,
-    throttled: AtomicU64,
-    gave_up: AtomicU64,
-}
-
 /// An [`ObjectClient`] that retries the one it wraps.
 pub struct Retrying {
     inner: Arc<dyn ObjectClient>,
     policy: RetryPolicy,
     limiter: Limiter,
-    counters: Counters,
+    metrics: Arc<StoreMetrics>,
 }
 
 impl Retrying {
@@ -111,16 +104,29 @@ impl Retrying {
             inner,
             policy,
             limiter: Limiter::default(),
-            counters: Counters::default(),
+            metrics: StoreMetrics::new(),
         }
+    }
+
+    /// Counts retries and bytes into `metrics` (the backend's own, which counts its
+    /// requests) rather than a set of its own.
+    pub fn with_metrics(mut self, metrics: Arc<StoreMetrics>) -> Retrying {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The metrics it counts into.
+    pub fn metrics(&self) -> &Arc<StoreMetrics> {
+        &self.metrics
     }
 
     /// What the retries have done so far, for `flowfs status` and the unmount log.
     pub fn stats(&self) -> RetryStats {
+        let c = self.metrics.snapshot();
         RetryStats {
-            retries: self.counters.retries.load(Ordering::Relaxed),
-            throttled: self.counters.throttled.load(Ordering::Relaxed),
-            gave_up: self.counters.gave_up.load(Ordering::Relaxed),
+            retries: c.retries,
+            throttled: c.throttled,
+            gave_up: c.gave_up,
         }
     }
 
@@ -143,16 +149,16 @@ impl Retrying {
                 Err(e) if !e.is_retryable() => return Err(e),
                 Err(e) => e,
             };
-            if matches!(e, ClientError::Throttled(_)) {
-                self.counters.throttled.fetch_add(1, Ordering::Relaxed);
+            let throttled = matches!(e, ClientError::Throttled(_));
+            if throttled {
                 self.limiter.throttled();
             }
             let Some(pause) = self.policy.pause_within(n, start.elapsed(), budget) else {
-                self.counters.gave_up.fetch_add(1, Ordering::Relaxed);
+                self.metrics.retry(RetryEvent::GaveUp, throttled);
                 tracing::warn!("{what}: giving up after {n} attempts: {e}");
                 return Err(e);
             };
-            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+            self.metrics.retry(RetryEvent::Retried, throttled);
             tracing::debug!("{what}: attempt {n} failed, again in {pause:?}: {e}");
             tokio::time::sleep(pause).await;
         }
@@ -206,6 +212,7 @@ impl ObjectClient for Retrying {
             let (done, sink) = (&done, &sink);
             async move {
                 let mut relay = |i: usize, b: Bytes| {
+                    self.metrics.downloaded(b.len());
                     let mut s = sink.lock();
                     (*s)(from + i, b);
                     *done.lock() = from + i + 1;
@@ -250,8 +257,11 @@ impl ObjectClient for Retrying {
         body: Bytes,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
-        self.retry("PUT", key, || self.inner.put(key, body.clone(), metadata))
-            .await
+        self.retry("PUT", key, || {
+            self.metrics.uploaded(body.len());
+            self.inner.put(key, body.clone(), metadata)
+        })
+        .await
     }
 
     /// Not idempotent: an attempt whose answer was lost leaves an upload nobody
@@ -276,6 +286,7 @@ impl ObjectClient for Retrying {
         body: Bytes,
     ) -> Result<String> {
         self.retry("UPLOAD_PART", key, || {
+            self.metrics.uploaded(body.len());
             self.inner
                 .upload_part(key, upload_id, part_number, body.clone())
         })

@@ -18,6 +18,7 @@ use aws_sdk_s3::config::{
 };
 
 mod body;
+mod counting;
 mod errors;
 mod listing;
 mod requests;
@@ -35,6 +36,8 @@ pub struct S3Config {
     pub region: Option<String>,
     /// Attempts per request, the first included (exponential backoff with jitter between).
     pub max_attempts: u32,
+    /// Where each HTTP request sent is counted.
+    pub metrics: std::sync::Arc<crate::metrics::StoreMetrics>,
 }
 
 /// The S3 backend (aws-sdk-s3): AWS, SeaweedFS, MinIO, Ceph.
@@ -70,7 +73,8 @@ impl S3Client {
             // Our own integrity comes from ETags and exact lengths; the extra trailing
             // checksums of new SDKs are not understood by every S3-compatible server.
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .interceptor(counting::Counting(cfg.metrics.clone()));
         if shared.region().is_none() {
             builder = builder.region(aws_config::Region::new("us-east-1"));
         }

@@ -26,4 +26,4 @@ pub use fs::{
 };
 pub use fuse::FuseAdapter;
 pub use inode::{Kind, ROOT};
-pub use prefetch::{AheadStats, Warmer};
+pub use prefetch::{AheadStats, ReadStats, Warmer};

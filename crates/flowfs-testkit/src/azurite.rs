@@ -96,6 +96,7 @@ impl Azurite {
     /// this server: `use_connection_string`).
     pub fn client(&self, container: &str) -> AzureClient {
         AzureClient::new(&AzureConfig {
+            metrics: Default::default(),
             container: container.to_string(),
             account: None,
             endpoint_url: None,

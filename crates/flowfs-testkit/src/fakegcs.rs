@@ -86,6 +86,7 @@ impl FakeGcs {
     /// The product's client of `bucket` on this server (unsigned, as an emulator is).
     pub fn client(&self, bucket: &str) -> GcsClient {
         GcsClient::new(&GcsConfig {
+            metrics: Default::default(),
             bucket: bucket.to_string(),
             endpoint_url: Some(self.endpoint.clone()),
             anonymous: true,

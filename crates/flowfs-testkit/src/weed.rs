@@ -343,6 +343,7 @@ pub fn use_credentials(dir: &std::path::Path, key: &str, secret: &str) {
 
 pub async fn product_client(endpoint: &str, bucket: &str, max_attempts: u32) -> S3Client {
     S3Client::new(&S3Config {
+        metrics: Default::default(),
         bucket: bucket.to_string(),
         endpoint_url: Some(endpoint.to_string()),
         region: Some(REGION.to_string()),

@@ -42,6 +42,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Mount, run a task command, flush its outputs, unmount (a task wrapper)
     Run(RunArgs),
+    /// Add up usage reports (of many tasks) into one table of requests, bytes and cost
+    Report(ReportArgs),
     /// The node cache: its statistics, objects read into it ahead of tasks, its removal
     #[command(subcommand)]
     Cache(CacheCommand),
@@ -80,6 +82,23 @@ pub struct CacheClearArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    flowfs report work/                   # every flowfs-report*.json below work/\n  \
+    flowfs report a.json b.json --prices gcs-europe.json --json")]
+pub struct ReportArgs {
+    /// Usage reports (of `flowfs run --report`, `flowfs unmount --report`), or directories
+    /// searched for files named flowfs-report*.json
+    #[arg(value_name = "FILE|DIR", required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Price table (JSON; docs/CONFIGURATION.md) [default: built in]
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
+    /// Print the sum as JSON (a usage report of its own) instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
 #[command(
     after_help = "The cache and object storage options are those of `flowfs mount`.\n\n\
     Example:\n  flowfs cache prefetch s3://refs/GRCh38.fa s3://refs/GRCh38.fa.fai --cache-dir /scratch/flowfs"
@@ -100,7 +119,8 @@ pub struct PrefetchArgs {
 #[derive(Args, Debug, Clone)]
 #[command(
     after_help = "Exit status: the command's own, or 196 when a mount failed, or 197 when the\n\
-    command's outputs could not be made durable (the files are named on stderr).\n\n\
+    command's outputs could not be made durable (the files are named on stderr), or 198\n\
+    when --report could not be written.\n\n\
     Example (a Nextflow task in a container):\n  \
     flowfs run --mount s3://my-bucket/work=/work -- bash /work/ab/12cd/.command.run"
 )]
@@ -118,6 +138,13 @@ pub struct RunArgs {
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+    /// Write what the mounts did (requests, bytes, cache, cost) to FILE as JSON once they
+    /// are unmounted
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Price table for the report's cost (JSON; docs/CONFIGURATION.md) [default: built in]
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -152,6 +179,12 @@ pub struct UnmountArgs {
     /// and the next mount with the same cache dir uploads them
     #[arg(long)]
     pub force: bool,
+    /// Write what the mount did (requests, bytes, cache, cost) to FILE as JSON
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Price table for the report's cost (JSON; docs/CONFIGURATION.md) [default: built in]
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

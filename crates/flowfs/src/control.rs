@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::report;
 use crate::stop::Ending;
+use crate::usage::Usage;
 
 pub fn runtime_dir() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR") {
@@ -79,7 +80,8 @@ fn remove_dead_sockets(dir: &Path) {
     }
 }
 
-/// Sends one command and returns the answer: `NOTE` lines, then `OK` or `ERR why`.
+/// Sends one command and returns the answer: `NOTE` and `USAGE` lines, then `OK` or
+/// `ERR why`.
 pub fn request(mountpoint: &Path, cmd: &str, timeout: Option<Duration>) -> io::Result<String> {
     let mut s = UnixStream::connect(socket_path(mountpoint))?;
     s.set_read_timeout(timeout)?;
@@ -87,7 +89,8 @@ pub fn request(mountpoint: &Path, cmd: &str, timeout: Option<Duration>) -> io::R
     let mut line = String::new();
     let mut r = BufReader::new(s);
     while r.read_line(&mut line)? > 0 {
-        if !line.lines().last().unwrap_or("").starts_with("NOTE ") {
+        let last = line.lines().last().unwrap_or("");
+        if !last.starts_with("NOTE ") && !last.starts_with("USAGE ") {
             break;
         }
     }
@@ -137,13 +140,18 @@ fn answer(mut conn: UnixStream, ending: &Ending, owner: u32) {
         let _ = conn.write_all(msg.as_bytes());
         return;
     }
-    let unmount = cmd == "unmount" || cmd == "unmount --force";
+    let unmount = cmd.split_whitespace().next() == Some("unmount");
     if unmount {
         ending.answering(1);
     }
     let answer = match cmd {
-        "unmount" => unmount_answer(ending, false),
-        "unmount --force" => unmount_answer(ending, true),
+        "unmount" | "unmount --force" | "unmount --usage" | "unmount --force --usage" => {
+            unmount_answer(ending, cmd.contains("--force"), cmd.ends_with("--usage"))
+        }
+        "usage" => match serde_json::to_string(&Usage::of(ending)) {
+            Ok(j) => format!("OK {j}"),
+            Err(e) => format!("ERR {e}"),
+        },
         "status" => match serde_json::to_string(&report::report(ending)) {
             Ok(j) => format!("OK {j}"),
             Err(e) => format!("ERR {e}"),
@@ -157,8 +165,10 @@ fn answer(mut conn: UnixStream, ending: &Ending, owner: u32) {
     }
 }
 
-/// Ends the mount and says how: `NOTE` lines for recovered files, then `OK` or `ERR`.
-fn unmount_answer(ending: &Ending, force: bool) -> String {
+/// Ends the mount and says how: `NOTE` lines for recovered files, with `usage` a
+/// `USAGE` line (what the mount did, its uploads at the unmount included), then `OK` or
+/// `ERR`.
+fn unmount_answer(ending: &Ending, force: bool, usage: bool) -> String {
     let notes: String = ending
         .fs
         .recovered()
@@ -176,7 +186,11 @@ fn unmount_answer(ending: &Ending, force: bool) -> String {
         Ok(()) => "ERR the file system did not stop within 60 s".to_string(),
         Err(e) => format!("ERR {e}"),
     };
-    format!("{notes}{last}")
+    let usage = match usage.then(|| serde_json::to_string(&Usage::of(ending))) {
+        Some(Ok(j)) => format!("USAGE {j}\n"),
+        _ => String::new(),
+    };
+    format!("{notes}{usage}{last}")
 }
 
 /// The user at the other end of a control connection (SO_PEERCRED).

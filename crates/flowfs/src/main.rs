@@ -4,17 +4,21 @@ mod archive;
 mod cache_cmd;
 mod cli;
 mod control;
+mod cost;
 mod daemon;
 mod logging;
+mod metrics;
 mod mount;
 mod mountinfo;
 mod report;
+mod report_cmd;
 mod run;
 mod session;
 mod status;
 mod stop;
 mod stores;
 mod unmount;
+mod usage;
 
 use clap::Parser;
 
@@ -22,7 +26,8 @@ fn main() {
     let cli = cli::Cli::parse();
     let r = match cli.command {
         cli::Command::Mount(args) => mount::mount(args),
-        cli::Command::Unmount(args) => unmount::unmount(&args.dir, args.force),
+        cli::Command::Unmount(args) => unmount::unmount_cmd(&args),
+        cli::Command::Report(args) => std::process::exit(report_cmd::report(&args)),
         cli::Command::Status(args) => std::process::exit(status::status(&args.dir, args.json)),
         cli::Command::Run(args) => std::process::exit(run::run(args)),
         cli::Command::Cache(cmd) => cache_cmd::cache(cmd),

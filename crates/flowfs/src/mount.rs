@@ -35,6 +35,9 @@ pub fn mount(args: MountArgs) -> Result<()> {
     if matches!(store, Store::Azure { .. }) && cfg.part_size > AZURE_MAX_BLOCK {
         bail!("--part-size must be at most 4000M on Azure Blob (its largest block)");
     }
+    if let Some(a) = &args.opts.metrics_addr {
+        crate::metrics::parse_addr(a)?;
+    }
     if args.opts.fuse_threads == 0 {
         bail!("--fuse-threads must be at least 1");
     }

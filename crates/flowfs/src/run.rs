@@ -2,18 +2,22 @@
 //! unmounts; the exit status says which of these failed.
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::cli::{MountArgs, RunArgs};
+use crate::cost::Prices;
 use crate::mount;
 use crate::unmount::unmount;
+use crate::usage::Usage;
 
 /// A mount could not be set up; the command did not run.
 pub const EXIT_MOUNT_FAILED: i32 = 196;
 /// The command ran, but its outputs could not all be made durable.
 pub const EXIT_FLUSH_FAILED: i32 = 197;
+/// The command ran and its outputs are durable, but `--report` could not be written.
+pub const EXIT_REPORT_FAILED: i32 = 198;
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
@@ -25,29 +29,63 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
-fn unmount_all(dirs: &[PathBuf]) -> bool {
-    let mut ok = true;
+/// Unmounts every mount, the last first; with `usage`, adds up what they did (`None`
+/// when a mount could not say). False when one could not be unmounted cleanly.
+fn unmount_all(dirs: &[PathBuf], usage: bool) -> (bool, Option<Usage>) {
+    let (mut ok, mut sum) = (true, Some(Usage::default()));
     for d in dirs.iter().rev() {
-        if let Err(e) = unmount(d, false) {
-            eprintln!("flowfs: {}", format!("{e:#}").replace('\n', " "));
-            ok = false;
+        match unmount(d, false, usage) {
+            Ok(Some(u)) => {
+                if let Some(s) = &mut sum {
+                    s.add(&u);
+                }
+            }
+            Ok(None) => sum = None,
+            Err(e) => {
+                eprintln!("flowfs: {}", format!("{e:#}").replace('\n', " "));
+                (ok, sum) = (false, None);
+            }
         }
     }
-    ok
+    (ok, sum.filter(|_| usage))
+}
+
+/// Writes the run's report, priced; says why on stderr when it cannot.
+fn write_report(path: &Path, usage: Option<Usage>, prices: &Prices) -> bool {
+    let r = match usage {
+        Some(u) => u.priced(prices).write(path),
+        None => Err(anyhow::anyhow!("a mount did not say what it did")),
+    };
+    if let Err(e) = &r {
+        eprintln!("flowfs: no report written to {}: {e:#}", path.display());
+    }
+    r.is_ok()
 }
 
 pub fn run(args: RunArgs) -> i32 {
+    let prices = match args
+        .report
+        .is_some()
+        .then(|| Prices::load(args.prices.as_deref()))
+    {
+        Some(Err(e)) => {
+            eprintln!("flowfs: {e:#}");
+            return EXIT_MOUNT_FAILED;
+        }
+        Some(Ok(p)) => Some(p),
+        None => None,
+    };
     let mut mounted = Vec::new();
     for m in &args.mounts {
         let Some((source, dir)) = m.split_once('=') else {
             eprintln!("flowfs: --mount must look like s3://BUCKET[/PREFIX]=DIR, got {m:?}");
-            unmount_all(&mounted);
+            unmount_all(&mounted, false);
             return EXIT_MOUNT_FAILED;
         };
         let dir = PathBuf::from(dir);
         if let Err(e) = std::fs::create_dir_all(&dir) {
             eprintln!("flowfs: cannot create mount point {}: {e}", dir.display());
-            unmount_all(&mounted);
+            unmount_all(&mounted, false);
             return EXIT_MOUNT_FAILED;
         }
         let mut opts = args.opts.clone();
@@ -66,7 +104,7 @@ pub fn run(args: RunArgs) -> i32 {
                 dir.display(),
                 format!("{e:#}").replace('\n', " ")
             );
-            unmount_all(&mounted);
+            unmount_all(&mounted, false);
             return EXIT_MOUNT_FAILED;
         }
         mounted.push(dir.canonicalize().unwrap_or(dir));
@@ -110,8 +148,14 @@ pub fn run(args: RunArgs) -> i32 {
             }
         }
     };
-    if !unmount_all(&mounted) {
+    let (flushed, usage) = unmount_all(&mounted, args.report.is_some());
+    if !flushed {
         return EXIT_FLUSH_FAILED;
+    }
+    if let (Some(path), Some(prices)) = (&args.report, &prices) {
+        if !write_report(path, usage, prices) {
+            return EXIT_REPORT_FAILED;
+        }
     }
     code
 }

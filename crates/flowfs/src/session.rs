@@ -119,6 +119,10 @@ fn session(
     ending.retries = Some(client);
     let ending = Arc::new(ending);
     control::serve(listener, ending.clone()).context("cannot start the control thread")?;
+    if let Some(a) = &args.opts.metrics_addr {
+        let bound = crate::metrics::serve(crate::metrics::parse_addr(a)?, ending.clone())?;
+        tracing::info!("metrics at http://{bound}/metrics");
+    }
     spawn_signal_task(ending.clone());
     if let Some(p) = &args.opts.pid_file {
         std::fs::write(p, format!("{}\n", std::process::id()))

@@ -26,6 +26,8 @@ pub struct Ending {
     force: watch::Sender<bool>,
     /// The client's retry layer, whose counters `flowfs status` reports.
     pub retries: Option<Arc<Retrying>>,
+    /// When the mount started (a usage report's `mount_secs`).
+    pub started: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -51,6 +53,7 @@ impl Ending {
             cv: Condvar::new(),
             force: watch::channel(false).0,
             retries: None,
+            started: std::time::Instant::now(),
         }
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use flowfs_client::azure::{self, AzureClient, AzureConfig};
 use flowfs_client::gcs::{GcsClient, GcsConfig};
+use flowfs_client::metrics::StoreMetrics;
 use flowfs_client::retry::{RetryPolicy, Retrying};
 use flowfs_client::s3::{S3Client, S3Config};
 use flowfs_client::{ClientError, ObjectClient};
@@ -21,8 +22,10 @@ fn azure_config(
     container: &str,
     endpoint: &Option<String>,
     opts: &MountOptions,
+    metrics: &Arc<StoreMetrics>,
 ) -> AzureConfig {
     AzureConfig {
+        metrics: metrics.clone(),
         container: container.to_string(),
         account: account.clone().or_else(|| opts.azure_account.clone()),
         endpoint_url: opts.endpoint_url.clone().or_else(|| endpoint.clone()),
@@ -41,7 +44,7 @@ pub(crate) fn cache_name(store: &Store, opts: &MountOptions) -> Result<String> {
             container,
             endpoint,
         } => {
-            let cfg = azure_config(account, container, endpoint, opts);
+            let cfg = azure_config(account, container, endpoint, opts, &StoreMetrics::new());
             let account = azure::account(&cfg).map_err(|e| anyhow!("{e}"))?;
             Ok(format!("az://{account}/{container}"))
         }
@@ -60,6 +63,7 @@ struct Named {
 async fn backend(
     store: &Store,
     opts: &MountOptions,
+    metrics: &Arc<StoreMetrics>,
 ) -> std::result::Result<(Arc<dyn ObjectClient>, Named, Check), ClientError> {
     if opts.anonymous && !matches!(store, Store::Gcs { .. }) {
         return Err(ClientError::Credentials(format!(
@@ -75,6 +79,7 @@ async fn backend(
                 region: opts.region.clone(),
                 // One attempt per SDK call: the retry layer decides them all (`Retrying`).
                 max_attempts: 1,
+                metrics: metrics.clone(),
             };
             let endpoint = (opts.endpoint_url.clone())
                 .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
@@ -93,6 +98,7 @@ async fn backend(
                 bucket: bucket.clone(),
                 endpoint_url: opts.endpoint_url.clone(),
                 anonymous: opts.anonymous,
+                metrics: metrics.clone(),
             };
             let gcs = Arc::new(GcsClient::new(&cfg)?);
             let named = Named {
@@ -108,7 +114,7 @@ async fn backend(
             container,
             endpoint,
         } => {
-            let cfg = azure_config(account, container, endpoint, opts);
+            let cfg = azure_config(account, container, endpoint, opts, metrics);
             let az = Arc::new(AzureClient::new(&cfg)?);
             let named = Named {
                 kind: "Azure",
@@ -150,11 +156,14 @@ pub(crate) fn connect(
         max_attempts: opts.max_attempts.max(1),
         ..RetryPolicy::default()
     };
-    let (inner, named, check) = match rt.block_on(backend(store, opts)) {
+    // One set of counts: the backend counts its requests, the retry layer its retries
+    // and the bytes it hands over.
+    let metrics = StoreMetrics::new();
+    let (inner, named, check) = match rt.block_on(backend(store, opts, &metrics)) {
         Ok(b) => b,
         Err(e) => bail!("{}", e.to_string().replace(['\n', '\r'], " ")),
     };
-    let client = Arc::new(Retrying::new(inner, policy));
+    let client = Arc::new(Retrying::new(inner, policy).with_metrics(metrics));
     // Credentials first: without them the bucket check fails as a request that could
     // not be sent, which says nothing about what to set.
     let checked = rt.block_on(async {

@@ -6,32 +6,61 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
+use crate::cli::UnmountArgs;
 use crate::control::{self, NoAnswer};
+use crate::cost::Prices;
 use crate::mountinfo::mount_entry;
+use crate::usage::Usage;
 
 /// Unmounts `dir` (`force`: without waiting for uploads): the mount process's notes
-/// (recovered files) go to stderr, and its `OK` or `ERR` is the result.
-pub fn unmount(dir: &Path, force: bool) -> Result<()> {
+/// (recovered files) go to stderr, and its `OK` or `ERR` is the result. With `usage`,
+/// also what the mount did (its last uploads included), when it could say.
+pub fn unmount(dir: &Path, force: bool, usage: bool) -> Result<Option<Usage>> {
     let abs = std::path::absolute(dir)?;
     let dir = abs.canonicalize().unwrap_or(abs);
-    let cmd = if force { "unmount --force" } else { "unmount" };
+    let cmd = match (force, usage) {
+        (false, false) => "unmount",
+        (true, false) => "unmount --force",
+        (false, true) => "unmount --usage",
+        (true, true) => "unmount --force --usage",
+    };
     match control::request(&dir, cmd, None) {
         Ok(a) => {
-            let mut last = "";
+            let (mut last, mut said) = ("", None);
             for line in a.lines() {
-                match line.strip_prefix("NOTE ") {
-                    Some(note) => eprintln!("flowfs: {note}"),
-                    None => last = line,
+                if let Some(note) = line.strip_prefix("NOTE ") {
+                    eprintln!("flowfs: {note}");
+                } else if let Some(j) = line.strip_prefix("USAGE ") {
+                    said = serde_json::from_str::<Usage>(j).ok();
+                } else {
+                    last = line;
                 }
             }
             if last == "OK" {
-                Ok(())
+                Ok(said)
             } else {
                 bail!("{}", last.trim_start_matches("ERR "))
             }
         }
-        Err(_) => unmount_silent(&dir),
+        Err(_) => unmount_silent(&dir).map(|()| None),
     }
+}
+
+/// `flowfs unmount DIR [--report FILE]`: with a report, the usage priced at `prices`
+/// (the built-in table without it) is written to FILE once the mount is gone.
+pub fn unmount_cmd(args: &UnmountArgs) -> Result<()> {
+    let prices = match &args.report {
+        Some(_) => Some(Prices::load(args.prices.as_deref())?),
+        None => None,
+    };
+    let usage = unmount(&args.dir, args.force, args.report.is_some())?;
+    if let (Some(path), Some(prices)) = (&args.report, prices) {
+        let Some(u) = usage else {
+            bail!("unmounted, but the mount process did not say what it did: no report written");
+        };
+        u.priced(&prices).write(path)?;
+    }
+    Ok(())
 }
 
 /// Nobody answers on the control socket of `dir`: a dead mount of this user is removed;

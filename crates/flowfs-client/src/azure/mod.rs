@@ -38,6 +38,8 @@ pub struct AzureConfig {
     /// The blob endpoint (`--endpoint-url`); else the connection string's, else
     /// `https://ACCOUNT.blob.core.windows.net`.
     pub endpoint_url: Option<String>,
+    /// Where each HTTP request sent is counted.
+    pub metrics: std::sync::Arc<crate::metrics::StoreMetrics>,
 }
 
 /// The Azure Blob backend: Azure Storage accounts and Azurite.
@@ -48,6 +50,7 @@ pub struct AzureClient {
     base: String,
     container: String,
     uploads: uploads::Uploads,
+    metrics: std::sync::Arc<crate::metrics::StoreMetrics>,
 }
 
 /// The storage account `cfg` names, found as the client finds it (the account, the
@@ -73,6 +76,7 @@ impl AzureClient {
             base: format!("{}/{}", found.endpoint, cfg.container),
             container: cfg.container.clone(),
             uploads: uploads::Uploads::default(),
+            metrics: cfg.metrics.clone(),
         })
     }
 
@@ -137,6 +141,7 @@ impl AzureClient {
         body: Bytes,
         what: &str,
     ) -> Result<reqwest::Response> {
+        let op = api_name(&method, url, headers);
         let mut head = crate::rest::request_head(method, url, headers, &body, what)?;
         let version = http::HeaderValue::from_static(API_VERSION);
         head.headers.insert("x-ms-version", version);
@@ -144,8 +149,41 @@ impl AzureClient {
             .sign(&mut head, None)
             .await
             .map_err(|e| ClientError::Credentials(format!("Azure: {e}")))?;
-        let resp = crate::rest::execute(&self.http, head, body, what).await?;
+        let sending = crate::rest::Sending { op, what };
+        let resp = crate::rest::execute(&self.http, &self.metrics, head, body, sending).await?;
         errors::check(resp, what, &self.container).await
+    }
+}
+
+/// The Blob service's name of a request (its REST operation, `GetBlob`, `PutBlock`, ...),
+/// from its method, URL and headers, for the request counts.
+fn api_name(method: &http::Method, url: &str, headers: &[(&str, String)]) -> &'static str {
+    use http::Method;
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let has = |p: &str| query.split('&').any(|q| q == p);
+    let comp = query
+        .split('&')
+        .find_map(|q| q.strip_prefix("comp="))
+        .unwrap_or("");
+    let copy = headers.iter().any(|(k, _)| *k == "x-ms-copy-source");
+    if has("restype=container") {
+        return match (method, comp) {
+            (&Method::GET, "list") => "ListBlobs",
+            (&Method::PUT, "") => "CreateContainer",
+            _ => "GetContainerProperties",
+        };
+    }
+    match (method, comp) {
+        (&Method::GET, "blocklist") => "GetBlockList",
+        (&Method::GET, _) => "GetBlob",
+        (&Method::HEAD, _) => "GetBlobProperties",
+        (&Method::DELETE, _) => "DeleteBlob",
+        (&Method::PUT, "block") => "PutBlock",
+        (&Method::PUT, "blocklist") => "PutBlockList",
+        (&Method::PUT, "metadata") => "SetBlobMetadata",
+        (&Method::PUT, "") if copy => "CopyBlob",
+        (&Method::PUT, "") => "PutBlob",
+        _ => "other",
     }
 }
 
@@ -214,6 +252,39 @@ mod tests {
     }
 
     #[test]
+    fn requests_are_named_as_the_blob_service_names_them() {
+        use http::Method;
+        let name = |m: Method, url: &str, h: &[(&str, String)]| api_name(&m, url, h);
+        let blob = "http://h/acct/c/a/b";
+        assert_eq!(name(Method::GET, blob, &[]), "GetBlob");
+        assert_eq!(name(Method::HEAD, blob, &[]), "GetBlobProperties");
+        assert_eq!(name(Method::PUT, blob, &[]), "PutBlob");
+        let copy = [("x-ms-copy-source", "http://h/acct/c/x".to_string())];
+        assert_eq!(name(Method::PUT, blob, &copy), "CopyBlob");
+        assert_eq!(
+            name(Method::PUT, &format!("{blob}?comp=block&blockid=x"), &[]),
+            "PutBlock"
+        );
+        assert_eq!(
+            name(Method::PUT, &format!("{blob}?comp=blocklist"), &[]),
+            "PutBlockList"
+        );
+        let list = "http://h/acct/c/a?comp=blocklist&blocklisttype=uncommitted";
+        assert_eq!(name(Method::GET, list, &[]), "GetBlockList");
+        assert_eq!(
+            name(Method::PUT, &format!("{blob}?comp=metadata"), &[]),
+            "SetBlobMetadata"
+        );
+        assert_eq!(name(Method::DELETE, blob, &[]), "DeleteBlob");
+        let blobs = "http://h/acct/c?restype=container&comp=list&include=metadata";
+        assert_eq!(name(Method::GET, blobs, &[]), "ListBlobs");
+        assert_eq!(
+            name(Method::PUT, "http://h/acct/c?restype=container", &[]),
+            "CreateContainer"
+        );
+    }
+
+    #[test]
     fn keys_are_encoded_into_urls_as_they_are() {
         let c = AzureClient {
             http: reqwest::Client::new(),
@@ -229,6 +300,7 @@ mod tests {
             base: "http://h/acct/c".into(),
             container: "c".into(),
             uploads: uploads::Uploads::default(),
+            metrics: Default::default(),
         };
         assert_eq!(c.url("dir/", ""), "http://h/acct/c/dir/");
         assert_eq!(

@@ -70,6 +70,7 @@ mod tests {
 
     fn cfg(endpoint: Option<&str>, anonymous: bool) -> GcsConfig {
         GcsConfig {
+            metrics: Default::default(),
             bucket: "b".into(),
             endpoint_url: endpoint.map(String::from),
             anonymous,

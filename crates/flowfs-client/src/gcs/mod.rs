@@ -36,6 +36,8 @@ pub struct GcsConfig {
     /// No credentials: requests go unsigned (a public bucket; `--anonymous`). An
     /// emulator named by STORAGE_EMULATOR_HOST is reached so too, as Google's clients do.
     pub anonymous: bool,
+    /// Where each HTTP request sent is counted.
+    pub metrics: std::sync::Arc<crate::metrics::StoreMetrics>,
 }
 
 /// The GCS backend: Google Cloud Storage and fake-gcs-server.
@@ -46,6 +48,7 @@ pub struct GcsClient {
     endpoint: String,
     bucket: String,
     uploads: uploads::Uploads,
+    metrics: std::sync::Arc<crate::metrics::StoreMetrics>,
 }
 
 impl GcsClient {
@@ -65,6 +68,7 @@ impl GcsClient {
             endpoint: found.endpoint,
             bucket: cfg.bucket.clone(),
             uploads: uploads::Uploads::default(),
+            metrics: cfg.metrics.clone(),
         })
     }
 
@@ -140,6 +144,7 @@ impl GcsClient {
         body: Bytes,
         what: &str,
     ) -> Result<reqwest::Response> {
+        let op = api_name(&method, url);
         let mut head = crate::rest::request_head(method, url, headers, &body, what)?;
         if let Some(signer) = &self.signer {
             signer
@@ -147,8 +152,38 @@ impl GcsClient {
                 .await
                 .map_err(|e| ClientError::Credentials(format!("GCS: {e}")))?;
         }
-        let resp = crate::rest::execute(&self.http, head, body, what).await?;
+        let sending = crate::rest::Sending { op, what };
+        let resp = crate::rest::execute(&self.http, &self.metrics, head, body, sending).await?;
         errors::check(resp, what).await
+    }
+}
+
+/// The JSON API's name of a request, from its method and URL, for the request counts:
+/// `objects.get` (a read of the bytes, `alt=media`), `objects.getMetadata` (the same
+/// method without `alt=media`), `objects.list`, `objects.insert`, `objects.compose`,
+/// `objects.rewrite`, `objects.update`, `objects.delete`, `buckets.get`, `buckets.insert`.
+fn api_name(method: &http::Method, url: &str) -> &'static str {
+    use http::Method;
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    if path.contains("/upload/storage/v1/b/") {
+        return "objects.insert";
+    }
+    let Some((_, rest)) = path.split_once("/storage/v1/b") else {
+        return "other";
+    };
+    let segs: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+    let media = query.split('&').any(|q| q == "alt=media");
+    match (method, segs.as_slice()) {
+        (&Method::POST, [""]) => "buckets.insert",
+        (&Method::GET, [_]) => "buckets.get",
+        (&Method::GET, [_, "o"]) => "objects.list",
+        (&Method::GET, [_, "o", _]) if media => "objects.get",
+        (&Method::GET, [_, "o", _]) => "objects.getMetadata",
+        (&Method::PUT | &Method::PATCH, [_, "o", _]) => "objects.update",
+        (&Method::DELETE, [_, "o", _]) => "objects.delete",
+        (&Method::POST, [_, "o", _, "compose"]) => "objects.compose",
+        (&Method::POST, [_, "o", _, "rewriteTo", ..]) => "objects.rewrite",
+        _ => "other",
     }
 }
 
@@ -187,7 +222,41 @@ mod tests {
             endpoint: "http://h".into(),
             bucket: "b".into(),
             uploads: uploads::Uploads::default(),
+            metrics: Default::default(),
         }
+    }
+
+    #[test]
+    fn requests_are_named_as_the_json_api_names_them() {
+        use http::Method;
+        let c = client();
+        let name = |m: Method, url: &str| api_name(&m, url);
+        let obj = c.object_url("a/b", "alt=media&generation=3");
+        assert_eq!(name(Method::GET, &obj), "objects.get");
+        assert_eq!(
+            name(Method::GET, &c.object_url("a/b", "")),
+            "objects.getMetadata"
+        );
+        assert_eq!(
+            name(Method::GET, &c.object_url("", "prefix=x")),
+            "objects.list"
+        );
+        let up = c.upload_url("uploadType=multipart");
+        assert_eq!(name(Method::POST, &up), "objects.insert");
+        let compose = format!("{}/compose", c.object_url("k", ""));
+        assert_eq!(name(Method::POST, &compose), "objects.compose");
+        let rewrite = format!("{}/rewriteTo/b/b/o/k2", c.object_url("k", ""));
+        assert_eq!(name(Method::POST, &rewrite), "objects.rewrite");
+        assert_eq!(name(Method::PUT, &c.object_url("k", "")), "objects.update");
+        assert_eq!(
+            name(Method::DELETE, &c.object_url("k", "")),
+            "objects.delete"
+        );
+        assert_eq!(name(Method::GET, "http://h/storage/v1/b/b"), "buckets.get");
+        assert_eq!(
+            name(Method::POST, "http://h/storage/v1/b?project=p"),
+            "buckets.insert"
+        );
     }
 
     #[test]

@@ -74,6 +74,7 @@ async fn wrong_key_is_access_denied(server: &Azurite) {
     // SAFETY: one thread (see the file's comment).
     unsafe { std::env::set_var("AZURE_STORAGE_CONNECTION_STRING", &cs) };
     let c = AzureClient::new(&AzureConfig {
+        metrics: Default::default(),
         container: CONTAINER.into(),
         account: None,
         endpoint_url: None,

@@ -114,6 +114,11 @@ impl Fs {
         }
     }
 
+    /// How this mount's reads were answered since it started.
+    pub fn read_stats(&self) -> crate::ReadStats {
+        self.prefetch.read_stats()
+    }
+
     /// Returns once the listings fetched ahead of walks so far have ended (for tests
     /// and benchmarks that count requests).
     pub async fn read_ahead_settled(&self) {

@@ -21,6 +21,7 @@ mod ahead;
 mod gets;
 mod object;
 mod policy;
+mod served;
 mod task;
 #[cfg(test)]
 mod tests;
@@ -40,6 +41,7 @@ use crate::error::{FsError, Result};
 pub use ahead::AheadStats;
 use gets::{Sizing, PIECE};
 use policy::SeqState;
+pub use served::ReadStats;
 pub use warm::Warmer;
 
 /// Reads of every open file of a mount, and the GETs they cost.
@@ -57,6 +59,8 @@ pub(crate) struct Prefetcher {
     cache_write_warned: AtomicBool,
     /// Objects fetched ahead of readers, and which of them a reader opened.
     ahead: Mutex<ahead::Ledger>,
+    /// How reads were answered: at once, or after waiting for the store.
+    served: served::Served,
 }
 
 /// One object version as the store and the cache know it: what a GET task needs.
@@ -91,12 +95,17 @@ impl Prefetcher {
             sizing: Sizing::new(cfg.part_size, cfg.max_readahead),
             cache_write_warned: AtomicBool::new(false),
             ahead: Mutex::default(),
+            served: served::Served::default(),
         }
     }
 
     /// Objects fetched ahead of readers since the mount started.
     pub(crate) fn ahead_stats(&self) -> AheadStats {
         self.ahead.lock().stats()
+    }
+
+    pub(crate) fn read_stats(&self) -> ReadStats {
+        self.served.stats()
     }
 
     /// The GET permits: a whole-object download for writing (writeback/transfer.rs)
@@ -163,9 +172,14 @@ impl Prefetcher {
             self.spawn_gets(obj, claim.start, self.sizing.ahead_run());
         }
         let mut retried = false;
+        let asked = std::time::Instant::now();
         for attempt in 0..4 {
             if let Some(data) = self.cache.read(&obj.entry, off, len as usize)? {
                 self.cache.touch(&obj.entry, off, len);
+                match attempt {
+                    0 => self.served.hit(data.len()),
+                    _ => self.served.waited(data.len(), asked.elapsed()),
+                }
                 return Ok(data);
             }
             match self

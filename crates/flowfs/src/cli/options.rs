@@ -215,6 +215,15 @@ pub struct MountOptions {
     /// The mount ends when the process that started it dies (`flowfs run`'s mounts)
     #[arg(skip)]
     pub end_with_parent: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics: PORT (on 127.0.0.1) or IP:PORT
+    /// (beyond this host only when an address beyond it is given) [default: off]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "FLOWFS_METRICS_ADDR",
+        help_heading = "Logging"
+    )]
+    pub metrics_addr: Option<String>,
     /// Log file (level from FLOWFS_LOG, e.g. info, debug) [default: stderr in the foreground, CACHE_DIR/flowfs.log otherwise]
     #[arg(long, value_name = "FILE", help_heading = "Logging")]
     pub log_file: Option<PathBuf>,

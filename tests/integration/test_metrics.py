@@ -1,0 +1,293 @@
+"""Metrics and usage reports (issue 31): what a mount says it sent equals what a counting
+proxy in front of the server saw.
+
+- `/metrics` (`--metrics-addr`): `flowfs_requests_total` by op equals the proxy's count
+  of each S3 operation, exactly, after a workload of small and multipart writes, reads,
+  a listing, a rename and a delete; the bytes counters equal the proxy's body bytes;
+- a real Prometheus server (Debian's package) scrapes the mount during the workload and
+  its stored series end at the same counts;
+- `flowfs unmount --report` and `flowfs run --report` write what the mount did, uploads
+  at the unmount included, equal to the proxy's counts; `flowfs report` adds reports up
+  and prices them at the built-in table or `--prices`, and the dollar figure is checked
+  here from the table's numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import s3proxy
+from flowfs_mount import flowfs_bin, is_mounted
+from helpers import payload, sha256
+from seaweed import free_port
+
+MiB = 1 << 20
+ROOT = Path(__file__).resolve().parents[2]
+
+# The proxy's classes of S3 requests, by the SDK's operation names flowfs counts.
+S3_OPS = {
+    "GetObject": (s3proxy.GET, s3proxy.GET_RANGE),
+    "HeadObject": (s3proxy.HEAD,),
+    "ListObjectsV2": (s3proxy.LIST,),
+    "PutObject": (s3proxy.PUT,),
+    "CopyObject": (s3proxy.COPY,),
+    "CreateMultipartUpload": (s3proxy.CREATE_MULTIPART,),
+    "UploadPart": (s3proxy.UPLOAD_PART,),
+    "CompleteMultipartUpload": (s3proxy.COMPLETE_MULTIPART,),
+    "AbortMultipartUpload": (s3proxy.ABORT_MULTIPART,),
+    "ListMultipartUploads": (s3proxy.LIST_MULTIPART,),
+    "DeleteObject": (s3proxy.DELETE,),
+}
+
+
+def proxy_counts(proxy) -> dict[str, int]:
+    """The proxy's counts by flowfs's op names; a class flowfs never sends fails the test."""
+    snap = proxy.stats.snapshot()["ops"]
+    known = {c for classes in S3_OPS.values() for c in classes}
+    assert set(snap) <= known, f"requests of a kind not mapped here: {snap}"
+    out = {op: sum(snap.get(c, 0) for c in classes) for op, classes in S3_OPS.items()}
+    return {op: n for op, n in out.items() if n}
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert r.status == 200
+        return r.read().decode()
+
+
+def requests_of(text: str) -> dict[str, int]:
+    """flowfs_requests_total summed over outcomes, by op, from the text format."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.startswith("flowfs_requests_total{"):
+            continue
+        labels, value = line[len("flowfs_requests_total{"):].split("} ")
+        fields = dict(kv.split("=", 1) for kv in labels.split(","))
+        op = fields["op"].strip('"')
+        out[op] = out.get(op, 0) + int(float(value))
+    return out
+
+
+def metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in the metrics:\n{text[:3000]}")
+
+
+def status_durable(m, timeout: float = 60.0) -> None:
+    """Waits until `flowfs status` says everything is in the bucket (exit 0)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = subprocess.run([flowfs_bin(), "status", str(m.path)], capture_output=True, text=True,
+                           timeout=30, env=m.env, check=False)
+        if r.returncode == 0:
+            return
+        assert time.monotonic() < deadline, f"not durable after {timeout} s: {r.stdout}{r.stderr}"
+        time.sleep(0.2)
+
+
+def workload(root: Path) -> dict[str, str]:
+    """Small files, a multipart file, reads, a listing, a rename and a delete."""
+    want = {}
+    (root / "d").mkdir()
+    for i in range(12):
+        data = payload(3000 + i, f"small{i}")
+        (root / "d" / f"f{i}.txt").write_bytes(data)
+        want[f"d/f{i}.txt"] = sha256(data)
+    big = payload(12 * MiB + 5, "big")
+    (root / "big.bin").write_bytes(big)
+    want["big.bin"] = sha256(big)
+    os.rename(root / "d" / "f0.txt", root / "d" / "g0.txt")
+    want["d/g0.txt"] = want.pop("d/f0.txt")
+    os.unlink(root / "d" / "f1.txt")
+    del want["d/f1.txt"]
+    assert sorted(os.listdir(root / "d")) == sorted(k[2:] for k in want if k.startswith("d/"))
+    return want
+
+
+def check_read(root: Path, want: dict[str, str]) -> None:
+    for k, h in want.items():
+        assert sha256((root / k).read_bytes()) == h, k
+
+
+@pytest.fixture
+def metrics_port():
+    return free_port()
+
+
+def test_metrics_equal_the_proxys_counts(mount, bucket, proxy, metrics_port):
+    m = mount(bucket, proxy=proxy, extra=["--metrics-addr", f"127.0.0.1:{metrics_port}",
+                                          "--part-size", "5M"])
+    want = workload(m.path)
+    status_durable(m)
+    # Read back from a second mount: the first one's node cache would answer.
+    text = scrape(metrics_port)
+    assert requests_of(text) == proxy_counts(proxy), proxy.stats.summary()
+    snap = proxy.stats.snapshot()
+    assert metric(text, "flowfs_store_written_bytes_total") == snap["put_bytes"]
+    assert metric(text, "flowfs_store_read_bytes_total") == snap["get_bytes"]
+    assert 'flowfs_requests_total{op="PutObject",outcome="ok"}' in text
+    assert "flowfs_request_first_byte_seconds_bucket" in text
+    assert metric(text, "flowfs_writeback_files") == 0
+    # A read that fetches, then one that the node cache answers.
+    cold = mount(bucket, proxy=proxy, extra=["--metrics-addr", f"127.0.0.1:{free_port()}"])
+    check_read(cold.path, want)
+    check_read(cold.path, want)
+    m.unmount()
+    assert not is_mounted(m.path)
+
+
+def test_a_bad_metrics_address_is_refused_before_mounting(mount, bucket):
+    with pytest.raises(Exception) as e:
+        mount(bucket, extra=["--metrics-addr", "localhost:x"])
+    assert "--metrics-addr must be PORT or IP:PORT" in str(e.value)
+
+
+def test_unmount_report_counts_every_request_the_proxy_saw(mount, bucket, proxy, work_dir):
+    m = mount(bucket, proxy=proxy, extra=["--part-size", "5M"])
+    want = workload(m.path)
+    check_read(m.path, want)
+    report = work_dir / "flowfs-report.json"
+    r = subprocess.run([flowfs_bin(), "unmount", str(m.path), "--report", str(report)],
+                       capture_output=True, text=True, timeout=120, env=m.env, check=False)
+    assert r.returncode == 0, r.stderr
+    assert not is_mounted(m.path)
+    u = json.loads(report.read_text())
+    assert (report.stat().st_mode & 0o777) == 0o600
+    assert u["requests"] == proxy_counts(proxy), proxy.stats.summary()
+    snap = proxy.stats.snapshot()
+    assert (u["bytes_down"], u["bytes_up"]) == (snap["get_bytes"], snap["put_bytes"])
+    assert u["bytes_up"] >= sum(3000 + i for i in range(2, 12)) + 12 * MiB + 5
+    assert sum(u["outcomes"].values()) == snap["requests"]
+    prices = json.loads((ROOT / "docs/prices/default.json").read_text())["per_1000_requests"]
+    expect = sum(prices[op] * n / 1000 for op, n in u["requests"].items())
+    assert u["cost_usd"] == pytest.approx(expect, rel=1e-9)
+    assert u["cost_usd"] > 0
+    assert u["sources"] == [m.source]
+
+
+def _run(m_env, bucket, proxy, work_dir, name, script, *extra) -> subprocess.CompletedProcess:
+    mp = work_dir / f"run-{name}"
+    return subprocess.run(
+        [flowfs_bin(), "run", "--mount", f"s3://{bucket}/{name}={mp}", "--endpoint-url", proxy.endpoint,
+         "--cache-dir", str(work_dir / f"cache-{name}"), "--log-file", str(work_dir / f"{name}.log"),
+         *extra, "--", "sh", "-c", script.replace("MNT", str(mp))],
+        capture_output=True, text=True, timeout=180, env=m_env, check=False)
+
+
+def test_run_reports_add_up_to_the_proxys_counts_and_their_cost(mount, seaweed, bucket, proxy, work_dir):
+    env = mount.env(proxy.endpoint)
+    reports = work_dir / "reports"
+    (reports / "t1").mkdir(parents=True)
+    (reports / "t2").mkdir(parents=True)
+    a = _run(env, bucket, proxy, work_dir, "t1", "head -c 100000 /dev/urandom > MNT/a && cat MNT/a > MNT/b",
+             "--report", str(reports / "t1" / "flowfs-report.json"))
+    assert a.returncode == 0, a.stderr
+    b = _run(env, bucket, proxy, work_dir, "t2", "for i in 1 2 3; do echo $i > MNT/x$i; done; ls MNT",
+             "--report", str(reports / "t2" / "flowfs-report-t2.json"))
+    assert b.returncode == 0, b.stderr
+    r = subprocess.run([flowfs_bin(), "report", str(reports), "--json"], capture_output=True, text=True,
+                       timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    total = json.loads(r.stdout)
+    assert total["requests"] == proxy_counts(proxy), proxy.stats.summary()
+    assert total["requests"]["PutObject"] == 5
+    assert len(total["sources"]) == 2
+    # The dollar figure, from the price table's own numbers.
+    prices = json.loads((ROOT / "docs/prices/default.json").read_text())["per_1000_requests"]
+    assert total["cost_usd"] == pytest.approx(sum(prices[o] * n / 1000 for o, n in total["requests"].items()))
+    # Another table: egress priced by the GB, a request kind left out is named.
+    own = work_dir / "prices.json"
+    own.write_text(json.dumps({"name": "test", "per_1000_requests": {"PutObject": 1000.0},
+                               "egress_per_gb": 1e9}))
+    r = subprocess.run([flowfs_bin(), "report", str(reports), "--json", "--prices", str(own)],
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    t = json.loads(r.stdout)
+    assert t["cost_usd"] == pytest.approx(5 * 1.0 + t["bytes_down"])
+    assert set(t["cost"]["unpriced"]) == set(t["requests"]) - {"PutObject"}
+    assert all(f"no price for {op}" in r.stderr for op in t["cost"]["unpriced"]), r.stderr
+    # The table for a terminal says the same total.
+    r = subprocess.run([flowfs_bin(), "report", str(reports)], capture_output=True, text=True,
+                       timeout=30, check=False)
+    assert r.returncode == 0 and "2 reports, 2 mounts" in r.stdout, r.stdout + r.stderr
+    assert f"{total['cost_usd']:.6f} USD" in r.stdout
+
+
+def test_report_errors_are_named(work_dir):
+    empty = work_dir / "none"
+    empty.mkdir()
+    r = subprocess.run([flowfs_bin(), "report", str(empty)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "no flowfs-report*.json found" in r.stderr
+    bad = work_dir / "flowfs-report-bad.json"
+    bad.write_text("{")
+    r = subprocess.run([flowfs_bin(), "report", str(bad)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "is not a flowfs usage report" in r.stderr
+    r = subprocess.run([flowfs_bin(), "report", str(bad), "--prices", str(work_dir / "missing.json")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "cannot read the price table" in r.stderr
+
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+def _prom_query(port: int, q: str) -> list:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+    with urllib.request.urlopen(url, timeout=10) as r:
+        body = json.loads(r.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed (make setup)")
+def test_prometheus_scrapes_the_counts_the_proxy_saw(mount, bucket, proxy, metrics_port, work_dir):
+    m = mount(bucket, proxy=proxy, extra=["--metrics-addr", f"127.0.0.1:{metrics_port}", "--part-size", "5M"])
+    prom_port = free_port()
+    data = Path(tempfile.mkdtemp(dir=work_dir, prefix="prom-"))
+    (data / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        f"scrape_configs:\n  - job_name: flowfs\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n")
+    log = open(data / "prometheus.log", "wb")
+    prom = subprocess.Popen([PROMETHEUS, f"--config.file={data / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={data / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        workload(m.path)
+        status_durable(m)
+        want = proxy_counts(proxy)
+        # Prometheus scrapes every second: wait (bounded) until its newest samples say
+        # what the proxy saw.
+        deadline = time.monotonic() + 60
+        got: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            try:
+                res = _prom_query(prom_port, "sum by (op) (flowfs_requests_total)")
+                got = {r["metric"]["op"]: int(float(r["value"][1])) for r in res}
+            except OSError:
+                got = {}
+            if got == want:
+                break
+            time.sleep(0.5)
+        assert got == want, f"Prometheus has {got}; the proxy saw {want}\n" + \
+            (data / "prometheus.log").read_text(errors="replace")[-2000:]
+        up = _prom_query(prom_port, 'up{job="flowfs"}')
+        assert up and up[0]["value"][1] == "1"
+    finally:
+        prom.terminate()
+        try:
+            prom.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            prom.kill()
+            prom.wait(timeout=10)
+        log.close()
