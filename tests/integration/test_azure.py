@@ -28,6 +28,7 @@ from helpers import MiB, payload, put_many, sha256
 from emulators import AZURE_ACCOUNT, Azurite
 from faultproxy import FaultProxy
 from flowfs_mount import mount_args, start_mount
+from metrics_helpers import AZURE_GROUPS, report_matches_proxy
 from s3proxy import CountingProxy
 from test_cache_cli import cli, stats
 from workflow_helpers import (
@@ -139,6 +140,13 @@ def mount(flowfs_binary, azurite, work_dir, request):  # noqa: ARG001 - flowfs_b
     request.node._flowfs_factory = factory
     yield factory
     factory.close_all()
+
+
+def test_usage_report_counts_the_requests_the_proxy_saw(mount, bucket, proxy, work_dir):
+    """Issue 31: the report of `flowfs unmount --report` counts each request by the
+    store's own name for it, and its counts are the proxy's."""
+    report_matches_proxy(mount(bucket, proxy=proxy, extra=["--part-size", "5M"]), proxy, work_dir,
+                         AZURE_GROUPS)
 
 
 def test_requests_per_new_small_file(mount, bucket, s3, proxy):

@@ -29,6 +29,7 @@ from faultproxy import FaultProxy
 from flowfs_mount import is_mounted, mount_args, start_mount
 from gcs_store import GcsS3
 from helpers import MiB, payload, put_many, sha256
+from metrics_helpers import GCS_GROUPS, report_matches_proxy
 from s3proxy import CountingProxy
 from test_cache_cli import cli, stats
 from workflow_helpers import (
@@ -179,6 +180,13 @@ def test_a_big_file_is_composed_and_its_parts_are_deleted(mount, bucket, s3, pro
     assert sha256(s3.get_object(Bucket=bucket, Key="out/big.bin")["Body"].read()) == sha256(data)
     left = [k for k in s3.all_keys(bucket) if k.startswith(PARTS)]
     assert not left, left
+
+
+def test_usage_report_counts_the_requests_the_proxy_saw(mount, bucket, proxy, work_dir):
+    """Issue 31: the report of `flowfs unmount --report` counts each request by the
+    store's own name for it, and its counts are the proxy's."""
+    report_matches_proxy(mount(bucket, proxy=proxy, extra=["--part-size", "5M"]), proxy, work_dir,
+                         GCS_GROUPS)
 
 
 def test_requests_per_new_small_file(mount, bucket, s3, proxy):

@@ -25,38 +25,11 @@ from pathlib import Path
 
 import pytest
 
-import s3proxy
-from flowfs_mount import flowfs_bin, is_mounted
-from helpers import payload, sha256
+from flowfs_mount import flowfs_bin, is_mounted, start_mount
+from metrics_helpers import MiB, S3_OPS, check_read, proxy_counts, workload
 from seaweed import free_port
 
-MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
-
-# The proxy's classes of S3 requests, by the SDK's operation names flowfs counts.
-S3_OPS = {
-    "GetObject": (s3proxy.GET, s3proxy.GET_RANGE),
-    "HeadObject": (s3proxy.HEAD,),
-    "ListObjectsV2": (s3proxy.LIST,),
-    "PutObject": (s3proxy.PUT,),
-    "CopyObject": (s3proxy.COPY,),
-    "CreateMultipartUpload": (s3proxy.CREATE_MULTIPART,),
-    "UploadPart": (s3proxy.UPLOAD_PART,),
-    "CompleteMultipartUpload": (s3proxy.COMPLETE_MULTIPART,),
-    "AbortMultipartUpload": (s3proxy.ABORT_MULTIPART,),
-    "ListMultipartUploads": (s3proxy.LIST_MULTIPART,),
-    "DeleteObject": (s3proxy.DELETE,),
-}
-
-
-def proxy_counts(proxy) -> dict[str, int]:
-    """The proxy's counts by flowfs's op names; a class flowfs never sends fails the test."""
-    snap = proxy.stats.snapshot()["ops"]
-    known = {c for classes in S3_OPS.values() for c in classes}
-    assert set(snap) <= known, f"requests of a kind not mapped here: {snap}"
-    out = {op: sum(snap.get(c, 0) for c in classes) for op, classes in S3_OPS.items()}
-    return {op: n for op, n in out.items() if n}
-
 
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
@@ -94,30 +67,6 @@ def status_durable(m, timeout: float = 60.0) -> None:
             return
         assert time.monotonic() < deadline, f"not durable after {timeout} s: {r.stdout}{r.stderr}"
         time.sleep(0.2)
-
-
-def workload(root: Path) -> dict[str, str]:
-    """Small files, a multipart file, reads, a listing, a rename and a delete."""
-    want = {}
-    (root / "d").mkdir()
-    for i in range(12):
-        data = payload(3000 + i, f"small{i}")
-        (root / "d" / f"f{i}.txt").write_bytes(data)
-        want[f"d/f{i}.txt"] = sha256(data)
-    big = payload(12 * MiB + 5, "big")
-    (root / "big.bin").write_bytes(big)
-    want["big.bin"] = sha256(big)
-    os.rename(root / "d" / "f0.txt", root / "d" / "g0.txt")
-    want["d/g0.txt"] = want.pop("d/f0.txt")
-    os.unlink(root / "d" / "f1.txt")
-    del want["d/f1.txt"]
-    assert sorted(os.listdir(root / "d")) == sorted(k[2:] for k in want if k.startswith("d/"))
-    return want
-
-
-def check_read(root: Path, want: dict[str, str]) -> None:
-    for k, h in want.items():
-        assert sha256((root / k).read_bytes()) == h, k
 
 
 @pytest.fixture
@@ -291,3 +240,31 @@ def test_prometheus_scrapes_the_counts_the_proxy_saw(mount, bucket, proxy, metri
             prom.kill()
             prom.wait(timeout=10)
         log.close()
+
+
+def test_json_logs_are_one_object_per_line_with_the_operation_and_errno(mount, bucket, work_dir):
+    env = mount.env()
+    env.update({"FLOWFS_LOG": "debug", "FLOWFS_LOG_FORMAT": "json"})
+    m = start_mount(f"s3://{bucket}", mount.new_mountpoint(), work_dir=work_dir / "json", env=env,
+                    endpoint=mount.seaweed.endpoint)
+    try:
+        assert not (m.path / "no-such-file").exists()
+        (m.path / "f.txt").write_bytes(b"x")
+    finally:
+        m.close()
+    lines = [ln for ln in m.log_file.read_text().splitlines() if ln.strip()]
+    objs = [json.loads(ln) for ln in lines]  # every line is one JSON object
+    failed = [o for o in objs if o.get("fields", {}).get("message") == "failed"]
+    assert any(o["fields"].get("errno") == 2 and o.get("span", {}).get("op") == "lookup"
+               and "no-such-file" in o["span"].get("about", "") for o in failed), lines[-20:]
+    secret = env["AWS_SECRET_ACCESS_KEY"]
+    assert secret not in m.log_file.read_text()
+
+
+def test_an_unknown_log_format_is_refused_before_mounting(mount, bucket, work_dir):
+    env = mount.env()
+    env["FLOWFS_LOG_FORMAT"] = "yaml"
+    with pytest.raises(Exception) as e:
+        start_mount(f"s3://{bucket}", mount.new_mountpoint(), work_dir=work_dir / "yaml", env=env,
+                    endpoint=mount.seaweed.endpoint)
+    assert "FLOWFS_LOG_FORMAT must be text or json" in str(e.value)

@@ -38,6 +38,7 @@ pub fn mount(args: MountArgs) -> Result<()> {
     if let Some(a) = &args.opts.metrics_addr {
         crate::metrics::parse_addr(a)?;
     }
+    crate::logging::format()?;
     if args.opts.fuse_threads == 0 {
         bail!("--fuse-threads must be at least 1");
     }
