@@ -38,6 +38,8 @@ def proxy_counts(proxy) -> dict[str, int]:
 
 
 
+S3_GROUPS = [((op,), classes) for op, classes in S3_OPS.items()]
+
 # GCS and Azure: groups of flowfs's op names and the proxy's classes they fall in
 # (s3proxy.classify_gcs / classify_azure name a request by the S3 operation it stands for).
 GCS_GROUPS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [

@@ -200,6 +200,18 @@ impl StoreMetrics {
 #[derive(Debug)]
 struct Counts(Arc<StoreMetrics>);
 
+/// Encodes one metric of its own (a `ConstCounter` or `ConstGauge` of a value read now)
+/// for a `Collector`.
+pub fn encode_one(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    m: impl EncodeMetric,
+) -> std::fmt::Result {
+    m.encode(enc.encode_descriptor(name, help, unit, m.metric_type())?)
+}
+
 fn counter(
     enc: &mut DescriptorEncoder,
     name: &str,
@@ -207,8 +219,7 @@ fn counter(
     unit: Option<&Unit>,
     v: u64,
 ) -> std::fmt::Result {
-    let c = ConstCounter::new(v);
-    c.encode(enc.encode_descriptor(name, help, unit, c.metric_type())?)
+    encode_one(enc, name, help, unit, ConstCounter::new(v))
 }
 
 impl Collector for Counts {

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use flowfs_client::metrics::encode_one;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
@@ -47,48 +48,24 @@ impl std::fmt::Debug for FsCollector {
     }
 }
 
-fn counter(
+fn counter<N: EncodeCounterValue + Send + Sync + std::fmt::Debug>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
     unit: Option<&Unit>,
-    v: u64,
+    v: N,
 ) -> std::fmt::Result {
-    let c = ConstCounter::new(v);
-    c.encode(e.encode_descriptor(name, help, unit, c.metric_type())?)
+    encode_one(e, name, help, unit, ConstCounter::new(v))
 }
 
-fn counter_f(
+fn gauge<N: EncodeGaugeValue + Send + Sync + std::fmt::Debug>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
     unit: Option<&Unit>,
-    v: f64,
+    v: N,
 ) -> std::fmt::Result {
-    let c = ConstCounter::new(v);
-    c.encode(e.encode_descriptor(name, help, unit, c.metric_type())?)
-}
-
-fn gauge(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    v: i64,
-) -> std::fmt::Result {
-    let g = ConstGauge::new(v);
-    g.encode(e.encode_descriptor(name, help, unit, g.metric_type())?)
-}
-
-fn gauge_f(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    v: f64,
-) -> std::fmt::Result {
-    let g = ConstGauge::new(v);
-    g.encode(e.encode_descriptor(name, help, unit, g.metric_type())?)
+    encode_one(e, name, help, unit, ConstGauge::new(v))
 }
 
 impl Collector for FsCollector {
@@ -125,7 +102,7 @@ impl Collector for FsCollector {
             bytes,
             r.miss_bytes,
         )?;
-        counter_f(
+        counter(
             &mut e,
             "read_wait",
             "Time reads waited for the store, summed",
@@ -177,7 +154,7 @@ impl Collector for FsCollector {
             .oldest()
             .and_then(|t| t.elapsed().ok())
             .map_or(0.0, |d| d.as_secs_f64());
-        gauge_f(
+        gauge(
             &mut e,
             "writeback_oldest_age",
             "Age of the oldest content not in the store yet",
