@@ -261,3 +261,24 @@ def test_an_unknown_log_format_is_refused_before_mounting(mount, bucket, work_di
         start_mount(f"s3://{bucket}", mount.new_mountpoint(), work_dir=work_dir / "yaml", env=env,
                     endpoint=mount.seaweed.endpoint)
     assert "FLOWFS_LOG_FORMAT must be text or json" in str(e.value)
+
+
+def test_fuse_requests_are_counted_by_operation_with_their_latency(mount, bucket, metrics_port):
+    # Without passthrough, so that the writes are FUSE requests (with it, the kernel writes
+    # the staged file itself).
+    m = mount(bucket, extra=["--metrics-addr", str(metrics_port), "--passthrough", "off"])
+    for i in range(5):
+        (m.path / f"f{i}").write_bytes(b"abc")
+    for i in range(5):
+        assert (m.path / f"f{i}").read_bytes() == b"abc"
+    os.listdir(m.path)
+    text = scrape(metrics_port)
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("flowfs_fuse_request_seconds_count{"):
+            op = line.split('op="')[1].split('"')[0]
+            counts[op] = int(line.split()[-1])
+    assert counts.get("create", 0) >= 5 and counts.get("write", 0) >= 5, counts
+    assert counts.get("open", 0) >= 5 and counts.get("release", 0) >= 10, counts
+    assert 'flowfs_fuse_request_seconds_bucket{le="+Inf",op="create"}' in text or \
+        'flowfs_fuse_request_seconds_bucket{op="create",le="+Inf"}' in text, text[:2000]

@@ -10,10 +10,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use flowfs_client::metrics::encode_one;
+use flowfs_fs::{OpStats, OP_BUCKETS};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, MetricEncoder,
+    NoLabelSet,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::stop::Ending;
@@ -29,14 +34,60 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr> {
     })
 }
 
-/// Every metric of the mount of `ending`.
-pub fn registry(ending: &Arc<Ending>) -> Registry {
+/// Every metric of the mount of `ending`, whose FUSE requests `ops` counts.
+pub fn registry(ending: &Arc<Ending>, ops: Arc<OpStats>) -> Registry {
     let mut reg = Registry::with_prefix("flowfs");
     if let Some(client) = &ending.retries {
         client.metrics().register(&mut reg);
     }
     reg.register_collector(Box::new(FsCollector(ending.clone())));
+    reg.register_collector(Box::new(FuseCollector(ops)));
     reg
+}
+
+/// The FUSE requests by operation: a histogram of their latencies each.
+#[derive(Debug)]
+struct FuseCollector(Arc<OpStats>);
+
+/// One histogram read now (prometheus-client has no constant histogram).
+#[derive(Debug)]
+struct ConstHistogram {
+    sum: f64,
+    count: u64,
+    /// (upper bound, requests in that bucket alone); the last bound is +Inf.
+    buckets: Vec<(f64, u64)>,
+}
+
+impl EncodeMetric for ConstHistogram {
+    fn encode(&self, mut e: MetricEncoder) -> std::fmt::Result {
+        e.encode_histogram::<NoLabelSet>(self.sum, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+impl Collector for FuseCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let snapshot = self.0.snapshot();
+        let mut fam = e.encode_descriptor(
+            "fuse_request",
+            "FUSE requests by operation: time from arrival to answer",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for c in snapshot {
+            let bounds = OP_BUCKETS.iter().copied().chain([f64::INFINITY]);
+            let h = ConstHistogram {
+                sum: c.sum_secs,
+                count: c.count,
+                buckets: bounds.zip(c.buckets.iter().copied()).collect(),
+            };
+            h.encode(fam.encode_family(&[("op", c.op.name())])?)?;
+        }
+        Ok(())
+    }
 }
 
 /// The file system's own counts, read at each scrape.
@@ -181,14 +232,14 @@ impl Collector for FsCollector {
 
 /// Serves `/metrics` on `addr` from a thread of its own; returns the address bound (a
 /// port 0 is chosen by the kernel).
-pub fn serve(addr: SocketAddr, ending: Arc<Ending>) -> Result<SocketAddr> {
+pub fn serve(addr: SocketAddr, ending: Arc<Ending>, ops: Arc<OpStats>) -> Result<SocketAddr> {
     let listener =
         TcpListener::bind(addr).with_context(|| format!("--metrics-addr {addr}: cannot listen"))?;
     let bound = listener.local_addr()?;
     if !bound.ip().is_loopback() {
         tracing::warn!("metrics are served on {bound}, beyond this host");
     }
-    let reg = registry(&ending);
+    let reg = registry(&ending, ops);
     std::thread::Builder::new()
         .name("flowfs-metrics".into())
         .spawn(move || {

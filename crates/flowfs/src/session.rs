@@ -108,6 +108,7 @@ fn session(
     let adapter = FuseAdapter::new(fs.clone(), rt.handle().clone())
         .with_passthrough(args.opts.passthrough == "auto");
 
+    let fuse_ops = adapter.op_stats();
     let fcfg = fuse_config(args, read_only)?;
 
     let (listener, sock) = control::listen(dir)?;
@@ -120,7 +121,8 @@ fn session(
     let ending = Arc::new(ending);
     control::serve(listener, ending.clone()).context("cannot start the control thread")?;
     if let Some(a) = &args.opts.metrics_addr {
-        let bound = crate::metrics::serve(crate::metrics::parse_addr(a)?, ending.clone())?;
+        let bound =
+            crate::metrics::serve(crate::metrics::parse_addr(a)?, ending.clone(), fuse_ops)?;
         tracing::info!("metrics at http://{bound}/metrics");
     }
     spawn_signal_task(ending.clone());

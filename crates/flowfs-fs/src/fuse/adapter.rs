@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use fuser::{Generation, ReplyEntry};
 use tokio::runtime::Handle;
-use tracing::{Instrument, Span};
+use tracing::Instrument;
 
+use super::ops::{Op, OpStats, Req};
 use super::passthrough::Passthrough;
-use super::reply::{answer, to_fuse, Replies};
+use super::reply::{answer, span, to_fuse, About, Replies};
 use crate::error::Result;
 use crate::fs::{Attr, Fs};
 
@@ -22,6 +23,7 @@ pub struct FuseAdapter {
     pub(super) rt: Handle,
     pub(super) ttl: Duration,
     pub(super) pt: Arc<Passthrough>,
+    pub(super) ops: Arc<OpStats>,
 }
 
 impl FuseAdapter {
@@ -29,7 +31,24 @@ impl FuseAdapter {
     pub fn new(fs: Arc<Fs>, rt: Handle) -> FuseAdapter {
         let ttl = fs.config().metadata_ttl;
         let pt = Arc::new(Passthrough::new(false));
-        FuseAdapter { fs, rt, ttl, pt }
+        let ops = Arc::new(OpStats::default());
+        FuseAdapter {
+            fs,
+            rt,
+            ttl,
+            pt,
+            ops,
+        }
+    }
+
+    /// The counts of the requests this adapter answers (for the mount's metrics).
+    pub fn op_stats(&self) -> Arc<OpStats> {
+        self.ops.clone()
+    }
+
+    /// A request of `op` about `about`, its timer started.
+    pub(super) fn req(&self, op: Op, about: About) -> Req {
+        Req::new(op, span(op, about), &self.ops)
     }
 
     /// Serves files whose bytes are local (staged copies) by FUSE passthrough where the
@@ -39,11 +58,12 @@ impl FuseAdapter {
         self
     }
 
-    /// Runs the operation `op` (given the file system) in `span` and answers `reply` with
-    /// its outcome (`ok` for a value, `answer` for an error).
+    /// Runs the operation `op` (given the file system) in the request's span and answers
+    /// `reply` with its outcome (`ok` for a value, `answer` for an error); its latency is
+    /// recorded once answered.
     pub(super) fn run<R, T, F>(
         &self,
-        span: Span,
+        req: Req,
         reply: R,
         op: impl FnOnce(Arc<Fs>) -> F,
         ok: impl FnOnce(R, T) + Send + 'static,
@@ -52,7 +72,14 @@ impl FuseAdapter {
         F: Future<Output = Result<T>> + Send + 'static,
     {
         let fut = op(self.fs.clone());
-        self.poll_here(async move { answer(reply, fut.await, ok) }.instrument(span));
+        let Req { span, timer } = req;
+        self.poll_here(
+            async move {
+                answer(reply, fut.await, ok);
+                drop(timer);
+            }
+            .instrument(span),
+        );
     }
 
     /// Answers a request on this FUSE thread when it needs no waiting (metadata in
@@ -72,12 +99,12 @@ impl FuseAdapter {
     }
 
     /// Runs `op`, which makes or finds a name, and answers with its entry.
-    pub(super) fn entry<F>(&self, span: Span, reply: ReplyEntry, op: impl FnOnce(Arc<Fs>) -> F)
+    pub(super) fn entry<F>(&self, req: Req, reply: ReplyEntry, op: impl FnOnce(Arc<Fs>) -> F)
     where
         F: Future<Output = Result<Attr>> + Send + 'static,
     {
         let ttl = self.ttl;
-        self.run(span, reply, op, move |r, a| {
+        self.run(req, reply, op, move |r, a| {
             r.entry(&ttl, &to_fuse(&a), Generation(0))
         });
     }

@@ -11,6 +11,7 @@
 mod adapter;
 mod dirs;
 mod opens;
+mod ops;
 mod passthrough;
 mod reply;
 
@@ -27,7 +28,8 @@ use fuser::{
 use crate::error::FsError;
 use crate::fs::{AttrChanges, Fs};
 pub use adapter::FuseAdapter;
-use reply::{answer, done, span, to_fuse, utf8, About};
+pub use ops::{Op, OpCounts, OpStats, BUCKETS as OP_BUCKETS};
+use reply::{answer, done, to_fuse, utf8, About};
 
 impl fuser::Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -40,7 +42,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let span = span("lookup", About::Entry(parent.0, name));
+        let span = self.req(Op::Lookup, About::Entry(parent.0, name));
         let name = utf8(name);
         self.entry(span, reply, |fs| async move {
             fs.lookup(parent.0, &name?).await
@@ -48,14 +50,14 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let _span = span("forget", About::Ino(ino.0)).entered();
+        let _span = self.req(Op::Forget, About::Ino(ino.0)).entered();
         self.fs.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let ttl = self.ttl;
         self.run(
-            span("getattr", About::Ino(ino.0)),
+            self.req(Op::Getattr, About::Ino(ino.0)),
             reply,
             |fs| async move { fs.getattr(ino.0).await },
             move |r, a| r.attr(&ttl, &to_fuse(&a)),
@@ -64,7 +66,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         self.run(
-            span("readlink", About::Ino(ino.0)),
+            self.req(Op::Readlink, About::Ino(ino.0)),
             reply,
             |fs| async move { fs.readlink(ino.0).await },
             |r, t| r.data(t.as_bytes()),
@@ -87,7 +89,7 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyData,
     ) {
         self.run(
-            span("read", About::Handle(ino.0, fh.0)),
+            self.req(Op::Read, About::Handle(ino.0, fh.0)),
             reply,
             |fs| async move { fs.read(fh.0, offset, size).await },
             |r, data| r.data(&data),
@@ -102,7 +104,7 @@ impl fuser::Filesystem for FuseAdapter {
         _lo: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let _span = span("flush", About::Handle(ino.0, fh.0)).entered();
+        let _span = self.req(Op::Flush, About::Handle(ino.0, fh.0)).entered();
         // close() learns here that an earlier upload of this file failed.
         answer(reply, self.fs.flush(fh.0), done);
     }
@@ -117,7 +119,7 @@ impl fuser::Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _span = span("release", About::Handle(ino.0, fh.0)).entered();
+        let _span = self.req(Op::Release, About::Handle(ino.0, fh.0)).entered();
         // Release may start an upload, which runs on the runtime.
         let _rt = self.rt.enter();
         let r = self.fs.release(fh.0);
@@ -126,7 +128,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _span = span("opendir", About::Ino(ino.0)).entered();
+        let _span = self.req(Op::Opendir, About::Ino(ino.0)).entered();
         answer(reply, self.fs.opendir(ino.0), |r, fh| {
             r.opened(FileHandle(fh), FopenFlags::empty())
         });
@@ -141,7 +143,7 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyDirectory,
     ) {
         self.run(
-            span("readdir", About::Handle(ino.0, fh.0)),
+            self.req(Op::Readdir, About::Handle(ino.0, fh.0)),
             reply,
             |fs| async move { fs.readdir(ino.0, fh.0, offset, false).await },
             dirs::fill,
@@ -158,7 +160,7 @@ impl fuser::Filesystem for FuseAdapter {
     ) {
         let (nodes, ttl) = (self.fs.clone(), self.ttl);
         self.run(
-            span("readdirplus", About::Handle(ino.0, fh.0)),
+            self.req(Op::Readdirplus, About::Handle(ino.0, fh.0)),
             reply,
             |fs| async move { fs.readdir(ino.0, fh.0, offset, true).await },
             move |r, items| dirs::fill_plus(r, items, ttl, &nodes),
@@ -173,13 +175,15 @@ impl fuser::Filesystem for FuseAdapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let _span = span("releasedir", About::Handle(ino.0, fh.0)).entered();
+        let _span = self
+            .req(Op::Releasedir, About::Handle(ino.0, fh.0))
+            .entered();
         self.fs.releasedir(fh.0);
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        let _span = span("statfs", About::Ino(ino.0)).entered();
+        let _span = self.req(Op::Statfs, About::Ino(ino.0)).entered();
         // Object storage has no fixed size: report plenty so that tools do not refuse.
         let blocks = 1u64 << 40;
         reply.statfs(blocks, blocks, blocks, 1 << 30, 1 << 30, 4096, 255, 4096);
@@ -212,7 +216,7 @@ impl fuser::Filesystem for FuseAdapter {
         };
         let (fh, ttl) = (fh.map(|f| f.0), self.ttl);
         self.run(
-            span("setattr", About::Ino(ino.0)),
+            self.req(Op::Setattr, About::Ino(ino.0)),
             reply,
             |fs| async move { fs.setattr_with(ino.0, size, c, fh).await },
             move |r, a| r.attr(&ttl, &to_fuse(&a)),
@@ -229,7 +233,7 @@ impl fuser::Filesystem for FuseAdapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let span = span("mknod", About::Entry(parent.0, name));
+        let span = self.req(Op::Mknod, About::Entry(parent.0, name));
         let owner = Some((req.uid(), req.gid()));
         let name = utf8(name);
         self.entry(span, reply, |fs| async move {
@@ -246,7 +250,7 @@ impl fuser::Filesystem for FuseAdapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let span = span("mkdir", About::Entry(parent.0, name));
+        let span = self.req(Op::Mkdir, About::Entry(parent.0, name));
         let owner = Some((req.uid(), req.gid()));
         let name = utf8(name);
         self.entry(span, reply, |fs| async move {
@@ -255,14 +259,14 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let span = span("unlink", About::Entry(parent.0, name));
+        let span = self.req(Op::Unlink, About::Entry(parent.0, name));
         let name = utf8(name);
         let op = |fs: Arc<Fs>| async move { fs.unlink(parent.0, &name?).await };
         self.run(span, reply, op, done);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let span = span("rmdir", About::Entry(parent.0, name));
+        let span = self.req(Op::Rmdir, About::Entry(parent.0, name));
         let name = utf8(name);
         let op = |fs: Arc<Fs>| async move { fs.rmdir(parent.0, &name?).await };
         self.run(span, reply, op, done);
@@ -276,7 +280,7 @@ impl fuser::Filesystem for FuseAdapter {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        let span = span("symlink", About::Entry(parent.0, link_name));
+        let span = self.req(Op::Symlink, About::Entry(parent.0, link_name));
         let (name, target) = (utf8(link_name), utf8(target.as_os_str()));
         let owner = Some((req.uid(), req.gid()));
         self.entry(span, reply, |fs| async move {
@@ -294,8 +298,8 @@ impl fuser::Filesystem for FuseAdapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let span = span(
-            "rename",
+        let span = self.req(
+            Op::Rename,
             About::Rename(parent.0, name, newparent.0, newname),
         );
         let (name, newname) = (utf8(name), utf8(newname));
@@ -325,7 +329,9 @@ impl fuser::Filesystem for FuseAdapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _span = span("link", About::Entry(newparent.0, newname)).entered();
+        let _span = self
+            .req(Op::Link, About::Entry(newparent.0, newname))
+            .entered();
         // Object storage has no way to give one object two names.
         answer(reply, Err(FsError::NotSupported("hard links")), |_, ()| {});
     }
@@ -344,11 +350,14 @@ impl fuser::Filesystem for FuseAdapter {
     ) {
         if self.fs.needs_stage(fh.0) {
             // The writer's first change: its object is staged first (a download).
-            let (data, span) = (data.to_vec(), span("write", About::Handle(ino.0, fh.0)));
+            let (data, span) = (
+                data.to_vec(),
+                self.req(Op::Write, About::Handle(ino.0, fh.0)),
+            );
             let op = |fs: Arc<Fs>| async move { fs.write_staging(fh.0, offset, data).await };
             return self.run(span, reply, op, |r, n| r.written(n));
         }
-        let _span = span("write", About::Handle(ino.0, fh.0)).entered();
+        let _span = self.req(Op::Write, About::Handle(ino.0, fh.0)).entered();
         // Local disk only: answered on this thread. It may start the early upload of
         // parts the writer has left behind, which runs on the runtime.
         let _rt = self.rt.enter();
@@ -365,7 +374,7 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let span = span("fsync", About::Handle(ino.0, fh.0));
+        let span = self.req(Op::Fsync, About::Handle(ino.0, fh.0));
         self.run(span, reply, |fs| async move { fs.fsync(fh.0).await }, done);
     }
 
@@ -377,7 +386,7 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let span = span("fsyncdir", About::Handle(ino.0, fh.0));
+        let span = self.req(Op::Fsyncdir, About::Handle(ino.0, fh.0));
         let op = |fs: Arc<Fs>| async move { fs.fsyncdir(ino.0).await };
         self.run(span, reply, op, done);
     }
@@ -407,7 +416,7 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         self.run(
-            span("fallocate", About::Handle(ino.0, fh.0)),
+            self.req(Op::Fallocate, About::Handle(ino.0, fh.0)),
             reply,
             |fs| async move {
                 if mode != 0 {
@@ -421,7 +430,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        let _span = span("access", About::Ino(ino.0)).entered();
+        let _span = self.req(Op::Access, About::Ino(ino.0)).entered();
         reply.ok();
     }
 }

@@ -6,8 +6,9 @@ use std::ffi::OsStr;
 
 use fuser::{FileHandle, FopenFlags, InitFlags, KernelConfig, ReplyCreate, ReplyOpen};
 
+use super::ops::Op;
 use super::passthrough::{Access, Created, Plan};
-use super::reply::{open_flags, span, to_fuse, utf8, About};
+use super::reply::{open_flags, to_fuse, utf8, About};
 use super::FuseAdapter;
 use crate::error::FsError;
 use crate::fs::OpenMode;
@@ -64,7 +65,7 @@ impl FuseAdapter {
         let pt = self.pt.clone();
         let plan_pt = self.pt.clone();
         self.run(
-            span("open", About::Ino(ino)),
+            self.req(Op::Open, About::Ino(ino)),
             reply,
             |fs| async move {
                 let plan = plan_pt.plan_waiting(ino, access).await;
@@ -99,7 +100,7 @@ impl FuseAdapter {
         owner: Option<(u32, u32)>,
         reply: ReplyCreate,
     ) {
-        let span = span("create", About::Entry(parent, name));
+        let span = self.req(Op::Create, About::Entry(parent, name));
         let (name, ttl) = (utf8(name), self.ttl);
         // A new file opened for reading and writing may be mapped: through flowfs
         // (passthrough.rs `Access::ReadWrite`).

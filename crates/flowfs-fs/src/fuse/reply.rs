@@ -11,6 +11,7 @@ use fuser::{
 };
 use tracing::Span;
 
+use super::ops::Op;
 use crate::error::{FsError, Result};
 use crate::fs::{Attr, OpenHints};
 use crate::inode::Kind;
@@ -39,8 +40,8 @@ impl fmt::Display for About<'_> {
 
 /// The span of one request. Cheap when debug logging is off: the callsite is disabled
 /// once and `about` is never formatted.
-pub(super) fn span(op: &'static str, about: About) -> Span {
-    tracing::debug_span!("fuse", op = %op, about = %about)
+pub(super) fn span(op: Op, about: About) -> Span {
+    tracing::debug_span!("fuse", op = %op.name(), about = %about)
 }
 
 /// A fuser reply that can carry an errno (each reply type has its own `error`).
