@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from flowfs_mount import flowfs_bin, is_mounted, start_mount
+from helpers import payload
 from metrics_helpers import MiB, S3_GROUPS, check_read, proxy_counts, report_matches_proxy, workload
 from seaweed import free_port
 
@@ -282,3 +283,22 @@ def test_fuse_requests_are_counted_by_operation_with_their_latency(mount, bucket
     assert counts.get("open", 0) >= 5 and counts.get("release", 0) >= 10, counts
     assert 'flowfs_fuse_request_seconds_bucket{le="+Inf",op="create"}' in text or \
         'flowfs_fuse_request_seconds_bucket{op="create",le="+Inf"}' in text, text[:2000]
+
+
+def test_top_prints_a_line_per_interval_with_the_rates(mount, bucket):
+    m = mount(bucket)
+    top = subprocess.Popen([flowfs_bin(), "top", str(m.path), "--interval", "0.5", "--count", "4"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=m.env)
+    # Work while it watches: puts and reads.
+    for i in range(30):
+        (m.path / f"t{i}").write_bytes(payload(20000, f"t{i}"))
+    out, err = top.communicate(timeout=60)
+    assert top.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["time", "req/s", "get/s"], out
+    rows = [ln.split() for ln in lines[1:]]
+    assert len(rows) == 4 and all(len(r) == 12 for r in rows), out
+    assert sum(float(r[3]) for r in rows) > 0, out  # PUTs per second were seen
+    r = subprocess.run([flowfs_bin(), "top", str(m.path / "nowhere")], capture_output=True, text=True,
+                       timeout=30, env=m.env)
+    assert r.returncode == 2 and "cannot ask the mount" in r.stderr

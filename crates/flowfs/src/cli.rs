@@ -44,6 +44,8 @@ pub enum Command {
     Run(RunArgs),
     /// Add up usage reports (of many tasks) into one table of requests, bytes and cost
     Report(ReportArgs),
+    /// A live view of the mount at DIR: requests/s, MiB/s, cache hits, the upload queue
+    Top(TopArgs),
     /// The node cache: its statistics, objects read into it ahead of tasks, its removal
     #[command(subcommand)]
     Cache(CacheCommand),
@@ -79,6 +81,19 @@ pub struct CacheClearArgs {
     /// Clear it even while mounts use it (their reads fetch again)
     #[arg(long)]
     pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Mount point
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Seconds between lines
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub interval: f64,
+    /// Stop after N lines [default: until interrupted or the mount ends]
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
 }
 
 #[derive(Args, Debug)]

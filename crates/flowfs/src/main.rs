@@ -17,6 +17,7 @@ mod session;
 mod status;
 mod stop;
 mod stores;
+mod top;
 mod unmount;
 mod usage;
 
@@ -28,6 +29,7 @@ fn main() {
         cli::Command::Mount(args) => mount::mount(args),
         cli::Command::Unmount(args) => unmount::unmount_cmd(&args),
         cli::Command::Report(args) => std::process::exit(report_cmd::report(&args)),
+        cli::Command::Top(args) => std::process::exit(top::top(&args)),
         cli::Command::Status(args) => std::process::exit(status::status(&args.dir, args.json)),
         cli::Command::Run(args) => std::process::exit(run::run(args)),
         cli::Command::Cache(cmd) => cache_cmd::cache(cmd),
