@@ -150,3 +150,17 @@ def test_a_second_sigterm_ends_a_waiting_unmount_at_once(flowfs_binary, seaweed,
     finally:
         m.close()
     _remount_uploads(mount, bucket, s3, slow, m.cache_dir, key, data)
+
+
+def test_an_unmount_that_waits_says_what_it_waits_for(mount, bucket, s3, slow):
+    """Issue 31: `flowfs unmount` that waits more than a few seconds for uploads names
+    them on stderr, and still uploads them."""
+    m = mount(bucket, "w", proxy=slow)
+    slow.delay(s3proxy.PUT, "w/held.bin", 8)
+    data = payload(200_000, "wait")
+    (m / "held.bin").write_bytes(data)
+    assert slow.wait_held(s3proxy.PUT, "w/held.bin", 30), "the upload never reached the proxy"
+    r = m.unmount(timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "flowfs: waiting for 1 upload(s), 0.2 MiB: w/held.bin" in r.stderr, r.stderr
+    assert sha256(s3.get_object(Bucket=bucket, Key="w/held.bin")["Body"].read()) == sha256(data)

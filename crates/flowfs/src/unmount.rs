@@ -3,6 +3,8 @@
 //! user.
 
 use std::path::Path;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 
@@ -24,7 +26,10 @@ pub fn unmount(dir: &Path, force: bool, usage: bool) -> Result<Option<Usage>> {
         (false, true) => "unmount --usage",
         (true, true) => "unmount --force --usage",
     };
-    match control::request(&dir, cmd, None) {
+    let watcher = Waiting::watch(&dir);
+    let answer = control::request(&dir, cmd, None);
+    drop(watcher);
+    match answer {
         Ok(a) => {
             let (mut last, mut said) = ("", None);
             for line in a.lines() {
@@ -44,6 +49,62 @@ pub fn unmount(dir: &Path, force: bool, usage: bool) -> Result<Option<Usage>> {
         }
         Err(_) => unmount_silent(&dir).map(|()| None),
     }
+}
+
+/// While an unmount waits, says on stderr what it waits for: after 3 s, then every 5 s,
+/// the files still uploading (from the mount's `status`). Ends when dropped.
+struct Waiting {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Waiting {
+    fn watch(dir: &Path) -> Waiting {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let dir = dir.to_path_buf();
+        let thread = std::thread::spawn(move || {
+            let mut wait = Duration::from_secs(3);
+            while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(wait) {
+                if let Some(line) = waiting_for(&dir) {
+                    eprintln!("flowfs: {line}");
+                }
+                wait = Duration::from_secs(5);
+            }
+        });
+        Waiting {
+            done: Some(tx),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What an unmount under way still waits for, in one line; `None` when the mount does
+/// not say.
+fn waiting_for(dir: &Path) -> Option<String> {
+    let a = control::request(dir, "status", Some(Duration::from_secs(5))).ok()?;
+    let r: crate::report::Report = serde_json::from_str(a.strip_prefix("OK ")?).ok()?;
+    if r.pending.files == 0 {
+        return Some("waiting for the unmount to finish (nothing left to upload)".into());
+    }
+    let mut names: Vec<&str> = r.pending.list.iter().take(3).map(|p| p.key.as_str()).collect();
+    if r.pending.files > names.len() {
+        names.push("...");
+    }
+    Some(format!(
+        "waiting for {} upload(s), {:.1} MiB: {}",
+        r.pending.files,
+        r.pending.bytes as f64 / (1u64 << 20) as f64,
+        names.join(", ")
+    ))
 }
 
 /// `flowfs unmount DIR [--report FILE]`: with a report, the usage priced at `prices`
