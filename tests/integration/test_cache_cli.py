@@ -31,6 +31,7 @@ def test_prefetch_then_a_mount_reads_from_disk_and_stats_count_it(mount, s3, buc
     r = cli(["prefetch", f"s3://{bucket}/ref/a.fa", f"s3://{bucket}/ref/b.fai", "--cache-dir", str(cache)], env)
     assert r.returncode == 0, r.stderr
     assert "ref/a.fa" in r.stdout and "ref/b.fai" in r.stdout, r.stdout
+    assert "ETA" not in r.stderr, r.stderr  # no progress bar in a pipe
     fetched = proxy.get_bytes
     assert len(a) + len(b) <= fetched <= 1.1 * (len(a) + len(b)), fetched
     st = stats(cache, env)
@@ -52,6 +53,22 @@ def test_prefetch_then_a_mount_reads_from_disk_and_stats_count_it(mount, s3, buc
     assert st["hit_ratio"] > 0.45
     text = cli(["stats", str(cache)], env)
     assert text.returncode == 0 and "hit ratio" in text.stdout and f"bucket {bucket}: 2 objects" in text.stdout
+
+
+def test_prefetch_shows_progress_on_a_terminal(mount, s3, bucket, work_dir):
+    """Issue 31: on a terminal (here a pty made by util-linux's `script`), a progress bar
+    with the bytes, the rate and the time left; the objects are cached all the same."""
+    import shlex
+    put_many(s3, bucket, {"big/ref.fa": payload(24 * MiB, "pf-tty")})
+    env = clean_env(mount.env())
+    cache = work_dir / "tty"
+    cmd = shlex.join([flowfs_bin(), "cache", "prefetch", f"s3://{bucket}/big/ref.fa", "--cache-dir", str(cache)])
+    r = subprocess.run(["script", "-qefc", cmd, "/dev/null"], capture_output=True, text=True, timeout=120,
+                       env=env, stdin=subprocess.DEVNULL, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ETA" in r.stdout and "MiB" in r.stdout, r.stdout  # the pty's output: stdout and stderr
+    assert f"s3://{bucket}/big/ref.fa: 24.0 MiB cached" in r.stdout, r.stdout
+    assert stats(cache, env)["objects"] == 1
 
 
 def test_prefetch_bad_input_is_a_clear_error(mount, s3, bucket, work_dir):

@@ -95,6 +95,23 @@ fn hit_ratio(st: &CacheStats) -> Option<f64> {
     (total > 0).then(|| st.hit_bytes as f64 / total as f64)
 }
 
+/// A progress bar for the object at `url` (bytes, rate, ETA) when stderr is a terminal;
+/// none in a pipe or a log.
+fn progress_bar(url: &str) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta}",
+    )
+    .ok()?
+    .progress_chars("=> ");
+    let bar = indicatif::ProgressBar::new(0).with_style(style);
+    bar.set_message(url.to_string());
+    Some(bar)
+}
+
 fn prefetch(args: &PrefetchArgs) -> Result<()> {
     // What it creates in the cache is its user's alone, as a mount's.
     // SAFETY: umask cannot fail.
@@ -132,7 +149,18 @@ fn prefetch(args: &PrefetchArgs) -> Result<()> {
                     println!("{url}: index of {} members", a.index().members.len());
                 }
                 if !(archive && args.index_only) {
-                    let n = (w.object(k).await).with_context(|| url.clone())?;
+                    let bar = progress_bar(&url);
+                    let mut tell = |done: u64, size: u64| {
+                        if let Some(b) = &bar {
+                            b.set_length(size);
+                            b.set_position(done);
+                        }
+                    };
+                    let n = w.object_progress(k, &mut tell).await;
+                    if let Some(b) = bar {
+                        b.finish_and_clear();
+                    }
+                    let n = n.with_context(|| url.clone())?;
                     println!("{url}: {} cached", human(n));
                 }
             }

@@ -37,14 +37,28 @@ impl Warmer {
 
     /// Reads all of `key` (its current version) into the cache; its size.
     pub async fn object(&self, key: &str) -> Result<u64> {
+        self.object_progress(key, &mut |_, _| {}).await
+    }
+
+    /// As `object`, telling `progress` (bytes read so far, the object's size) after each
+    /// step.
+    pub async fn object_progress(
+        &self,
+        key: &str,
+        progress: &mut (dyn FnMut(u64, u64) + Send),
+    ) -> Result<u64> {
         let meta = self.client.head(key).await?;
         let size = meta.info.size;
         let r = self.pre.open(key.to_string(), Some(meta.info.etag), size);
         let mut off = 0;
         let mut res = Ok(size);
+        progress(0, size);
         while off < size {
             match self.pre.read(&r, off, self.step as u32).await {
-                Ok(d) if !d.is_empty() => off += d.len() as u64,
+                Ok(d) if !d.is_empty() => {
+                    off += d.len() as u64;
+                    progress(off, size);
+                }
                 Ok(_) => break,
                 Err(e) => {
                     res = Err(e);
