@@ -3,8 +3,9 @@
 //! the object bytes moved and what the retry layer did. Counted where the requests are
 //! sent (the S3 SDK's interceptor, s3/counting.rs; `rest::execute` for Azure and GCS) and
 //! where bytes are handed over (`Retrying`), so that the numbers are the ones a proxy in
-//! front of the store would see. Read by the mount's `/metrics` endpoint (the Prometheus
-//! text format, encoded by prometheus-client) and by its cost report (`snapshot`).
+//! front of the store would see. Plain counts (`snapshot`): the binary encodes them for
+//! Prometheus and OTLP and writes them into usage reports. `Histogram` is the latency
+//! histogram both this and the file system's FUSE counts use.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,16 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::{Registry, Unit};
 use serde::{Deserialize, Serialize};
 
 /// How one HTTP request ended, as `flowfs_requests_total` labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Outcome {
     /// The store answered: a success, or an answer the file system asks for (404: no
     /// such key; 412: the object changed; 304, 416).
@@ -37,6 +32,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in the order of their index.
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Ok,
+        Outcome::Retried,
+        Outcome::Throttled,
+        Outcome::Failed,
+    ];
+
     /// The outcome of an answer with `status`, or of no answer (`None`).
     pub fn of_status(status: Option<u16>) -> Outcome {
         match status {
@@ -60,23 +63,83 @@ impl Outcome {
     }
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OpLabel {
-    op: &'static str,
+/// Latency buckets: a fixed list of upper bounds (seconds), a count per bucket and the
+/// sum, each an atomic add (no lock, no allocation: cheap enough for every FUSE request).
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// One per bound, then one above the last.
+    buckets: Vec<AtomicU64>,
+    sum_nanos: AtomicU64,
 }
 
-fn first_byte_histogram() -> Histogram {
-    // 1 ms to 16 s: a loopback server's answer to a slow store's worst.
-    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+/// A histogram's counts at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistogramCounts {
+    /// Upper bounds of the buckets, seconds; a last bucket above them all follows.
+    pub bounds: Vec<f64>,
+    /// Observations per bucket (not cumulative), `bounds.len() + 1` of them.
+    pub buckets: Vec<u64>,
+    /// Observations.
+    pub count: u64,
+    /// Their sum, seconds.
+    pub sum_secs: f64,
+}
+
+/// The bounds of request latencies to the store: 1 ms (a loopback server) to 16 s.
+pub const REQUEST_BOUNDS: &[f64] = &[
+    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
+    8.192, 16.384,
+];
+
+impl Histogram {
+    /// An empty histogram over `bounds` (ascending).
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            buckets: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one observation.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let b = (self.bounds.iter())
+            .position(|&ub| secs <= ub)
+            .unwrap_or(self.bounds.len());
+        self.buckets[b].fetch_add(1, Ordering::Relaxed);
+        let nanos = d.as_nanos().min(u64::MAX as u128) as u64;
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The counts now.
+    pub fn counts(&self) -> HistogramCounts {
+        let buckets: Vec<u64> = (self.buckets.iter())
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        HistogramCounts {
+            bounds: self.bounds.to_vec(),
+            count: buckets.iter().sum(),
+            buckets,
+            sum_secs: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+/// One op's requests: by outcome, and the time to their answers' heads.
+#[derive(Debug)]
+struct OpEntry {
+    outcomes: [u64; 4],
+    first_byte: Histogram,
 }
 
 /// The requests a mount sent and the bytes it moved, since it started.
 #[derive(Debug)]
 pub struct StoreMetrics {
-    /// (op, outcome) → requests. A lock per request is nothing beside the request.
-    requests: Mutex<BTreeMap<(&'static str, Outcome), u64>>,
-    first_byte: Family<OpLabel, Histogram, fn() -> Histogram>,
-    /// Seconds spent waiting for answers' heads, all ops (the report's store wait).
+    /// op → its requests. A lock per request is nothing beside the request.
+    ops: Mutex<BTreeMap<&'static str, OpEntry>>,
+    /// Time waited for answers' heads, all ops (the report's store wait).
     waited_micros: AtomicU64,
     bytes_down: AtomicU64,
     bytes_up: AtomicU64,
@@ -88,8 +151,7 @@ pub struct StoreMetrics {
 impl Default for StoreMetrics {
     fn default() -> StoreMetrics {
         StoreMetrics {
-            requests: Mutex::default(),
-            first_byte: Family::new_with_constructor(first_byte_histogram),
+            ops: Mutex::default(),
             waited_micros: AtomicU64::new(0),
             bytes_down: AtomicU64::new(0),
             bytes_up: AtomicU64::new(0),
@@ -100,9 +162,22 @@ impl Default for StoreMetrics {
     }
 }
 
+/// One op's requests at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpCounts {
+    /// The store's name for the request.
+    pub op: String,
+    /// (outcome, requests), the outcomes seen.
+    pub outcomes: Vec<(Outcome, u64)>,
+    /// Time to the answers' heads.
+    pub first_byte: HistogramCounts,
+}
+
 /// The counts of `StoreMetrics` at one moment, for reports and `flowfs status`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StoreCounts {
+    /// Each op's requests, by outcome, with their latencies.
+    pub by_op: Vec<OpCounts>,
     /// op → HTTP requests sent, every outcome.
     pub requests: BTreeMap<String, u64>,
     /// outcome → HTTP requests sent, every op.
@@ -138,10 +213,15 @@ impl StoreMetrics {
 
     /// One HTTP request: `op` the store's name for it, the time to its answer's head.
     pub fn request(&self, op: &'static str, outcome: Outcome, first_byte: Duration) {
-        *self.requests.lock().entry((op, outcome)).or_insert(0) += 1;
-        self.first_byte
-            .get_or_create(&OpLabel { op })
-            .observe(first_byte.as_secs_f64());
+        {
+            let mut ops = self.ops.lock();
+            let e = ops.entry(op).or_insert_with(|| OpEntry {
+                outcomes: [0; 4],
+                first_byte: Histogram::new(REQUEST_BOUNDS),
+            });
+            e.outcomes[outcome as usize] += 1;
+            e.first_byte.observe(first_byte);
+        }
         let micros = first_byte.as_micros().min(u64::MAX as u128) as u64;
         self.waited_micros.fetch_add(micros, Ordering::Relaxed);
     }
@@ -171,9 +251,20 @@ impl StoreMetrics {
     /// The counts now.
     pub fn snapshot(&self) -> StoreCounts {
         let mut c = StoreCounts::default();
-        for (&(op, outcome), &n) in self.requests.lock().iter() {
-            *c.requests.entry(op.to_string()).or_insert(0) += n;
-            *c.outcomes.entry(outcome.name().to_string()).or_insert(0) += n;
+        for (&op, e) in self.ops.lock().iter() {
+            let outcomes: Vec<(Outcome, u64)> = (Outcome::ALL.iter().copied())
+                .zip(e.outcomes)
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            for &(o, n) in &outcomes {
+                *c.requests.entry(op.to_string()).or_insert(0) += n;
+                *c.outcomes.entry(o.name().to_string()).or_insert(0) += n;
+            }
+            c.by_op.push(OpCounts {
+                op: op.to_string(),
+                outcomes,
+                first_byte: e.first_byte.counts(),
+            });
         }
         c.bytes_down = self.bytes_down.load(Ordering::Relaxed);
         c.bytes_up = self.bytes_up.load(Ordering::Relaxed);
@@ -182,99 +273,6 @@ impl StoreMetrics {
         c.throttled = self.throttled.load(Ordering::Relaxed);
         c.gave_up = self.gave_up.load(Ordering::Relaxed);
         c
-    }
-
-    /// Adds these metrics to `registry` (names without the registry's `flowfs_` prefix).
-    pub fn register(self: &Arc<Self>, registry: &mut Registry) {
-        registry.register_with_unit(
-            "request_first_byte",
-            "Time from sending a request to its answer's head (a GET's first byte), by op",
-            Unit::Seconds,
-            self.first_byte.clone(),
-        );
-        registry.register_collector(Box::new(Counts(self.clone())));
-    }
-}
-
-/// The counters, encoded at each scrape from `StoreMetrics`.
-#[derive(Debug)]
-struct Counts(Arc<StoreMetrics>);
-
-/// Encodes one metric of its own (a `ConstCounter` or `ConstGauge` of a value read now)
-/// for a `Collector`.
-pub fn encode_one(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    m: impl EncodeMetric,
-) -> std::fmt::Result {
-    m.encode(enc.encode_descriptor(name, help, unit, m.metric_type())?)
-}
-
-fn counter(
-    enc: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    v: u64,
-) -> std::fmt::Result {
-    encode_one(enc, name, help, unit, ConstCounter::new(v))
-}
-
-impl Collector for Counts {
-    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
-        let m = &self.0;
-        let requests: Vec<_> = m.requests.lock().iter().map(|(k, n)| (*k, *n)).collect();
-        let c = ConstCounter::new(0u64);
-        let mut fam = enc.encode_descriptor(
-            "requests",
-            "HTTP requests sent to the store, retries included, by the store's name for them and how they ended",
-            None,
-            c.metric_type(),
-        )?;
-        for ((op, outcome), n) in requests {
-            let labels = [("op", op), ("outcome", outcome.name())];
-            ConstCounter::new(n).encode(fam.encode_family(&labels)?)?;
-        }
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let bytes = Some(&Unit::Bytes);
-        counter(
-            &mut enc,
-            "store_read",
-            "Object bytes received from the store",
-            bytes,
-            load(&m.bytes_down),
-        )?;
-        counter(
-            &mut enc,
-            "store_written",
-            "Object bytes sent to the store",
-            bytes,
-            load(&m.bytes_up),
-        )?;
-        counter(
-            &mut enc,
-            "retries",
-            "Calls sent again after a retryable failure",
-            None,
-            load(&m.retries),
-        )?;
-        counter(
-            &mut enc,
-            "retry_throttled",
-            "Retryable failures that were throttling",
-            None,
-            load(&m.throttled),
-        )?;
-        counter(
-            &mut enc,
-            "retry_give_ups",
-            "Calls that failed although retryable: the retry budget or the attempts were spent",
-            None,
-            load(&m.gave_up),
-        )?;
-        Ok(())
     }
 }
 
@@ -296,11 +294,11 @@ mod tests {
     }
 
     #[test]
-    fn counts_are_by_op_and_outcome_and_encoded_so() {
+    fn counts_are_by_op_and_outcome() {
         let m = StoreMetrics::new();
         let ms = Duration::from_millis(1);
         m.request("GetObject", Outcome::Ok, ms);
-        m.request("GetObject", Outcome::Ok, ms);
+        m.request("GetObject", Outcome::Ok, Duration::from_secs(100));
         m.request("GetObject", Outcome::Throttled, ms);
         m.request("PutObject", Outcome::Ok, ms);
         m.downloaded(10);
@@ -309,14 +307,15 @@ mod tests {
         assert_eq!(c.requests["GetObject"], 3);
         assert_eq!(c.outcomes["ok"], 3);
         assert_eq!((c.bytes_down, c.bytes_up), (10, 7));
-        assert!((c.store_wait_secs - 0.004).abs() < 1e-9);
-        let mut reg = Registry::with_prefix("flowfs");
-        m.register(&mut reg);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
-        assert!(text.contains("flowfs_requests_total{op=\"GetObject\",outcome=\"ok\"} 2\n"));
-        assert!(text.contains("flowfs_requests_total{op=\"GetObject\",outcome=\"throttled\"} 1\n"));
-        assert!(text.contains("flowfs_store_read_bytes_total 10\n"));
-        assert!(text.contains("flowfs_request_first_byte_seconds_count{op=\"PutObject\"} 1\n"));
+        assert!((c.store_wait_secs - 100.003).abs() < 1e-9);
+        let get = &c.by_op[0];
+        assert_eq!(get.op, "GetObject");
+        assert_eq!(get.outcomes, [(Outcome::Ok, 2), (Outcome::Throttled, 1)]);
+        let h = &get.first_byte;
+        assert_eq!(
+            (h.count, h.buckets[0], *h.buckets.last().unwrap()),
+            (3, 2, 1)
+        );
+        assert_eq!(h.buckets.len(), REQUEST_BOUNDS.len() + 1);
     }
 }

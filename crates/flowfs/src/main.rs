@@ -13,6 +13,7 @@ mod mountinfo;
 mod report;
 mod report_cmd;
 mod run;
+mod samples;
 mod session;
 mod status;
 mod stop;

@@ -1,7 +1,6 @@
-//! The mount's Prometheus endpoint (`--metrics-addr`): the store's request counts and
-//! bytes (flowfs_client::metrics), how reads were answered, what waits for upload and
-//! what was fetched ahead, encoded by prometheus-client at each scrape and served over
-//! plain HTTP by one thread. Nothing is listened on unless asked.
+//! The mount's Prometheus endpoint (`--metrics-addr`): the metrics of samples.rs, encoded
+//! by prometheus-client at each scrape and served over plain HTTP by one thread. Nothing
+//! is listened on unless asked.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -9,18 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use flowfs_client::metrics::encode_one;
-use flowfs_fs::{OpStats, OP_BUCKETS};
+use flowfs_fs::OpStats;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, MetricEncoder,
-    NoLabelSet,
-};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Registry, Unit as PromUnit};
 
+use crate::samples::{self, Kind, Value};
 use crate::stop::Ending;
 
 /// The address of `--metrics-addr`: `IP:PORT`, or a port alone for 127.0.0.1 (the
@@ -34,201 +28,74 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr> {
     })
 }
 
-/// Every metric of the mount of `ending`, whose FUSE requests `ops` counts.
+/// Every metric of the mount of `ending`, whose FUSE requests `ops` counts: the list of
+/// samples.rs, encoded at each scrape.
 pub fn registry(ending: &Arc<Ending>, ops: Arc<OpStats>) -> Registry {
     let mut reg = Registry::with_prefix("flowfs");
-    if let Some(client) = &ending.retries {
-        client.metrics().register(&mut reg);
-    }
-    reg.register_collector(Box::new(FsCollector(ending.clone())));
-    reg.register_collector(Box::new(FuseCollector(ops)));
+    reg.register_collector(Box::new(Samples(ending.clone(), ops)));
     reg
 }
 
-/// The FUSE requests by operation: a histogram of their latencies each.
-#[derive(Debug)]
-struct FuseCollector(Arc<OpStats>);
+struct Samples(Arc<Ending>, Arc<OpStats>);
 
-/// One histogram read now (prometheus-client has no constant histogram).
-#[derive(Debug)]
-struct ConstHistogram {
-    sum: f64,
-    count: u64,
-    /// (upper bound, requests in that bucket alone); the last bound is +Inf.
-    buckets: Vec<(f64, u64)>,
+impl std::fmt::Debug for Samples {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Samples")
+    }
 }
 
-impl EncodeMetric for ConstHistogram {
+/// One value read now, of the type its metric has (prometheus-client has constant
+/// counters and gauges, but no constant histogram).
+#[derive(Debug)]
+struct Point<'a>(Kind, &'a Value);
+
+impl EncodeMetric for Point<'_> {
     fn encode(&self, mut e: MetricEncoder) -> std::fmt::Result {
-        e.encode_histogram::<NoLabelSet>(self.sum, self.count, &self.buckets, None)
+        match (self.0, self.1) {
+            (Kind::Counter, Value::Int(v)) => e.encode_counter::<NoLabelSet, _, u64>(v, None),
+            (Kind::Counter, Value::Float(v)) => e.encode_counter::<NoLabelSet, _, f64>(v, None),
+            (_, Value::Int(v)) => e.encode_gauge(&(*v as i64)),
+            (_, Value::Float(v)) => e.encode_gauge(v),
+            (_, Value::Hist(h)) => {
+                let bounds = h.bounds.iter().copied().chain([f64::INFINITY]);
+                let buckets: Vec<(f64, u64)> = bounds.zip(h.buckets.iter().copied()).collect();
+                e.encode_histogram::<NoLabelSet>(h.sum_secs, h.count, &buckets, None)
+            }
+        }
     }
 
     fn metric_type(&self) -> MetricType {
-        MetricType::Histogram
+        match self.0 {
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
+            Kind::Histogram => MetricType::Histogram,
+        }
     }
 }
 
-impl Collector for FuseCollector {
+impl Collector for Samples {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
-        let snapshot = self.0.snapshot();
-        let mut fam = e.encode_descriptor(
-            "fuse_request",
-            "FUSE requests by operation: time from arrival to answer",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        for c in snapshot {
-            let bounds = OP_BUCKETS.iter().copied().chain([f64::INFINITY]);
-            let h = ConstHistogram {
-                sum: c.sum_secs,
-                count: c.count,
-                buckets: bounds.zip(c.buckets.iter().copied()).collect(),
+        for s in samples::snapshot(&self.0, &self.1) {
+            let unit = match s.unit {
+                samples::Unit::Count => None,
+                samples::Unit::Bytes => Some(&PromUnit::Bytes),
+                samples::Unit::Seconds => Some(&PromUnit::Seconds),
             };
-            h.encode(fam.encode_family(&[("op", c.op.name())])?)?;
+            let kind = Point(s.kind, &Value::Int(0)).metric_type();
+            let mut m = e.encode_descriptor(s.name, s.help, unit, kind)?;
+            for (labels, v) in &s.points {
+                let p = Point(s.kind, v);
+                match labels.is_empty() {
+                    true => p.encode(m.encode_family(&NO_LABELS)?)?,
+                    false => p.encode(m.encode_family(labels)?)?,
+                }
+            }
         }
         Ok(())
     }
 }
 
-/// The file system's own counts, read at each scrape.
-struct FsCollector(Arc<Ending>);
-
-impl std::fmt::Debug for FsCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("FsCollector")
-    }
-}
-
-fn counter<N: EncodeCounterValue + Send + Sync + std::fmt::Debug>(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    v: N,
-) -> std::fmt::Result {
-    encode_one(e, name, help, unit, ConstCounter::new(v))
-}
-
-fn gauge<N: EncodeGaugeValue + Send + Sync + std::fmt::Debug>(
-    e: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    v: N,
-) -> std::fmt::Result {
-    encode_one(e, name, help, unit, ConstGauge::new(v))
-}
-
-impl Collector for FsCollector {
-    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
-        let fs = &self.0.fs;
-        let bytes = Some(&Unit::Bytes);
-        let secs = Some(&Unit::Seconds);
-        let r = fs.read_stats();
-        counter(
-            &mut e,
-            "cache_hits",
-            "Reads answered at once from the node cache or fetched-ahead memory",
-            None,
-            r.hits,
-        )?;
-        counter(
-            &mut e,
-            "cache_hit",
-            "Bytes of reads answered at once from the node cache",
-            bytes,
-            r.hit_bytes,
-        )?;
-        counter(
-            &mut e,
-            "cache_misses",
-            "Reads that waited for the store",
-            None,
-            r.misses,
-        )?;
-        counter(
-            &mut e,
-            "cache_miss",
-            "Bytes of reads that waited for the store",
-            bytes,
-            r.miss_bytes,
-        )?;
-        counter(
-            &mut e,
-            "read_wait",
-            "Time reads waited for the store, summed",
-            secs,
-            r.wait_micros as f64 / 1e6,
-        )?;
-        let a = fs.read_ahead();
-        counter(
-            &mut e,
-            "prefetch_files",
-            "Small files fetched ahead of a reader of their directory",
-            None,
-            a.files.files,
-        )?;
-        counter(
-            &mut e,
-            "prefetch",
-            "Bytes of files fetched ahead",
-            bytes,
-            a.files.bytes,
-        )?;
-        let wasted = a.files.bytes.saturating_sub(a.files.bytes_read);
-        gauge(
-            &mut e,
-            "prefetch_unread",
-            "Bytes fetched ahead that no reader opened (so far: the prefetch's waste)",
-            bytes,
-            wasted as i64,
-        )?;
-        let s = fs.status();
-        let uploading = (s.pending.iter())
-            .filter(|p| matches!(p.state, flowfs_fs::PendingState::Uploading))
-            .count();
-        gauge(
-            &mut e,
-            "writeback_files",
-            "Files written here and not in the store yet",
-            None,
-            s.pending.len() as i64,
-        )?;
-        gauge(
-            &mut e,
-            "writeback",
-            "Bytes written here and not in the store yet",
-            bytes,
-            s.pending_bytes() as i64,
-        )?;
-        let oldest = s
-            .oldest()
-            .and_then(|t| t.elapsed().ok())
-            .map_or(0.0, |d| d.as_secs_f64());
-        gauge(
-            &mut e,
-            "writeback_oldest_age",
-            "Age of the oldest content not in the store yet",
-            secs,
-            oldest,
-        )?;
-        gauge(
-            &mut e,
-            "uploads_in_flight",
-            "Files being uploaded now",
-            None,
-            uploading as i64,
-        )?;
-        gauge(
-            &mut e,
-            "upload_failures",
-            "Files whose upload failed for good",
-            None,
-            s.failures.len() as i64,
-        )?;
-        Ok(())
-    }
-}
+const NO_LABELS: [(&str, &str); 0] = [];
 
 /// Serves `/metrics` on `addr` from a thread of its own; returns the address bound (a
 /// port 0 is chosen by the kernel).

@@ -95,7 +95,13 @@ fn waiting_for(dir: &Path) -> Option<String> {
     if r.pending.files == 0 {
         return Some("waiting for the unmount to finish (nothing left to upload)".into());
     }
-    let mut names: Vec<&str> = r.pending.list.iter().take(3).map(|p| p.key.as_str()).collect();
+    let mut names: Vec<&str> = r
+        .pending
+        .list
+        .iter()
+        .take(3)
+        .map(|p| p.key.as_str())
+        .collect();
     if r.pending.files > names.len() {
         names.push("...");
     }

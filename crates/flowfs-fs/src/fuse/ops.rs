@@ -5,10 +5,10 @@
 //! allocation (a request answered from memory costs a few microseconds; this adds tens
 //! of nanoseconds).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use flowfs_client::metrics::{Histogram, HistogramCounts};
 use tracing::Span;
 
 macro_rules! ops {
@@ -40,43 +40,30 @@ ops! {
     Statfs => "statfs", Access => "access", Fallocate => "fallocate",
 }
 
-/// The upper bounds of the latency buckets, in seconds (the last bucket is +Inf): 10 µs
+/// The upper bounds of the latency buckets, in seconds (a last bucket is above them): 10 µs
 /// (answered from memory) to 10 s (a request that waited on a slow store).
-pub const BUCKETS: [f64; 12] = [
+pub const BUCKETS: &[f64] = &[
     1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1.0, 10.0,
 ];
 
-#[derive(Default)]
-struct Cell {
-    count: AtomicU64,
-    sum_nanos: AtomicU64,
-    /// Per bucket (not cumulative); the last is above every bound.
-    buckets: [AtomicU64; BUCKETS.len() + 1],
-}
-
-/// One operation's counts at one moment.
+/// One operation's requests at one moment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpCounts {
     /// The operation.
     pub op: Op,
-    /// Requests answered.
-    pub count: u64,
-    /// Their latencies, summed.
-    pub sum_secs: f64,
-    /// Requests in each bucket: at most each bound of `BUCKETS` (and above the one
-    /// before), then above the last.
-    pub buckets: Vec<u64>,
+    /// Their latencies.
+    pub latency: HistogramCounts,
 }
 
-/// The FUSE requests of one mount, by operation.
+/// The FUSE requests of one mount, by operation: a latency histogram each.
 pub struct OpStats {
-    cells: Vec<Cell>,
+    cells: Vec<Histogram>,
 }
 
 impl Default for OpStats {
     fn default() -> OpStats {
         OpStats {
-            cells: Op::ALL.iter().map(|_| Cell::default()).collect(),
+            cells: Op::ALL.iter().map(|_| Histogram::new(BUCKETS)).collect(),
         }
     }
 }
@@ -89,37 +76,18 @@ impl std::fmt::Debug for OpStats {
 
 impl OpStats {
     fn record(&self, op: Op, started: Instant) {
-        let took = started.elapsed();
-        let cell = &self.cells[op as usize];
-        cell.count.fetch_add(1, Ordering::Relaxed);
-        let nanos = took.as_nanos().min(u64::MAX as u128) as u64;
-        cell.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
-        let secs = took.as_secs_f64();
-        let b = BUCKETS
-            .iter()
-            .position(|&ub| secs <= ub)
-            .unwrap_or(BUCKETS.len());
-        cell.buckets[b].fetch_add(1, Ordering::Relaxed);
+        self.cells[op as usize].observe(started.elapsed());
     }
 
     /// The operations answered at least once, with their counts.
     pub fn snapshot(&self) -> Vec<OpCounts> {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut out = Vec::new();
-        for (&op, cell) in Op::ALL.iter().zip(&self.cells) {
-            let buckets: Vec<u64> = cell.buckets.iter().map(l).collect();
-            let count = buckets.iter().sum();
-            if count == 0 {
-                continue;
-            }
-            out.push(OpCounts {
+        (Op::ALL.iter().zip(&self.cells))
+            .map(|(&op, h)| OpCounts {
                 op,
-                count,
-                sum_secs: l(&cell.sum_nanos) as f64 / 1e9,
-                buckets,
-            });
-        }
-        out
+                latency: h.counts(),
+            })
+            .filter(|c| c.latency.count > 0)
+            .collect()
     }
 }
 
@@ -182,9 +150,9 @@ mod tests {
         let s = stats.snapshot();
         assert_eq!(s.len(), 2);
         let read = s.iter().find(|c| c.op == Op::Read).unwrap();
-        assert_eq!(read.count, 3);
-        assert_eq!(read.buckets.iter().sum::<u64>(), 3);
-        assert_eq!(read.buckets.len(), BUCKETS.len() + 1);
+        assert_eq!(read.latency.count, 3);
+        assert_eq!(read.latency.buckets.iter().sum::<u64>(), 3);
+        assert_eq!(read.latency.buckets.len(), BUCKETS.len() + 1);
         assert_eq!(Op::ALL[Op::Readdirplus as usize], Op::Readdirplus);
     }
 }
