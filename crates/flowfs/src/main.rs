@@ -10,6 +10,7 @@ mod logging;
 mod metrics;
 mod mount;
 mod mountinfo;
+mod otlp;
 mod report;
 mod report_cmd;
 mod run;

@@ -13,6 +13,7 @@ use crate::cli::{MountArgs, Store};
 use crate::control;
 use crate::daemon::Ready;
 use crate::logging;
+use crate::otlp::{Otlp, OtlpConfig};
 use crate::stop::{spawn_signal_task, Ending};
 
 /// Serves the mount at `dir` until it is unmounted; `ready` hears `OK` once the mount is
@@ -121,10 +122,19 @@ fn session(
     let ending = Arc::new(ending);
     control::serve(listener, ending.clone()).context("cannot start the control thread")?;
     if let Some(a) = &args.opts.metrics_addr {
-        let bound =
-            crate::metrics::serve(crate::metrics::parse_addr(a)?, ending.clone(), fuse_ops)?;
+        let addr = crate::metrics::parse_addr(a)?;
+        let bound = crate::metrics::serve(addr, ending.clone(), fuse_ops.clone())?;
         tracing::info!("metrics at http://{bound}/metrics");
     }
+    let otlp = match OtlpConfig::from_env(&crate::otlp::process_env)? {
+        Some(c) => {
+            tracing::info!("pushing metrics to {} every {:?}", c.url, c.interval);
+            let o = Otlp::new(c, ending.clone(), fuse_ops)?;
+            o.spawn(rt.handle());
+            Some(o)
+        }
+        None => None,
+    };
     spawn_signal_task(ending.clone());
     if let Some(p) = &args.opts.pid_file {
         std::fs::write(p, format!("{}\n", std::process::id()))
@@ -132,6 +142,12 @@ fn session(
     }
     ready.send("OK");
     let result = session.run();
+    if let Some(o) = &otlp {
+        // The last counts (the uploads of the unmount), so that a short task's arrive.
+        rt.block_on(async {
+            let _ = tokio::time::timeout(Duration::from_secs(5), o.push()).await;
+        });
+    }
     fs.shutdown();
     // The socket goes first, so that a new mount of this directory can start at once.
     let _ = std::fs::remove_file(&sock);
