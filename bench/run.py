@@ -252,6 +252,13 @@ def main(argv=None) -> int:
     # chart (ratios to s5cmd, which cannot take part in it) leave it out.
     rows = report.summarize([r for r in records if not report.is_b11(r)], TOOL_ORDER)
     table = report.markdown_table(rows) if rows else ""
+    checked = [r for r in records if "usage_matches_proxy" in r]
+    if checked:
+        same = [r for r in checked if r["usage_matches_proxy"]]
+        differ = sorted({report.label(r) for r in checked if not r["usage_matches_proxy"]})
+        table += (f"\n\nflowfs's own request counts (`flowfs report --mount`, read at both ends of each "
+                  f"measured window) equal the proxy's in {len(same)} of {len(checked)} windows"
+                  + (f"; they differ in {', '.join(differ)}" if differ else "") + ".")
     b11_table = report.b11_table(records, meta.get("b11"))
     if b11_table:
         table = (table + "\n\n" if table else "") + b11_table

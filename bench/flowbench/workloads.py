@@ -246,11 +246,49 @@ def new_record(workload: str, variant: str, tool: Tool, run: int) -> dict:
             "bytes_up": None, "mount_s": None, "notes": ""}
 
 
+# flowfs's request names (its usage report) by the proxy's classes of S3 requests.
+USAGE_CLASSES = {
+    "GetObject": "GET*", "HeadObject": "HEAD", "ListObjectsV2": "LIST", "PutObject": "PUT",
+    "CopyObject": "COPY", "UploadPartCopy": "COPY", "CreateMultipartUpload": "CREATE_MULTIPART",
+    "UploadPart": "UPLOAD_PART", "CompleteMultipartUpload": "COMPLETE_MULTIPART",
+    "AbortMultipartUpload": "ABORT_MULTIPART", "ListMultipartUploads": "LIST_MULTIPART",
+    "DeleteObject": "DELETE", "HeadBucket": "HEAD_BUCKET",
+}
+
+
+def flowfs_usage(ctx: Ctx, handle: MountHandle | None) -> dict[str, int] | None:
+    """The requests a running flowfs mount says it sent so far (`flowfs report --mount`),
+    or None for another tool (or an flowfs without the command)."""
+    from .tools import FlowFS
+    if handle is None or not isinstance(handle.tool, FlowFS):
+        return None
+    r = util.run([handle.tool.exe, "report", "--mount", str(handle.path), "--json"], timeout=30,
+                 env=handle.tool.env(ctx), secrets_=ctx.server.secrets)
+    if r.returncode != 0:
+        return None
+    try:
+        return json.loads(r.stdout)["requests"]
+    except (ValueError, KeyError):
+        return None
+
+
+def by_class(counts: dict[str, int], names: dict[str, str] | None = None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for k, n in counts.items():
+        c = names.get(k, k) if names else ("GET*" if k in ("GET", "GET_RANGE") else k)
+        if n:
+            out[c] = out.get(c, 0) + n
+    return out
+
+
 class Window:
-    """The measured interval: proxy counters reset, CPU counters read at both ends."""
+    """The measured interval: proxy counters reset, CPU counters read at both ends; for
+    flowfs, its own usage report read at both ends too, to check that it counts what the
+    proxy saw (issue 31: `usage_matches_proxy`)."""
 
     def __init__(self, ctx: Ctx, handle: MountHandle | None = None):
         self.ctx, self.handle = ctx, handle
+        self.u0 = flowfs_usage(ctx, handle)
         ctx.server.reset_counts()
         self.s0, self.p0 = ctx.server.server_cpu_s(), ctx.server.proxy_cpu_s()
         self.h0 = handle.cpu_now() if handle else 0.0
@@ -262,6 +300,15 @@ class Window:
         self.closed = True
         c = self.ctx.server.counts()
         ops = {k: v for k, v in sorted(c.get("ops", {}).items()) if v}
+        if self.u0 is not None:
+            u1 = flowfs_usage(self.ctx, self.handle)
+            if u1 is not None:
+                delta = {k: n - self.u0.get(k, 0) for k, n in u1.items()}
+                mine, seen = by_class(delta, USAGE_CLASSES), by_class(ops)
+                rec["usage_requests"] = sum(delta.values())
+                rec["usage_matches_proxy"] = mine == seen
+                if mine != seen:
+                    util.log(f"  flowfs usage {mine} != proxy {seen}")
         rec["requests_by_type"] = ops
         rec["requests"] = sum(ops.values())
         rec["bytes_down"] = c.get("get_bytes", 0)

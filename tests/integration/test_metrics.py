@@ -89,6 +89,10 @@ def test_metrics_equal_the_proxys_counts(mount, bucket, proxy, metrics_port):
     assert 'flowfs_requests_total{op="PutObject",outcome="ok"}' in text
     assert "flowfs_request_first_byte_seconds_bucket" in text
     assert metric(text, "flowfs_writeback_files") == 0
+    live = subprocess.run([flowfs_bin(), "report", "--mount", str(m.path), "--json"], capture_output=True,
+                          text=True, timeout=30, env=m.env, check=False)
+    assert live.returncode == 0, live.stderr
+    assert json.loads(live.stdout)["requests"] == proxy_counts(proxy)
     # A read that fetches, then one that the node cache answers.
     cold = mount(bucket, proxy=proxy, extra=["--metrics-addr", f"127.0.0.1:{free_port()}"])
     check_read(cold.path, want)

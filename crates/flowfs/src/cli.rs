@@ -99,12 +99,16 @@ pub struct TopArgs {
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
     flowfs report work/                   # every flowfs-report*.json below work/\n  \
-    flowfs report a.json b.json --prices gcs-europe.json --json")]
+    flowfs report a.json b.json --prices gcs-europe.json --json\n  \
+    flowfs report --mount /mnt/project     # the running mount's cost so far")]
 pub struct ReportArgs {
     /// Usage reports (of `flowfs run --report`, `flowfs unmount --report`), or directories
     /// searched for files named flowfs-report*.json
-    #[arg(value_name = "FILE|DIR", required = true)]
+    #[arg(value_name = "FILE|DIR", required_unless_present = "mounts")]
     pub paths: Vec<PathBuf>,
+    /// Also what the running mount at DIR did so far (repeatable)
+    #[arg(long = "mount", value_name = "DIR")]
+    pub mounts: Vec<PathBuf>,
     /// Price table (JSON; docs/CONFIGURATION.md) [default: built in]
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,

@@ -31,23 +31,48 @@ fn sum(args: &ReportArgs) -> Result<()> {
             files.push(p.clone());
         }
     }
-    if files.is_empty() {
+    if files.is_empty() && args.mounts.is_empty() {
         bail!("no flowfs-report*.json found below the directories given");
     }
     let mut total = Usage::default();
     for f in &files {
         total.add(&Usage::read(f)?);
     }
+    for dir in &args.mounts {
+        total.add(&live(dir)?);
+    }
     let total = total.priced(&prices);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&total)?);
     } else {
-        print!("{}", table(&total, files.len()));
+        print!("{}", table(&total, files.len() + args.mounts.len()));
     }
     for op in &total.cost.unpriced {
         eprintln!("flowfs: the price table has no price for {op}; counted at 0");
     }
     Ok(())
+}
+
+/// What the running mount at `dir` did so far (the control socket's `usage`).
+fn live(dir: &Path) -> Result<Usage> {
+    let abs = std::path::absolute(dir)?;
+    let dir = abs.canonicalize().unwrap_or(abs);
+    let a = crate::control::request(&dir, "usage", Some(std::time::Duration::from_secs(10)))
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot ask the mount at {}: {}",
+                dir.display(),
+                crate::control::why_no_answer(&dir, &e)
+            )
+        })?;
+    let Some(j) = a.strip_prefix("OK ") else {
+        bail!(
+            "the mount at {} did not answer: {}",
+            dir.display(),
+            a.trim_start_matches("ERR ")
+        );
+    };
+    Ok(serde_json::from_str(j)?)
 }
 
 /// Files named `flowfs-report*.json` below `dir`, in name order.
