@@ -256,8 +256,8 @@ def main(argv=None) -> int:
     if checked:
         same = [r for r in checked if r["usage_matches_proxy"]]
         differ = sorted({report.label(r) for r in checked if not r["usage_matches_proxy"]})
-        table += (f"\n\nflowfs's own request counts (`flowfs report --mount`, read at both ends of each "
-                  f"measured window) equal the proxy's in {len(same)} of {len(checked)} windows"
+        table += (f"\n\nflowfs's own counts of requests and bytes (its usage report, read at both ends "
+                  f"of each measured window) equal the proxy's in {len(same)} of {len(checked)} windows"
                   + (f"; they differ in {', '.join(differ)}" if differ else "") + ".")
     b11_table = report.b11_table(records, meta.get("b11"))
     if b11_table:

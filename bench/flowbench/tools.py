@@ -8,6 +8,7 @@ CPU time and peak RSS come exactly from wait4 once they exit, and from /proc whi
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import time
@@ -127,6 +128,8 @@ class MountHandle:
     log: Path
     mount_s: float = 0.0
     closed: bool = False
+    # flowfs: its usage report, written at its unmount
+    usage_at_unmount: dict | None = None
 
     def cpu_now(self) -> float:
         return self.child.cpu_now()
@@ -280,12 +283,27 @@ class FlowFS(MountTool):
         return cmd + list(self.extra)
 
     def unmount_cmd(self, ctx, h: MountHandle, timeout: float) -> tuple[bool, str]:
-        r = subprocess.run([self.exe, "unmount", str(h.path)], capture_output=True, text=True, timeout=timeout,
-                           env=self.env(ctx), stdin=subprocess.DEVNULL)
+        report = h.log.with_name("flowfs-report.json")
+        # With its usage report when this build has one (flowfs-base may not).
+        extra = ["--report", str(report)] if "report" in self._flags_of("unmount") else []
+        r = subprocess.run([self.exe, "unmount", str(h.path), *extra], capture_output=True, text=True,
+                           timeout=timeout, env=self.env(ctx), stdin=subprocess.DEVNULL)
         if r.returncode != 0 or util.is_mounted(h.path):
             msg = util.redact((r.stderr or r.stdout).strip(), ctx.server.secrets)[-600:]
             return False, f"flowfs unmount exit {r.returncode}: {msg}"
+        try:
+            h.usage_at_unmount = json.loads(report.read_text()) if extra else None
+        except (OSError, ValueError, KeyError):
+            h.usage_at_unmount = None
         return True, ""
+
+    def _flags_of(self, sub: str) -> str:
+        try:
+            r = subprocess.run([self.exe, sub, "--help"], capture_output=True, text=True, timeout=30,
+                               stdin=subprocess.DEVNULL)
+            return r.stdout + r.stderr
+        except (OSError, subprocess.SubprocessError):
+            return ""
 
 
 # ---------------------------------------------------------------------- s3fs-fuse

@@ -256,19 +256,18 @@ USAGE_CLASSES = {
 }
 
 
-def flowfs_usage(ctx: Ctx, handle: MountHandle | None) -> dict[str, int] | None:
-    """The requests a running flowfs mount says it sent so far (`flowfs report --mount`),
+def flowfs_usage(ctx: Ctx, handle: MountHandle | None) -> dict | None:
+    """The usage report of a running flowfs mount so far (`flowfs report --mount`),
     or None for another tool (or an flowfs without the command)."""
     from .tools import FlowFS
     if handle is None or not isinstance(handle.tool, FlowFS):
         return None
-    r = util.run([handle.tool.exe, "report", "--mount", str(handle.path), "--json"], timeout=30,
-                 env=handle.tool.env(ctx), secrets_=ctx.server.secrets)
-    if r.returncode != 0:
-        return None
+    import subprocess
     try:
-        return json.loads(r.stdout)["requests"]
-    except (ValueError, KeyError):
+        r = subprocess.run([handle.tool.exe, "report", "--mount", str(handle.path), "--json"], timeout=30,
+                           env=handle.tool.env(ctx), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
         return None
 
 
@@ -301,14 +300,18 @@ class Window:
         c = self.ctx.server.counts()
         ops = {k: v for k, v in sorted(c.get("ops", {}).items()) if v}
         if self.u0 is not None:
-            u1 = flowfs_usage(self.ctx, self.handle)
+            # A mount unmounted inside the window said its last counts at the unmount.
+            u1 = flowfs_usage(self.ctx, self.handle) or self.handle.usage_at_unmount
             if u1 is not None:
-                delta = {k: n - self.u0.get(k, 0) for k, n in u1.items()}
-                mine, seen = by_class(delta, USAGE_CLASSES), by_class(ops)
+                r0 = self.u0["requests"]
+                delta = {k: n - r0.get(k, 0) for k, n in u1["requests"].items()}
+                mine = (by_class(delta, USAGE_CLASSES), u1["bytes_down"] - self.u0["bytes_down"],
+                        u1["bytes_up"] - self.u0["bytes_up"])
+                seen = (by_class(ops), c.get("get_bytes", 0), c.get("put_bytes", 0))
                 rec["usage_requests"] = sum(delta.values())
                 rec["usage_matches_proxy"] = mine == seen
                 if mine != seen:
-                    util.log(f"  flowfs usage {mine} != proxy {seen}")
+                    util.log(f"  flowfs usage (requests, bytes down, up) {mine} != proxy {seen}")
         rec["requests_by_type"] = ops
         rec["requests"] = sum(ops.values())
         rec["bytes_down"] = c.get("get_bytes", 0)

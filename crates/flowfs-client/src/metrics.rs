@@ -29,15 +29,19 @@ pub enum Outcome {
     Throttled,
     /// Refused for good (403, 400, 409, ...).
     Failed,
+    /// Sent, and its answer no longer wanted: flowfs dropped it (the losing one of two
+    /// requests raced for one answer, a read abandoned by its reader).
+    Cancelled,
 }
 
 impl Outcome {
     /// Every outcome, in the order of their index.
-    pub const ALL: [Outcome; 4] = [
+    pub const ALL: [Outcome; 5] = [
         Outcome::Ok,
         Outcome::Retried,
         Outcome::Throttled,
         Outcome::Failed,
+        Outcome::Cancelled,
     ];
 
     /// The outcome of an answer with `status`, or of no answer (`None`).
@@ -59,6 +63,7 @@ impl Outcome {
             Outcome::Retried => "retried",
             Outcome::Throttled => "throttled",
             Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
         }
     }
 }
@@ -130,7 +135,7 @@ impl Histogram {
 /// One op's requests: by outcome, and the time to their answers' heads.
 #[derive(Debug)]
 struct OpEntry {
-    outcomes: [u64; 4],
+    outcomes: [u64; 5],
     first_byte: Histogram,
 }
 
@@ -141,6 +146,8 @@ pub struct StoreMetrics {
     ops: Mutex<BTreeMap<&'static str, OpEntry>>,
     /// Time waited for answers' heads, all ops (the report's store wait).
     waited_micros: AtomicU64,
+    /// Requests sent and not answered yet (`began` minus `request`).
+    in_flight: AtomicU64,
     bytes_down: AtomicU64,
     bytes_up: AtomicU64,
     retries: AtomicU64,
@@ -153,6 +160,7 @@ impl Default for StoreMetrics {
         StoreMetrics {
             ops: Mutex::default(),
             waited_micros: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
             bytes_down: AtomicU64::new(0),
             bytes_up: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -196,6 +204,41 @@ pub struct StoreCounts {
     pub gave_up: u64,
 }
 
+/// A request on its way (`StoreMetrics::sending`).
+#[derive(Debug)]
+pub struct Sending {
+    metrics: Arc<StoreMetrics>,
+    op: &'static str,
+    started: std::time::Instant,
+    done: bool,
+}
+
+impl Sending {
+    /// Time since it was handed over.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Counts it with its outcome and the time to its answer's head.
+    pub fn done(mut self, outcome: Outcome, first_byte: Duration) {
+        self.count(outcome, first_byte);
+    }
+
+    fn count(&mut self, outcome: Outcome, first_byte: Duration) {
+        if !std::mem::replace(&mut self.done, true) {
+            self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.request(self.op, outcome, first_byte);
+        }
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        let took = self.started.elapsed();
+        self.count(Outcome::Cancelled, took);
+    }
+}
+
 /// What the retry layer did with one failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryEvent {
@@ -211,12 +254,30 @@ impl StoreMetrics {
         Arc::new(StoreMetrics::default())
     }
 
+    /// A request of `op` handed to the HTTP client: counted once, when `done`, or as
+    /// `Cancelled` when dropped before (its future abandoned), so that every request a
+    /// proxy sees is counted.
+    pub fn sending(self: &Arc<Self>, op: &'static str) -> Sending {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        Sending {
+            metrics: self.clone(),
+            op,
+            started: std::time::Instant::now(),
+            done: false,
+        }
+    }
+
+    /// Requests handed to the HTTP client and not counted yet.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     /// One HTTP request: `op` the store's name for it, the time to its answer's head.
     pub fn request(&self, op: &'static str, outcome: Outcome, first_byte: Duration) {
         {
             let mut ops = self.ops.lock();
             let e = ops.entry(op).or_insert_with(|| OpEntry {
-                outcomes: [0; 4],
+                outcomes: [0; 5],
                 first_byte: Histogram::new(REQUEST_BOUNDS),
             });
             e.outcomes[outcome as usize] += 1;
@@ -317,5 +378,19 @@ mod tests {
             (3, 2, 1)
         );
         assert_eq!(h.buckets.len(), REQUEST_BOUNDS.len() + 1);
+    }
+
+    #[test]
+    fn a_request_is_counted_once_answered_or_dropped() {
+        let m = StoreMetrics::new();
+        let a = m.sending("GetObject");
+        let b = m.sending("HeadObject");
+        assert_eq!(m.in_flight(), 2);
+        a.done(Outcome::Ok, Duration::from_millis(1));
+        drop(b);
+        let c = m.snapshot();
+        assert_eq!(m.in_flight(), 0);
+        assert_eq!((c.outcomes["ok"], c.outcomes["cancelled"]), (1, 1));
+        assert_eq!(c.requests["HeadObject"], 1);
     }
 }

@@ -70,7 +70,7 @@ pub(crate) struct Sending<'a> {
 /// its error.
 pub(crate) async fn execute(
     http: &reqwest::Client,
-    metrics: &StoreMetrics,
+    metrics: &std::sync::Arc<StoreMetrics>,
     head: http::request::Parts,
     body: Bytes,
     sending: Sending<'_>,
@@ -78,10 +78,11 @@ pub(crate) async fn execute(
     let what = sending.what;
     let req = reqwest::Request::try_from(http::Request::from_parts(head, body))
         .map_err(|e| ClientError::Other(format!("{what}: {e}")))?;
-    let sent = std::time::Instant::now();
+    let counted = metrics.sending(sending.op);
     let r = http.execute(req).await;
     let status = r.as_ref().ok().map(|r| r.status().as_u16());
-    metrics.request(sending.op, Outcome::of_status(status), sent.elapsed());
+    let took = counted.elapsed();
+    counted.done(Outcome::of_status(status), took);
     r.map_err(|e| send_error(what, e))
 }
 

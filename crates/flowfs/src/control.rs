@@ -186,7 +186,7 @@ fn unmount_answer(ending: &Ending, force: bool, usage: bool) -> String {
         Ok(()) => "ERR the file system did not stop within 60 s".to_string(),
         Err(e) => format!("ERR {e}"),
     };
-    let usage = match usage.then(|| serde_json::to_string(&Usage::of(ending))) {
+    let usage = match usage.then(|| serde_json::to_string(&Usage::settled(ending))) {
         Some(Ok(j)) => format!("USAGE {j}\n"),
         _ => String::new(),
     };

@@ -80,6 +80,19 @@ impl Usage {
         u
     }
 
+    /// What the mount did, once the requests still on their way (a lookup's losing HEAD,
+    /// a listing started behind it) have been answered, waiting at most 2 s: the report of
+    /// an unmount counts what a proxy in front of the store saw.
+    pub fn settled(ending: &Ending) -> Usage {
+        if let Some(client) = &ending.retries {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while client.metrics().in_flight() > 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        Usage::of(ending)
+    }
+
     /// Adds `other` (another mount, another task) to this one; the cost is made anew by
     /// `priced`.
     pub fn add(&mut self, other: &Usage) {

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_sdk_s3::config::interceptors::{
     BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
@@ -16,14 +16,16 @@ use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use parking_lot::Mutex;
 
-use crate::metrics::{Outcome, StoreMetrics};
+use crate::metrics::{Outcome, Sending, StoreMetrics};
 
 #[derive(Debug)]
 pub(super) struct Counting(pub Arc<StoreMetrics>);
 
-/// When this attempt was handed to the HTTP client.
+/// This attempt, handed to the HTTP client: counted when its answer comes
+/// (`read_after_attempt`), or as cancelled when the operation is dropped first (the bag,
+/// and this with it).
 #[derive(Debug, Clone)]
-struct Sent(Instant);
+struct Sent(Arc<Mutex<Option<Sending>>>);
 
 impl Storable for Sent {
     type Storer = StoreReplace<Self>;
@@ -61,7 +63,10 @@ impl Intercept for Counting {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        cfg.interceptor_state().store_put(Sent(Instant::now()));
+        let op = op_name(cfg.load::<Metadata>().map_or("Unknown", |m| m.name()));
+        let sending = self.0.sending(op);
+        cfg.interceptor_state()
+            .store_put(Sent(Arc::new(Mutex::new(Some(sending)))));
         Ok(())
     }
 
@@ -71,8 +76,8 @@ impl Intercept for Counting {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        if let Some(Sent(at)) = cfg.load::<Sent>() {
-            let took = at.elapsed();
+        let took = (cfg.load::<Sent>()).and_then(|Sent(s)| s.lock().as_ref().map(Sending::elapsed));
+        if let Some(took) = took {
             cfg.interceptor_state().store_put(Headed(took));
         }
         Ok(())
@@ -85,13 +90,14 @@ impl Intercept for Counting {
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         // An attempt that was never sent (it could not be signed) is no request.
-        let Some(Sent(at)) = cfg.load::<Sent>().cloned() else {
+        let Some(sending) = cfg.load::<Sent>().and_then(|Sent(s)| s.lock().take()) else {
             return Ok(());
         };
-        let took = cfg.load::<Headed>().map_or_else(|| at.elapsed(), |h| h.0);
-        let op = op_name(cfg.load::<Metadata>().map_or("Unknown", |m| m.name()));
+        let took = cfg
+            .load::<Headed>()
+            .map_or_else(|| sending.elapsed(), |h| h.0);
         let status = ctx.response().map(|r| r.status().as_u16());
-        self.0.request(op, Outcome::of_status(status), took);
+        sending.done(Outcome::of_status(status), took);
         cfg.interceptor_state().unset::<Sent>().unset::<Headed>();
         Ok(())
     }
