@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from flowfs_mount import flowfs_bin, is_mounted, start_mount
-from helpers import payload
+from helpers import payload, sha256
 from metrics_helpers import MiB, S3_GROUPS, check_read, proxy_counts, report_matches_proxy, workload
 from seaweed import free_port
 
@@ -405,3 +405,50 @@ def test_an_otlp_grpc_endpoint_is_refused_before_mounting(mount, bucket, work_di
         start_mount(f"s3://{bucket}", mount.new_mountpoint(), work_dir=work_dir / "grpc", env=env,
                     endpoint=mount.seaweed.endpoint)
     assert "http/protobuf" in str(e.value)
+
+
+def _outcomes(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("flowfs_requests_total{"):
+            o = line.split('outcome="')[1].split('"')[0]
+            out[o] = out.get(o, 0) + int(float(line.split()[-1]))
+    return out
+
+
+def test_retries_and_their_backoff_are_counted_under_faults(mount, bucket, fault_proxy, metrics_port):
+    """A server that answers 503 SlowDown and 500s now and then: the requests it failed are
+    `throttled` and `retried`, as many as the proxy injected, and the time slept between
+    attempts is counted; every file still lands."""
+    import faultproxy
+    m = mount(bucket, proxy=fault_proxy, extra=["--metrics-addr", str(metrics_port)])
+    fault_proxy.set_faults(faultproxy.mix(slowdown=0.15, internal=0.1))
+    want = {}
+    for i in range(40):
+        data = payload(2000 + i, f"fault{i}")
+        (m.path / f"f{i}").write_bytes(data)
+        want[f"f{i}"] = sha256(data)
+    status_durable(m, timeout=120)
+    fault_proxy.set_faults({})
+    text = scrape(metrics_port)
+    got = _outcomes(text)
+    injected = fault_proxy.faults.snapshot()["injected"]
+    # Each injected 503 is one throttled request, each 500 one retried (the mount's requests
+    # only go through this proxy).
+    assert got.get("throttled", 0) == injected.get("slowdown", 0) > 0, (got, injected)
+    assert got.get("retried", 0) == injected.get("internal", 0) > 0, (got, injected)
+    assert metric(text, "flowfs_retry_backoff_seconds_total") > 0
+    assert metric(text, "flowfs_retries_total") >= got["throttled"] + got["retried"] - \
+        metric(text, "flowfs_retry_give_ups_total")
+    check_read(m.path, want)
+
+
+def test_evictions_are_counted(mount, bucket, s3, metrics_port):
+    from helpers import put_many
+    big = payload(48 * MiB, "evict")
+    put_many(s3, bucket, {"big.bin": big})
+    m = mount(bucket, extra=["--metrics-addr", str(metrics_port), "--cache-size", "16M"])
+    assert sha256((m.path / "big.bin").read_bytes()) == sha256(big)
+    text = scrape(metrics_port)
+    assert metric(text, "flowfs_cache_evicted_blocks_total") > 0, text[-3000:]
+    assert metric(text, "flowfs_cache_evicted_bytes_total") >= 16 * MiB

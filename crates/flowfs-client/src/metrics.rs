@@ -153,6 +153,8 @@ pub struct StoreMetrics {
     retries: AtomicU64,
     throttled: AtomicU64,
     gave_up: AtomicU64,
+    /// Time the retry layer slept between attempts.
+    backoff_micros: AtomicU64,
 }
 
 impl Default for StoreMetrics {
@@ -166,6 +168,7 @@ impl Default for StoreMetrics {
             retries: AtomicU64::new(0),
             throttled: AtomicU64::new(0),
             gave_up: AtomicU64::new(0),
+            backoff_micros: AtomicU64::new(0),
         }
     }
 }
@@ -202,6 +205,8 @@ pub struct StoreCounts {
     pub throttled: u64,
     /// Calls that failed although retryable (budget or attempts spent).
     pub gave_up: u64,
+    /// Time the retry layer slept between attempts (the retry budget spent).
+    pub backoff_secs: f64,
 }
 
 /// A request on its way (`StoreMetrics::sending`).
@@ -297,6 +302,12 @@ impl StoreMetrics {
         self.bytes_up.fetch_add(n as u64, Ordering::Relaxed);
     }
 
+    /// The retry layer sleeps `d` before the next attempt.
+    pub fn backed_off(&self, d: Duration) {
+        let micros = d.as_micros().min(u64::MAX as u128) as u64;
+        self.backoff_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
     /// A retryable failure of one call, and whether it was throttling.
     pub fn retry(&self, event: RetryEvent, throttled: bool) {
         if throttled {
@@ -333,6 +344,7 @@ impl StoreMetrics {
         c.retries = self.retries.load(Ordering::Relaxed);
         c.throttled = self.throttled.load(Ordering::Relaxed);
         c.gave_up = self.gave_up.load(Ordering::Relaxed);
+        c.backoff_secs = self.backoff_micros.load(Ordering::Relaxed) as f64 / 1e6;
         c
     }
 }

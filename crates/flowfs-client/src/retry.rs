@@ -160,6 +160,7 @@ impl Retrying {
             };
             self.metrics.retry(RetryEvent::Retried, throttled);
             tracing::debug!("{what}: attempt {n} failed, again in {pause:?}: {e}");
+            self.metrics.backed_off(pause);
             tokio::time::sleep(pause).await;
         }
     }

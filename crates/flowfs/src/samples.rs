@@ -130,6 +130,13 @@ pub fn snapshot(ending: &Ending, ops: &OpStats) -> Vec<Sample> {
             Count,
             Int(c.gave_up),
         ));
+        out.push(one(
+            "retry_backoff",
+            "Time the retry layer slept between attempts (the retry budget spent)",
+            Counter,
+            Seconds,
+            Value::Float(c.backoff_secs),
+        ));
     }
     let fs = &ending.fs;
     let r = fs.read_stats();
@@ -167,6 +174,27 @@ pub fn snapshot(ending: &Ending, ops: &OpStats) -> Vec<Sample> {
         Counter,
         Seconds,
         secs(r.wait_micros),
+    ));
+    out.push(one(
+        "cache_other_process_waits",
+        "GETs that waited for another process on the cache dir fetching their bytes",
+        Counter,
+        Count,
+        Int(r.other_process_waits),
+    ));
+    out.push(one(
+        "cache_evicted_blocks",
+        "Blocks of the node cache this mount evicted",
+        Counter,
+        Count,
+        Int(r.evicted_blocks),
+    ));
+    out.push(one(
+        "cache_evicted",
+        "Bytes of the node cache this mount evicted",
+        Counter,
+        Bytes,
+        Int(r.evicted_bytes),
     ));
     let a = fs.read_ahead().files;
     out.push(one(

@@ -163,6 +163,11 @@ impl DiskCache {
         if let (Some(e), Some(t)) = (hot, taken) {
             e.end_punch(&t);
         }
+        if let Some(n) = freed.filter(|&n| n > 0) {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.evicted_blocks.fetch_add(1, Relaxed);
+            self.evicted_bytes.fetch_add(n, Relaxed);
+        }
         debug_assert!(freed.unwrap_or(0) <= BLOCK_CHUNKS * CHUNK);
         freed
     }

@@ -127,12 +127,21 @@ pub struct DiskCache {
     /// Bytes read from the cache and fetched into it, not yet added to `objects/usage`.
     hits: AtomicU64,
     fetched: AtomicU64,
+    /// Blocks this process evicted, and their bytes (since it opened the cache).
+    evicted_blocks: AtomicU64,
+    evicted_bytes: AtomicU64,
     /// True until `close`: what writes to the directory (a store, an adoption, an
     /// eviction) holds it shared and does nothing once it is false.
     open: RwLock<bool>,
 }
 
 impl DiskCache {
+    /// Blocks this process evicted since it opened the cache, and their bytes.
+    pub fn evicted(&self) -> (u64, u64) {
+        let l = |a: &AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        (l(&self.evicted_blocks), l(&self.evicted_bytes))
+    }
+
     /// Opens (or creates) the cache under `cache_dir`, shared with every other process
     /// that uses it. `mem_cap` bounds the fetched bytes kept in memory until a reader
     /// takes them.
@@ -156,6 +165,8 @@ impl DiskCache {
             changes: durable::Changes::default(),
             hits: AtomicU64::new(0),
             fetched: AtomicU64::new(0),
+            evicted_blocks: AtomicU64::new(0),
+            evicted_bytes: AtomicU64::new(0),
             open: RwLock::new(true),
         };
         cache.evict();

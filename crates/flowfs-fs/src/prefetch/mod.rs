@@ -105,7 +105,9 @@ impl Prefetcher {
     }
 
     pub(crate) fn read_stats(&self) -> ReadStats {
-        self.served.stats()
+        let mut r = self.served.stats();
+        (r.evicted_blocks, r.evicted_bytes) = self.cache.evicted();
+        r
     }
 
     /// The GET permits: a whole-object download for writing (writeback/transfer.rs)

@@ -20,6 +20,14 @@ pub struct ReadStats {
     pub miss_bytes: u64,
     /// Time those reads waited, summed.
     pub wait_micros: u64,
+    /// GETs that waited for another process (sharing the cache dir) fetching some of
+    /// their bytes, rather than fetching them twice.
+    pub other_process_waits: u64,
+    /// Blocks of the node cache this process evicted (1 MiB each at most), and their
+    /// bytes.
+    pub evicted_blocks: u64,
+    /// Their bytes.
+    pub evicted_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -29,9 +37,14 @@ pub(crate) struct Served {
     misses: AtomicU64,
     miss_bytes: AtomicU64,
     wait_micros: AtomicU64,
+    other_process_waits: AtomicU64,
 }
 
 impl Served {
+    pub(crate) fn waited_other_process(&self) {
+        self.other_process_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn hit(&self, bytes: usize) {
         self.hits.fetch_add(1, Ordering::Relaxed);
         self.hit_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -52,6 +65,10 @@ impl Served {
             misses: l(&self.misses),
             miss_bytes: l(&self.miss_bytes),
             wait_micros: l(&self.wait_micros),
+            other_process_waits: l(&self.other_process_waits),
+            // The cache's own counts (prefetch/mod.rs `read_stats` fills them in).
+            evicted_blocks: 0,
+            evicted_bytes: 0,
         }
     }
 }

@@ -41,6 +41,7 @@ impl Prefetcher {
                 return None;
             }
         }
+        self.served.waited_other_process();
         let (cache, entry) = (self.cache.clone(), obj.entry.clone());
         // A blocked thread that outlives the timeout drops its lock as soon as it has it.
         let wait = tokio::task::spawn_blocking(move || cache.lock_fetch(&entry, c0, c1, true));
