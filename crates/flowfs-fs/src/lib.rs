@@ -24,6 +24,6 @@ pub use fs::{
     Attr, AttrChanges, Backing, BackingKey, DirItem, Failure, Fs, OpenHints, OpenMode, PendingFile,
     PendingState, ReadAhead, Recovery, Status, WalkStats,
 };
-pub use fuse::{FuseAdapter, Op as FuseOp, OpCounts, OpStats, OP_BUCKETS};
+pub use fuse::{FuseAdapter, FuseOpCounts, Op as FuseOp, OpStats};
 pub use inode::{Kind, ROOT};
 pub use prefetch::{AheadStats, ReadStats, Warmer};

@@ -103,6 +103,19 @@ pub fn request(mountpoint: &Path, cmd: &str, timeout: Option<Duration>) -> io::R
     Ok(line.trim_end().to_string())
 }
 
+/// Asks the mount at `dir` a command answered by `OK <json>` (`status`, `usage`) and reads
+/// the JSON; the error says why in one line (nobody answers and why, the mount's `ERR`, or
+/// an answer that is not the JSON asked for).
+pub fn ask_json<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    cmd: &str,
+    timeout: Duration,
+) -> Result<T, String> {
+    let a = request(dir, cmd, Some(timeout)).map_err(|e| why_no_answer(dir, &e))?;
+    let j = (a.strip_prefix("OK ")).ok_or_else(|| a.trim_start_matches("ERR ").to_string())?;
+    serde_json::from_str(j).map_err(|e| e.to_string())
+}
+
 /// Answers the control socket of a mount, one thread per connection, so that `status`
 /// and `unmount --force` are answered while an unmount waits for uploads.
 pub fn serve(listener: UnixListener, ending: Arc<Ending>) -> io::Result<()> {

@@ -65,11 +65,15 @@ impl EncodeMetric for Point<'_> {
     }
 
     fn metric_type(&self) -> MetricType {
-        match self.0 {
-            Kind::Counter => MetricType::Counter,
-            Kind::Gauge => MetricType::Gauge,
-            Kind::Histogram => MetricType::Histogram,
-        }
+        metric_type(self.0)
+    }
+}
+
+fn metric_type(kind: Kind) -> MetricType {
+    match kind {
+        Kind::Counter => MetricType::Counter,
+        Kind::Gauge => MetricType::Gauge,
+        Kind::Histogram => MetricType::Histogram,
     }
 }
 
@@ -81,8 +85,7 @@ impl Collector for Samples {
                 samples::Unit::Bytes => Some(&PromUnit::Bytes),
                 samples::Unit::Seconds => Some(&PromUnit::Seconds),
             };
-            let kind = Point(s.kind, &Value::Int(0)).metric_type();
-            let mut m = e.encode_descriptor(s.name, s.help, unit, kind)?;
+            let mut m = e.encode_descriptor(s.name, s.help, unit, metric_type(s.kind))?;
             for (labels, v) in &s.points {
                 let p = Point(s.kind, v);
                 match labels.is_empty() {

@@ -57,22 +57,8 @@ fn sum(args: &ReportArgs) -> Result<()> {
 fn live(dir: &Path) -> Result<Usage> {
     let abs = std::path::absolute(dir)?;
     let dir = abs.canonicalize().unwrap_or(abs);
-    let a = crate::control::request(&dir, "usage", Some(std::time::Duration::from_secs(10)))
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot ask the mount at {}: {}",
-                dir.display(),
-                crate::control::why_no_answer(&dir, &e)
-            )
-        })?;
-    let Some(j) = a.strip_prefix("OK ") else {
-        bail!(
-            "the mount at {} did not answer: {}",
-            dir.display(),
-            a.trim_start_matches("ERR ")
-        );
-    };
-    Ok(serde_json::from_str(j)?)
+    crate::control::ask_json(&dir, "usage", std::time::Duration::from_secs(10))
+        .map_err(|why| anyhow::anyhow!("cannot ask the mount at {}: {why}", dir.display()))
 }
 
 /// Files named `flowfs-report*.json` below `dir`, in name order.

@@ -27,12 +27,7 @@ const PUTS: &[&str] = &[
 ];
 
 fn ask<T: serde::de::DeserializeOwned>(dir: &Path, cmd: &str) -> Result<T, String> {
-    let a = control::request(dir, cmd, Some(Duration::from_secs(10)))
-        .map_err(|e| control::why_no_answer(dir, &e))?;
-    let j = a
-        .strip_prefix("OK ")
-        .ok_or_else(|| a.trim_start_matches("ERR ").to_string())?;
-    serde_json::from_str(j).map_err(|e| e.to_string())
+    control::ask_json(dir, cmd, Duration::from_secs(10))
 }
 
 fn sum(u: &Usage, ops: &[&str]) -> u64 {

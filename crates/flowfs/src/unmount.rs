@@ -90,8 +90,7 @@ impl Drop for Waiting {
 /// What an unmount under way still waits for, in one line; `None` when the mount does
 /// not say.
 fn waiting_for(dir: &Path) -> Option<String> {
-    let a = control::request(dir, "status", Some(Duration::from_secs(5))).ok()?;
-    let r: crate::report::Report = serde_json::from_str(a.strip_prefix("OK ")?).ok()?;
+    let r: crate::report::Report = control::ask_json(dir, "status", Duration::from_secs(5)).ok()?;
     if r.pending.files == 0 {
         return Some("waiting for the unmount to finish (nothing left to upload)".into());
     }

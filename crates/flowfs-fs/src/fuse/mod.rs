@@ -28,7 +28,7 @@ use fuser::{
 use crate::error::FsError;
 use crate::fs::{AttrChanges, Fs};
 pub use adapter::FuseAdapter;
-pub use ops::{Op, OpCounts, OpStats, BUCKETS as OP_BUCKETS};
+pub use ops::{FuseOpCounts, Op, OpStats};
 use reply::{answer, done, to_fuse, utf8, About};
 
 impl fuser::Filesystem for FuseAdapter {

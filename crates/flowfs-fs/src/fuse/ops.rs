@@ -48,7 +48,7 @@ pub const BUCKETS: &[f64] = &[
 
 /// One operation's requests at one moment.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OpCounts {
+pub struct FuseOpCounts {
     /// The operation.
     pub op: Op,
     /// Their latencies.
@@ -80,9 +80,9 @@ impl OpStats {
     }
 
     /// The operations answered at least once, with their counts.
-    pub fn snapshot(&self) -> Vec<OpCounts> {
+    pub fn snapshot(&self) -> Vec<FuseOpCounts> {
         (Op::ALL.iter().zip(&self.cells))
-            .map(|(&op, h)| OpCounts {
+            .map(|(&op, h)| FuseOpCounts {
                 op,
                 latency: h.counts(),
             })
