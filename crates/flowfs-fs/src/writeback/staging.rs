@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::spares::{Spares, SPARE_EXT};
-use crate::dirlock::{open_lock, private_name, try_lock};
+use crate::dirlock::{being_created, create_locked, try_lock};
 
 /// The local file behind a staged file: its data, its journal record and the waiters
 /// for its uploads. What it holds and where it stands is `super::FileWb`'s to say.
@@ -299,12 +299,7 @@ impl Staging {
     pub fn open(cache_dir: &Path) -> io::Result<Staging> {
         let root = cache_dir.join("staging");
         fs::create_dir_all(&root)?;
-        let dir = root.join(private_name());
-        fs::create_dir(&dir)?;
-        let lock = open_lock(&dir)?;
-        if !try_lock(&lock) {
-            return Err(io::Error::other("cannot lock the staging directory"));
-        }
+        let (dir, lock) = create_locked(&root)?;
         Ok(Staging {
             spares: Arc::new(Spares::new(&dir)),
             dir,
@@ -374,7 +369,7 @@ impl Staging {
         };
         dirs.flatten()
             .map(|d| d.path())
-            .filter(|dir| *dir != self.dir)
+            .filter(|dir| *dir != self.dir && !being_created(dir))
             .filter(|dir| match File::open(dir.join("lock")) {
                 Ok(lock) => try_lock(&lock), // else a live mount owns it
                 Err(_) => {

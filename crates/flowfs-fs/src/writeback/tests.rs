@@ -84,3 +84,52 @@ fn write_back_never_names_the_namespace() {
         }
     }
 }
+
+/// Mounts starting together on one cache dir: each one's scan for dead mounts' staging
+/// directories must never take another's directory, half made, for a dead one (CI saw a
+/// `flowfs run` fail with "staging dir ...: No such file or directory": another start
+/// had removed its directory before its lock file was there).
+#[test]
+fn staging_directories_made_at_once_are_never_taken_for_dead_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_path_buf();
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let root = root.clone();
+            std::thread::spawn(move || {
+                for _ in 0..100 {
+                    let s = Staging::open(&root).map_err(|e| format!("open: {e}"))?;
+                    s.open_uploads(&root, "b");
+                    s.create().map_err(|e| format!("create: {e}"))?;
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join()
+            .expect("thread")
+            .expect("a staging dir opened and used");
+    }
+}
+
+/// A hidden directory a process died making is removed once old; a young one, whose
+/// maker may be about to lock it, is left alone.
+#[test]
+fn a_half_made_staging_directory_is_removed_only_when_old() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("staging");
+    let (young, old) = (root.join(".1-young.new"), root.join(".2-old.new"));
+    for d in [&young, &old] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    let ten_hours = std::time::Duration::from_secs(36_000);
+    let then = std::time::SystemTime::now() - ten_hours;
+    std::fs::File::open(&old)
+        .and_then(|f| f.set_modified(then))
+        .expect("age the directory");
+    let s = Staging::open(dir.path()).expect("staging");
+    assert!(s.open_uploads(dir.path(), "b").is_empty());
+    assert!(young.exists(), "a young half-made directory is kept");
+    assert!(!old.exists(), "an old one is removed");
+}
