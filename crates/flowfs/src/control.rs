@@ -50,13 +50,35 @@ pub fn listen(mountpoint: &Path) -> anyhow::Result<(UnixListener, PathBuf)> {
     use anyhow::Context;
     ensure_runtime_dir().context("cannot create the control socket directory")?;
     let sock = socket_path(mountpoint);
-    if sock.exists() && UnixStream::connect(&sock).is_err() {
-        let _ = std::fs::remove_file(&sock);
-    }
-    remove_dead_sockets(&runtime_dir());
-    let listener =
-        UnixListener::bind(&sock).with_context(|| format!("control socket {}", sock.display()))?;
+    let listener = bind(&runtime_dir(), &sock)
+        .with_context(|| format!("control socket {}", sock.display()))?;
     Ok((listener, sock))
+}
+
+/// Binds `sock` in `dir` after removing the dead sockets there. The socket listens before
+/// its name appears: it is bound under a name no scan looks at and renamed into place.
+/// Bound in place, another mount starting at the same moment could connect between its
+/// bind and its listen, be refused and remove it as dead: that mount's `flowfs unmount`
+/// then found nobody to ask (test_shared_cache, 1 in ~10: "the flowfs process ... was
+/// gone").
+fn bind(dir: &Path, sock: &Path) -> io::Result<UnixListener> {
+    if sock.exists() && UnixStream::connect(sock).is_err() {
+        let _ = std::fs::remove_file(sock);
+    }
+    remove_dead_sockets(dir);
+    let tmp = sock.with_extension(format!("{}.new", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)?;
+    let taken = sock.exists() && UnixStream::connect(sock).is_ok();
+    let placed = if taken {
+        Err(io::Error::from(io::ErrorKind::AddrInUse))
+    } else {
+        std::fs::rename(&tmp, sock)
+    };
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    placed.map(|()| listener)
 }
 
 /// Removes the sockets of mounts that died without removing theirs (killed with -9):
@@ -69,6 +91,10 @@ fn remove_dead_sockets(dir: &Path) {
     };
     for e in entries.flatten() {
         let path = e.path();
+        if path.extension().is_some_and(|x| x == "new") {
+            remove_if_old(&path);
+            continue;
+        }
         if path.extension().is_none_or(|x| x != "sock") {
             continue;
         }
@@ -77,6 +103,16 @@ fn remove_dead_sockets(dir: &Path) {
                 let _ = std::fs::remove_file(&path);
             }
         }
+    }
+}
+
+/// A socket left under its temporary name by a mount killed as it started.
+fn remove_if_old(path: &Path) {
+    let old = std::fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|a| a > Duration::from_secs(600)));
+    if old {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -293,6 +329,40 @@ pub fn why_no_answer(dir: &Path, e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Mounts starting at once each remove the sockets nobody listens on: none may take
+    /// another's, being bound, for a dead one.
+    #[test]
+    fn sockets_bound_at_once_are_never_removed_as_dead() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let threads: Vec<_> = (0..6)
+            .map(|t| {
+                let dir = dir.path().to_path_buf();
+                std::thread::spawn(move || {
+                    let mut kept = Vec::new();
+                    for n in 0..100 {
+                        let sock = dir.join(format!("{t}-{n}.sock"));
+                        kept.push(bind(&dir, &sock).map_err(|e| e.to_string())?);
+                    }
+                    Ok::<_, String>(kept)
+                })
+            })
+            .collect();
+        let kept: Vec<_> = (threads.into_iter())
+            .map(|t| t.join().expect("thread").expect("bound"))
+            .collect();
+        for t in 0..6 {
+            for n in 0..100 {
+                let sock = dir.path().join(format!("{t}-{n}.sock"));
+                assert!(
+                    UnixStream::connect(&sock).is_ok(),
+                    "{} removed",
+                    sock.display()
+                );
+            }
+        }
+        drop(kept);
+    }
 
     #[test]
     fn only_the_owner_and_root_control_a_mount() {
