@@ -336,6 +336,31 @@ class Run:
             force_unmount(str(self.mnt))
 
 
+def leftovers(pids: dict[str, int]) -> str:
+    """What may keep a dead flowfs's mount: threads of its D still exiting (the leader a
+    zombie, another blocked: state and kernel wait channel each) and the fusermount3
+    processes (auto_unmount's waits for D's socket to close, then unmounts)."""
+    lines = []
+    for pid in [pids.get("D")] + [p for p, (_pp, argv) in _proc_table().items()
+                                  if argv and os.path.basename(argv[0]) == "fusermount3"]:
+        if pid is None:
+            continue
+        try:
+            tasks = sorted(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            lines.append(f"{pid}: gone")
+            continue
+        for tid in tasks:
+            try:
+                stat = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()[0]
+                wchan = open(f"/proc/{pid}/task/{tid}/wchan").read()
+                comm = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
+            except OSError:
+                continue
+            lines.append(f"{pid}/{tid} {comm}: {stat} {wchan}")
+    return "leftovers:\n" + "\n".join(lines)
+
+
 def poll(cond, timeout: float, what: str):
     """Polls cond() every 10 ms until it returns something true; a hang fails the test."""
     deadline = time.monotonic() + timeout
@@ -455,7 +480,8 @@ def test_concurrent_flowfs_run_tasks_share_one_cache_through_kill_and_eviction(b
                     deadline = time.monotonic() + 10
                     while is_mounted(t.mnt) and time.monotonic() < deadline:
                         time.sleep(0.01)
-                    assert not is_mounted(t.mnt), f"a killed run left its mount behind\n{t.describe()}"
+                    assert not is_mounted(t.mnt), \
+                        f"a killed run left its mount behind\n{t.describe()}\n{leftovers(p0 if t is t0 else p1)}"
                 tasks += [start(f"t{RUNS + i}", 2000 + i, KILL_ROUND, nseg) for i in range(2)]
             poll(lambda: round_done(r), ROUND_WAIT, f"round {r}: {[t.name for t in runs if t.reads(r)]}")
             peak.append(allocated(cache))
