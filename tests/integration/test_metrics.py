@@ -462,3 +462,63 @@ def test_evictions_are_counted(mount, bucket, s3, metrics_port):
     assert evicted >= 32 * MiB, f"{evicted / MiB:.1f} MiB evicted after 30 s\n{text[-3000:]}"
     blocks = metric(text, "flowfs_cache_evicted_blocks_total")
     assert blocks >= evicted / MiB, (blocks, evicted)  # blocks of 1 MiB at most
+
+
+def test_journal_records_are_counted_while_files_are_not_durable(mount, bucket, metrics_port):
+    """A file written and still open is in the journal (a recovery would upload it); once
+    closed and uploaded its record is gone, and every record written was counted."""
+    m = mount(bucket, extra=["--metrics-addr", str(metrics_port)])
+    held = [open(m.path / f"open-{i}.txt", "wb") for i in range(3)]
+    for i, f in enumerate(held):
+        f.write(b"x" * (1000 + i))
+        f.flush()
+        os.fsync(f.fileno())
+    text = scrape(metrics_port)
+    assert metric(text, "flowfs_journal_records") == 3, text
+    for f in held:
+        f.close()
+    for i in range(5):
+        (m.path / f"closed-{i}.txt").write_bytes(b"y" * i)
+    status_durable(m)
+    text = scrape(metrics_port)
+    assert metric(text, "flowfs_journal_records") == 0
+    assert metric(text, "flowfs_journal_records_written_total") >= 3 + 5
+
+
+def _write_locked(path: Path) -> bool:
+    """Whether a process holds an OFD write lock (a fetch in flight) on the file at path."""
+    ino = path.stat().st_ino
+    with open("/proc/locks") as f:
+        return any("OFDLCK" in l and "WRITE" in l and l.split()[5].endswith(f":{ino}") for l in f)
+
+
+def test_a_read_that_waits_for_another_mounts_fetch_is_counted(mount, bucket, s3, proxy, metrics_port, work_dir):
+    """Two mounts on one cache dir: the second reads a file while the first's GET of it is
+    in flight (its fetch lock held, 500 ms of latency): it waits for those bytes instead
+    of fetching them, and says so in flowfs_cache_other_process_waits_total."""
+    import threading
+    from helpers import put_many
+    data = payload(4 * MiB, "shared")
+    put_many(s3, bucket, {"shared.bin": data})
+    cache = work_dir / "shared-cache"
+    ports = [metrics_port, free_port()]
+    a, b = (mount(bucket, proxy=proxy, cache_dir=cache, extra=["--metrics-addr", str(p)]) for p in ports)
+    for m in (a, b):  # looked up before the latency: the reads then send only their GET
+        assert (m.path / "shared.bin").stat().st_size == len(data)
+    urllib.request.urlopen(f"{proxy.endpoint}/__proxy__/latency?ms=500", timeout=10).read()
+    proxy.reset()
+    got = {}
+    first = threading.Thread(target=lambda: got.update(a=(a.path / "shared.bin").read_bytes()))
+    first.start()
+    deadline = time.monotonic() + 30
+    while not any(_write_locked(p) for p in (cache / "objects").rglob("*.map")):
+        assert time.monotonic() < deadline and first.is_alive(), "the first mount's fetch never began"
+        time.sleep(0.005)
+    got["b"] = (b.path / "shared.bin").read_bytes()
+    first.join(30)
+    assert got["a"] == data and got["b"] == data
+    waits = [metric(scrape(p), "flowfs_cache_other_process_waits_total") for p in ports]
+    assert waits[0] == 0 and waits[1] >= 1, (waits, proxy.stats.summary())
+    # Every byte was fetched once, by the first, and nothing else was asked.
+    assert proxy.stats.snapshot()["get_bytes"] == len(data), proxy.stats.summary()
+    assert set(proxy.stats.snapshot()["ops"]) == {"GET_RANGE"}, proxy.stats.summary()

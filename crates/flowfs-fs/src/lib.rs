@@ -27,3 +27,4 @@ pub use fs::{
 pub use fuse::{FuseAdapter, FuseOpCounts, Op as FuseOp, OpStats};
 pub use inode::{Kind, ROOT};
 pub use prefetch::{AheadStats, ReadStats, Warmer};
+pub use writeback::JournalCounts;

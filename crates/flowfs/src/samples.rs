@@ -254,6 +254,21 @@ pub fn snapshot(ending: &Ending, ops: &OpStats) -> Vec<Sample> {
         Count,
         Int(uploading as u64),
     ));
+    let j = fs.journal_counts();
+    out.push(one(
+        "journal_records_written",
+        "Journal records written (a file's first change after it was durable, a rename of one not yet)",
+        Counter,
+        Count,
+        Int(j.written),
+    ));
+    out.push(one(
+        "journal_records",
+        "Journal records present: files a recovery would upload if this mount died now",
+        Gauge,
+        Count,
+        Int(j.present),
+    ));
     out.push(one(
         "upload_failures",
         "Files whose upload failed for good",

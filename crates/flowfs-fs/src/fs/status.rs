@@ -73,6 +73,11 @@ impl Status {
 }
 
 impl Fs {
+    /// The records this mount's journal wrote since it started, and holds now.
+    pub fn journal_counts(&self) -> crate::JournalCounts {
+        self.wb.journal()
+    }
+
     /// A snapshot of what is not durable yet, what failed and what recovery did.
     pub fn status(&self) -> Status {
         let report = self.wb.pending_report();

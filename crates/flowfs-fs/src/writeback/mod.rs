@@ -36,6 +36,7 @@ pub use error::UploadError;
 pub use file::Phase;
 use file::{DiskStat, EarlyState, FileWb, KernelWrites, Table};
 pub use report::PendingState;
+pub use spares::JournalCounts;
 pub use staging::{OpenUpload, Orphan, Record, StagedFile, Staging};
 pub use transfer::{download_into, upload_file, Note, UploadSlots};
 pub use uploader::{Loose, Uploader};
@@ -53,6 +54,11 @@ pub struct WriteBack {
 }
 
 impl WriteBack {
+    /// The records this mount's journal wrote, and holds now.
+    pub fn journal(&self) -> JournalCounts {
+        self.staging.journal()
+    }
+
     pub fn new(staging: Staging) -> WriteBack {
         WriteBack {
             fine: passthrough::fine_timestamps(staging.dir()),

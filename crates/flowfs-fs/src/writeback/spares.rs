@@ -28,11 +28,24 @@ const SPARES_MAX: usize = 256;
 /// The extension of a spare file, which no scan of the journal reads.
 pub(super) const SPARE_EXT: &str = "spare";
 
-/// The spare record files of one staging directory.
+/// The spare record files of one staging directory, and the counts of its records.
 pub(super) struct Spares {
     dir: PathBuf,
     next: AtomicU64,
     free: Mutex<Vec<PathBuf>>,
+    /// Records written (each a write and a rename) and records present now.
+    written: AtomicU64,
+    present: AtomicU64,
+}
+
+/// This mount's journal: records written since it started, and records present now
+/// (files whose content the bucket lacks, as a recovery would find them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalCounts {
+    /// Records written since the mount started (a new one or one replaced).
+    pub written: u64,
+    /// Records in the journal now.
+    pub present: u64,
 }
 
 impl Spares {
@@ -41,6 +54,15 @@ impl Spares {
             dir: dir.to_path_buf(),
             next: AtomicU64::new(1),
             free: Mutex::new(Vec::new()),
+            written: AtomicU64::new(0),
+            present: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn counts(&self) -> JournalCounts {
+        JournalCounts {
+            written: self.written.load(Ordering::Relaxed),
+            present: self.present.load(Ordering::Relaxed),
         }
     }
 
@@ -75,26 +97,38 @@ impl Spares {
             let _ = fs::remove_file(&spare);
             return Err(e);
         }
-        match exchange(&spare, rec) {
+        let placed = match exchange(&spare, rec) {
             // The spare now holds the old record's inode, for the next record.
             Ok(()) => {
                 self.give(spare);
-                Ok(())
+                Ok(false)
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => fs::rename(&spare, rec),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                fs::rename(&spare, rec).map(|()| true)
+            }
             // A file system without RENAME_EXCHANGE: replaced as before.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => fs::rename(&spare, rec),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                let new = !rec.exists();
+                fs::rename(&spare, rec).map(|()| new)
+            }
             Err(e) => {
                 self.give(spare);
                 Err(e)
             }
+        };
+        let new = placed?;
+        self.written.fetch_add(1, Ordering::Relaxed);
+        if new {
+            self.present.fetch_add(1, Ordering::Relaxed);
         }
+        Ok(())
     }
 
     /// Removes the record at `rec` (nothing if there is none), keeping its file.
     pub(super) fn remove(&self, rec: &Path) {
         let spare = self.fresh_name();
         if fs::rename(rec, &spare).is_ok() {
+            self.present.fetch_sub(1, Ordering::Relaxed);
             self.give(spare);
         }
     }
@@ -189,5 +223,38 @@ mod tests {
         }
         assert_eq!(spares.len(), SPARES_MAX);
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), SPARES_MAX);
+    }
+
+    #[test]
+    fn the_journal_counts_records_written_and_present() {
+        let dir = tempfile::tempdir().unwrap();
+        let spares = Spares::new(dir.path());
+        let (a, b) = (dir.path().join("1.rec"), dir.path().join("2.rec"));
+        let counts = |w, p| JournalCounts {
+            written: w,
+            present: p,
+        };
+        spares.write(&a, b"a").unwrap();
+        spares.write(&b, b"b").unwrap();
+        assert_eq!(spares.counts(), counts(2, 2));
+        spares.write(&a, b"a2").unwrap(); // replaced: one more written, none more present
+        assert_eq!(spares.counts(), counts(3, 2));
+        spares.remove(&a);
+        spares.remove(&a); // not there: nothing
+        assert_eq!(spares.counts(), counts(3, 1));
+        spares.remove(&b);
+        assert_eq!(spares.counts(), counts(3, 0));
+        assert_eq!(
+            fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| e
+                    .as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "rec"))
+                .count(),
+            0
+        );
     }
 }

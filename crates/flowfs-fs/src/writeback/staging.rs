@@ -19,7 +19,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::spares::{Spares, SPARE_EXT};
+use super::spares::{JournalCounts, Spares, SPARE_EXT};
 use crate::dirlock::{being_created, create_locked, try_lock};
 
 /// The local file behind a staged file: its data, its journal record and the waiters
@@ -294,6 +294,11 @@ impl Staging {
     /// The directory of this mount's staged files.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The records this mount's journal wrote, and holds now.
+    pub fn journal(&self) -> JournalCounts {
+        self.spares.counts()
     }
 
     pub fn open(cache_dir: &Path) -> io::Result<Staging> {
