@@ -1,0 +1,174 @@
+"""Pipelines on a two-node Slurm cluster, one bucket, each node its own flowfs mount (issue 32).
+
+    make test-slurm                    # installs Slurm and munge (apt), builds dist/flowfs, runs these
+    python3 -m pytest tests/integration -m slurm -v
+
+The cluster (slurm_cluster.py): slurmctld and two slurmd daemons, n1 and n2, on this host,
+each slurmd in a mount namespace of its own where that node's flowfs mounts s3://B/data
+(read-only) and s3://B/slurm-work at the same two paths the head uses, with the node's own
+cache dir and control-socket directory (XDG_RUNTIME_DIR), as on separate machines. The head
+(this process's namespace) mounts the same two prefixes at the same paths and runs
+Nextflow with the slurm executor there: `-w` on the work mount, the launch dir local. Jobs
+land on n1 and n2, read their inputs and write their outputs through their node's mount;
+the head reads `.exitcode` and the outputs through its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import MountFactory
+from seaweed import clean_env
+from slurm_cluster import SlurmCluster
+from workflow_helpers import (ENGINE_TIMEOUT, EngineRun, diff_records, need_tools, nextflow_cmd, run_engine, tool_env,
+                              vcf_records)
+
+pytestmark = [pytest.mark.slurm]
+
+SLURM_CONFIG = """\
+// The test pipeline on the test cluster: every task a Slurm job in partition main.
+process.executor = 'slurm'
+process.queue = 'main'
+executor {
+    name = 'slurm'
+    queueSize = 8
+    pollInterval = '500 ms'
+    queueStatInterval = '1 sec'
+}
+"""
+
+
+def need_cluster() -> None:
+    miss = [t for t in ("slurmctld", "slurmd", "sbatch", "squeue", "munged", "unshare", "nsenter")
+            if shutil.which(t) is None]
+    if miss:
+        pytest.skip(f"{', '.join(miss)} missing: run `make test-slurm` (installs slurmctld, slurmd, "
+                    "slurm-client and munge from Debian)")
+
+
+@dataclass
+class SlurmRun:
+    run: EngineRun
+    records: list[str] | None
+    jobs: list[dict[str, str]]
+    log: str  # .nextflow.log
+    local: EngineRun | None = None  # the same pipeline with -w on the head's local disk
+    resumed: EngineRun | None = None  # -resume from a fresh head mount
+    resumed_jobs: list[dict[str, str]] | None = None
+    unmount_rc: int | None = None
+
+
+def _node_setup(flowfs: str, bucket: str, base: Path, node: str, data: Path, work: Path) -> str:
+    nd = base / node
+    return "\n".join([
+        f"export XDG_RUNTIME_DIR={nd / 'run'}",
+        f"mkdir -p {nd / 'run'} {nd / 'cache'}",
+        f"{flowfs} mount s3://{bucket}/data {data} --read-only --cache-dir {nd / 'cache'} --log-file {nd / 'data.log'}",
+        f"{flowfs} mount s3://{bucket}/slurm-work {work} --cache-dir {nd / 'cache'} --log-file {nd / 'work.log'}",
+    ])
+
+
+def _warnings(log: str) -> list[str]:
+    return [line for line in log.splitlines() if re.search(r"\b(WARN|ERROR)\b", line)]
+
+
+@pytest.fixture(scope="module")
+def slurm_nextflow(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):  # noqa: ARG001
+    need_cluster()
+    need_tools("nextflow")
+    base = Path(tempfile.mkdtemp(prefix="slurm-", dir=session_dir))
+    data, work = base / "data", base / "work"
+    data.mkdir()
+    work.mkdir()
+    cluster = SlurmCluster(base / "cluster")
+    factory = MountFactory(seaweed, base / "head")
+    secrets = seaweed.env()
+    node_env = {n: clean_env(secrets) for n in ("n1", "n2")}
+    setup = {n: _node_setup(flowfs_binary, wf_bucket, base, n, data, work) for n in ("n1", "n2")}
+    try:
+        cluster.start(setup=setup, node_env=node_env)
+        factory(wf_bucket, "data", read_only=True, mountpoint=data)
+        head = factory(wf_bucket, "slurm-work", mountpoint=work)
+        launch = base / "launch"
+        launch.mkdir()
+        cfg = launch / "slurm.config"
+        cfg.write_text(SLURM_CONFIG)
+        env = tool_env({"NXF_HOME": str(launch / "nxf-home"), "SLURM_CONF": str(cluster.conf)})
+        run = run_engine(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg)]), cwd=launch, env=env,
+                         timeout=ENGINE_TIMEOUT)
+        print(f"\nNextflow on 2 Slurm nodes, -w on flowfs: {run.wall_s:.1f}s")
+        vcf = launch / "results" / "annotated.vcf.gz"
+        records = vcf_records(vcf) if run.ok and vcf.exists() else None
+        log = (launch / ".nextflow.log").read_text(errors="replace") if (launch / ".nextflow.log").exists() else ""
+        r = SlurmRun(run, records, cluster.jobs(), log)
+        if run.ok:
+            # The same pipeline with -w on the head's local disk, which both nodes see (the
+            # NFS user's setup), in the same run: the wall-time peer.
+            local = base / "launch-local"
+            local.mkdir()
+            r.local = run_engine(nextflow_cmd(data, base / "local-work", local / "results", extra=["-c", str(cfg)]),
+                                 cwd=local, env=tool_env({"NXF_HOME": str(local / "nxf-home"),
+                                                          "SLURM_CONF": str(cluster.conf)}), timeout=ENGINE_TIMEOUT)
+            print(f"Nextflow on 2 Slurm nodes, -w on local disk: {r.local.wall_s:.1f}s")
+            # -resume from a fresh head mount (new cache dir): every task found complete.
+            r.unmount_rc = head.unmount(timeout=300).returncode
+            before = len(cluster.jobs())
+            factory(wf_bucket, "slurm-work", mountpoint=work)
+            r.resumed = run_engine(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg), "-resume"]),
+                                   cwd=launch, env=env, timeout=ENGINE_TIMEOUT, log=launch / "resume.log")
+            r.resumed_jobs = cluster.jobs()[before:]
+        yield r
+    finally:
+        factory.close_all()
+        unmount = {}
+        for n in ("n1", "n2"):
+            rt = str(base / n / "run")
+            unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {work}; "
+                                      f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {data}"]
+        cluster.stop(before=unmount)
+
+
+def test_nextflow_on_two_slurm_nodes_matches_local(slurm_nextflow, local_reference):
+    r = slurm_nextflow
+    assert r.run.ok, f"Nextflow on Slurm with -w on flowfs failed: {r.run.describe()}"
+    assert r.records == local_reference, diff_records(r.records or [], local_reference)
+
+
+def test_tasks_ran_on_both_nodes_and_none_failed(slurm_nextflow):
+    r = slurm_nextflow
+    assert r.run.ok, "the Slurm run failed (see test_nextflow_on_two_slurm_nodes_matches_local)"
+    nodes = {j.get("NodeList") for j in r.jobs}
+    assert {"n1", "n2"} <= nodes, f"jobs ran on {nodes}: {r.jobs}"
+    bad = [j for j in r.jobs if j.get("JobState") != "COMPLETED" or j.get("ExitCode") != "0:0"]
+    assert not bad, bad
+    # No task waited for its .exitcode or an output the head could not see yet, none retried.
+    warnings = _warnings(r.log)
+    assert not warnings, "\n".join(warnings[:20])
+    submitted = len(re.findall(r"Submitted process > ", r.run.output))
+    assert submitted == len(r.jobs), (submitted, len(r.jobs))
+
+
+def test_resume_from_a_fresh_head_mount_caches_every_task(slurm_nextflow):
+    r = slurm_nextflow
+    assert r.run.ok and r.unmount_rc == 0, f"the Slurm run or its head's unmount failed: {r.unmount_rc}"
+    assert r.resumed is not None and r.resumed.ok, r.resumed.describe() if r.resumed else "not run"
+    assert r.resumed_jobs == [], f"-resume submitted jobs again: {r.resumed_jobs}"
+    cached = len(re.findall(r"Cached process > ", r.resumed.output))
+    assert cached == len(r.jobs), f"{cached} tasks cached of {len(r.jobs)}:\n{r.resumed.output[-3000:]}"
+
+
+def test_wall_time_against_a_shared_local_work_dir(slurm_nextflow, local_reference):
+    """Target (issue 32): within 1.15x the same pipeline on the same cluster with -w on the
+    head's local disk (what an NFS user has), in the same run."""
+    r = slurm_nextflow
+    assert r.local is not None and r.local.ok, r.local.describe() if r.local else "not run"
+    ratio = r.run.wall_s / r.local.wall_s
+    print(f"\nSlurm, -w on flowfs {r.run.wall_s:.1f}s vs local disk {r.local.wall_s:.1f}s: {ratio:.2f}x")
+    assert ratio <= 1.15, f"{ratio:.2f}x the local-disk run"
