@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build lint test test-rust test-integration test-stores bench-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
+.PHONY: setup build dist slurm-deps test-slurm lint test test-rust test-integration test-stores bench-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -18,6 +18,20 @@ workflow-deps:
 # The one release build everything else uses.
 build:
 	cargo build --release
+
+# A static (musl) flowfs for any node or container image: dist/flowfs, stripped, and its
+# debug information in dist/flowfs.debug (scripts/dist.sh; prints the size).
+dist:
+	bash scripts/dist.sh
+
+# Slurm, munge and a static busybox from Debian, for `make test-slurm`.
+slurm-deps:
+	bash scripts/slurm-deps.sh
+
+# The two-node Slurm cluster tests (tests/integration/test_slurm.py), run with the static
+# dist/flowfs on every node and in the minimal task root. About 3 minutes on 2 cores.
+test-slurm: setup workflow-deps slurm-deps dist
+	FLOWFS_BIN=$(CURDIR)/dist/flowfs $(PYTHON) -m pytest tests/integration -v -m slurm
 
 # Formatting and lints (clippy with warnings as errors).
 lint:

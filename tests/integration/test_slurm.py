@@ -172,3 +172,45 @@ def test_wall_time_against_a_shared_local_work_dir(slurm_nextflow, local_referen
     ratio = r.run.wall_s / r.local.wall_s
     print(f"\nSlurm, -w on flowfs {r.run.wall_s:.1f}s vs local disk {r.local.wall_s:.1f}s: {ratio:.2f}x")
     assert ratio <= 1.15, f"{ratio:.2f}x the local-disk run"
+
+
+def _static(path: str) -> bool:
+    """An ELF with no program interpreter (nothing to load at run time)."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    return head[:4] == b"\x7fELF" and b"/ld-linux" not in head and b"ld-musl" not in head
+
+
+def test_the_static_binary_runs_flowfs_run_in_a_root_with_nothing_else(flowfs_binary, seaweed, s3, bucket, work_dir):
+    """A task container with only dist/flowfs and a static busybox in it (no libc, no
+    /etc, no fusermount3): `flowfs run` mounts the bucket, the task copies a file through
+    the mount, and the copy is in the bucket when the run ends."""
+    busybox = shutil.which("busybox")
+    if busybox is None or not _static(busybox):
+        pytest.skip("a static busybox is missing: run `make slurm-deps` (busybox-static)")
+    if not _static(flowfs_binary):
+        pytest.skip(f"{flowfs_binary} is not static: run `make dist` and point FLOWFS_BIN at dist/flowfs")
+    import subprocess
+
+    data = os.urandom(3 << 20)
+    s3.put_object(Bucket=bucket, Key="in/a.bin", Body=data)
+    root = work_dir / "root"
+    for d in ("bin", "dev", "proc", "mnt", "tmp", "cache"):
+        (root / d).mkdir(parents=True)
+    shutil.copy(busybox, root / "bin" / "busybox")
+    (root / "bin" / "sh").symlink_to("busybox")
+    shutil.copy(flowfs_binary, root / "flowfs")
+    assert sorted(p.name for p in root.iterdir()) == ["bin", "cache", "dev", "flowfs", "mnt", "proc", "tmp"]
+    task = "cat /mnt/a.bin > /mnt/b.bin && /bin/busybox sha256sum /mnt/b.bin"
+    inner = (f"mount --bind /dev {root}/dev && mount -t proc proc {root}/proc && "
+             f"exec chroot {root} /flowfs run --mount s3://{bucket}/in=/mnt --cache-dir /cache "
+             f"--log-file /tmp/run.log -- /bin/sh -c '{task}'")
+    env = {"PATH": "/bin:/usr/bin:/usr/sbin:/sbin", "HOME": "/", "XDG_RUNTIME_DIR": "/tmp", **seaweed.env()}
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "--", "sh", "-c", inner], env=env,
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    log = (root / "tmp" / "run.log").read_text(errors="replace") if (root / "tmp" / "run.log").exists() else ""
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}\n{log[-3000:]}"
+    import hashlib
+    assert hashlib.sha256(data).hexdigest() in r.stdout, r.stdout
+    got = s3.get_object(Bucket=bucket, Key="in/b.bin")["Body"].read()
+    assert got == data

@@ -148,9 +148,12 @@ impl Spares {
 fn exchange(a: &Path, b: &Path) -> io::Result<()> {
     let ca = std::ffi::CString::new(a.as_os_str().as_bytes())?;
     let cb = std::ffi::CString::new(b.as_os_str().as_bytes())?;
+    // The system call itself, not libc's wrapper: the musl that the static build
+    // (`make dist`) links has no `renameat2`.
     // SAFETY: both are valid NUL-terminated paths for the duration of the call.
     let r = unsafe {
-        libc::renameat2(
+        libc::syscall(
+            libc::SYS_renameat2,
             libc::AT_FDCWD,
             ca.as_ptr(),
             libc::AT_FDCWD,
