@@ -120,7 +120,11 @@ class SlurmCluster:
         del ctld
         for node in self.nodes:
             pre = (setup or {}).get(node.name, "true")
-            script = f"set -e\n{pre}\nexec slurmd -D -N {node.name} -f {shlex.quote(str(self.conf))}\n"
+            # A job's own Slurm commands (srun in Snakemake's job step, which drops SLURM_*
+            # variables) read /etc/slurm/slurm.conf: in the node's namespace that directory is
+            # the cluster's own (the host's /etc is not touched).
+            etc = f"mount --bind {shlex.quote(str(self.base / 'etc'))} /etc/slurm" if Path("/etc/slurm").is_dir() else "true"
+            script = f"set -e\n{etc}\n{pre}\nexec slurmd -D -N {node.name} -f {shlex.quote(str(self.conf))}\n"
             p = self._spawn(["unshare", "-m", "--propagation", "private", "--", "sh", "-c", script],
                             f"slurmd-{node.name}", (node_env or {}).get(node.name))
             node.pid = p.pid

@@ -27,8 +27,8 @@ import pytest
 from conftest import MountFactory
 from seaweed import clean_env
 from slurm_cluster import SlurmCluster
-from workflow_helpers import (ENGINE_TIMEOUT, EngineRun, diff_records, need_tools, nextflow_cmd, run_engine, tool_env,
-                              vcf_records)
+from workflow_helpers import (ENGINE_TIMEOUT, EngineRun, diff_records, need_tools, nextflow_cmd, run_engine,
+                              snakemake_bin, snakemake_cmd, tool_env, vcf_records)
 
 pytestmark = [pytest.mark.slurm]
 
@@ -172,6 +172,193 @@ def test_wall_time_against_a_shared_local_work_dir(slurm_nextflow, local_referen
     ratio = r.run.wall_s / r.local.wall_s
     print(f"\nSlurm, -w on flowfs {r.run.wall_s:.1f}s vs local disk {r.local.wall_s:.1f}s: {ratio:.2f}x")
     assert ratio <= 1.15, f"{ratio:.2f}x the local-disk run"
+
+
+EPILOG = """#!/bin/sh
+# After every job: a node whose flowfs cannot say that everything written is in the bucket
+# (exit 1: pending or failed, waited for up to 60 s; exit 2: the mount does not answer) fails
+# its epilog, and Slurm drains it.
+export XDG_RUNTIME_DIR={base}/$SLURMD_NODENAME/run
+i=0
+while [ $i -lt 60 ]; do
+    {flowfs} status {work} >/dev/null 2>&1
+    case $? in 0) exit 0 ;; 2) exit 1 ;; esac
+    i=$((i + 1)); sleep 1
+done
+exit 1
+"""
+
+
+def _flowfs_pid_in(cluster: SlurmCluster, node: str, mountpoint: Path) -> int:
+    """The pid of the flowfs process serving `mountpoint` in `node`'s namespace."""
+    ns = os.readlink(f"/proc/{next(n.pid for n in cluster.nodes if n.name == node)}/ns/mnt")
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+            if os.readlink(f"/proc/{d}/ns/mnt") == ns and str(mountpoint).encode() in argv and b"mount" in argv:
+                return int(d)
+        except OSError:
+            continue
+    raise LookupError(f"no flowfs of {mountpoint} on {node}")
+
+
+def test_a_node_whose_flowfs_is_killed_is_drained_and_its_tasks_run_again_on_the_other(
+        flowfs_binary, seaweed, s3, wf_bucket, wf_data, local_reference, session_dir):  # noqa: ARG001
+    """kill -9 of n1's flowfs (the work mount) while a job runs there: the job fails, the
+    node's epilog (`flowfs status`) fails and Slurm drains n1, Nextflow retries the task on
+    n2, the run ends with the local run's records; every task n1 completed before the kill
+    has its .exitcode in the bucket."""
+    import subprocess
+    import time
+
+    need_cluster()
+    need_tools("nextflow")
+    base = Path(tempfile.mkdtemp(prefix="slurm-kill-", dir=session_dir))
+    data, work = base / "data", base / "work"
+    data.mkdir()
+    work.mkdir()
+    epilog = base / "epilog.sh"
+    epilog.write_text(EPILOG.format(base=base, flowfs=flowfs_binary, work=work))
+    epilog.chmod(0o755)
+    cluster = SlurmCluster(base / "cluster")
+    factory = MountFactory(seaweed, base / "head")
+    prefix = f"slurm-kill-{os.getpid()}"
+    setup = {n: _node_setup(flowfs_binary, wf_bucket, base, n, data, work).replace("/slurm-work ", f"/{prefix} ")
+             for n in ("n1", "n2")}
+    nf = None
+    try:
+        cluster.start(setup=setup, node_env={n: clean_env(seaweed.env()) for n in ("n1", "n2")}, epilog=str(epilog))
+        factory(wf_bucket, "data", read_only=True, mountpoint=data)
+        factory(wf_bucket, prefix, mountpoint=work)
+        launch = base / "launch"
+        launch.mkdir()
+        cfg = launch / "slurm.config"
+        # A task whose node died gets no .exitcode: Nextflow gives up on it after
+        # exitReadTimeout (270 s by default) and retries it.
+        cfg.write_text(SLURM_CONFIG + "process.errorStrategy = 'retry'\nprocess.maxRetries = 3\n"
+                       "executor.exitReadTimeout = '15 sec'\n")
+        env = tool_env({"NXF_HOME": str(launch / "nxf-home"), "SLURM_CONF": str(cluster.conf)})
+        out = open(launch / "engine.log", "wb")
+        nf = subprocess.Popen(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg)]), cwd=launch, env=env,
+                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        # Once a job runs on n1 with at least one finished before it: kill n1's work mount.
+        deadline = time.monotonic() + 300
+        while True:
+            q = subprocess.run(["squeue", "-h", "-o", "%i %N %T"], env=cluster.env(), capture_output=True, text=True)
+            running_n1 = [l for l in q.stdout.splitlines() if l.split()[1:2] == ["n1"] and "RUNNING" in l]
+            if running_n1 and any(j.get("NodeList") == "n1" for j in cluster.jobs()):
+                break
+            assert nf.poll() is None and time.monotonic() < deadline, "no job on n1 to kill under"
+            time.sleep(0.2)
+        done_on_n1 = [j for j in cluster.jobs() if j.get("NodeList") == "n1" and j.get("JobState") == "COMPLETED"]
+        os.kill(_flowfs_pid_in(cluster, "n1", work), 9)
+        known = [int(l.split()[0]) for l in q.stdout.splitlines()] + [int(j["JobId"]) for j in cluster.jobs()]
+        last_before = max(known)
+        nf.wait(timeout=ENGINE_TIMEOUT)
+        output = (launch / "engine.log").read_text(errors="replace")
+        assert nf.returncode == 0, f"Nextflow failed after n1's flowfs was killed:\n{output[-5000:]}"
+        recs = vcf_records(launch / "results" / "annotated.vcf.gz")
+        assert recs == local_reference, diff_records(recs, local_reference)
+        assert "DRAIN" in cluster.node_states()["n1"], cluster.node_states()
+        after = [j for j in cluster.jobs() if int(j["JobId"]) > last_before]
+        assert after and all(j.get("NodeList") == "n2" for j in after), after
+        # Nothing n1 had finished before the kill is lost: its tasks' .exitcode are in the bucket.
+        for j in done_on_n1:
+            rel = Path(j["WorkDir"]).relative_to(work)
+            key = f"{prefix}/{rel}/.exitcode"
+            body = s3.get_object(Bucket=wf_bucket, Key=key)["Body"].read()
+            assert body.strip() == b"0", (key, body)
+        print(f"\n{len(done_on_n1)} tasks done on n1 before the kill; {len(after)} jobs after it, all on n2")
+    finally:
+        if nf is not None and nf.poll() is None:
+            os.killpg(nf.pid, 9)
+        factory.close_all()
+        unmount = {}
+        for n in ("n1", "n2"):
+            rt = str(base / n / "run")
+            unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount --force {work}; "
+                                      f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {data}"]
+        cluster.stop(before=unmount)
+
+
+# ------------------------------------------------------------------ Snakemake
+
+# Status checks every 2 s from the start (the plugin waits 40 s, then longer and longer:
+# 282 s for this 15-job pipeline whatever the work dir, where Nextflow took 26 s).
+SMK_SLURM = ["--executor", "slurm", "--jobs", "8", "--slurm-status-command", "squeue",
+             "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2",
+             "--default-resources", "slurm_partition=main", "mem_mb=400", "runtime=30"]
+
+
+def _smk_plugin() -> None:
+    py = Path(snakemake_bin()).parent / "python"
+    r = __import__("subprocess").run([str(py), "-c", "import snakemake_executor_plugin_slurm"], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("snakemake-executor-plugin-slurm missing: run `make slurm-deps`")
+
+
+@pytest.fixture(scope="module")
+def slurm_snakemake(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):  # noqa: ARG001
+    """Snakemake with the slurm executor plugin, `--directory` on the work mount (every
+    node's and the head's), the inputs on the read-only data mount."""
+    need_cluster()
+    need_tools("snakemake")
+    _smk_plugin()
+    base = Path(tempfile.mkdtemp(prefix="slurm-smk-", dir=session_dir))
+    data, work = base / "data", base / "work"
+    data.mkdir()
+    work.mkdir()
+    cluster = SlurmCluster(base / "cluster")
+    factory = MountFactory(seaweed, base / "head")
+    node_env = {n: clean_env(seaweed.env()) for n in ("n1", "n2")}
+    setup = {n: _node_setup(flowfs_binary, wf_bucket, base, n, data, work) for n in ("n1", "n2")}
+    try:
+        cluster.start(setup=setup, node_env=node_env)
+        factory(wf_bucket, "data", read_only=True, mountpoint=data)
+        factory(wf_bucket, "slurm-work", mountpoint=work)
+        launch = base / "launch"
+        # The jobs run Snakemake itself on the node (the plugin's job step): from the venv.
+        path = f"{Path(snakemake_bin()).parent}:{os.environ.get('PATH', '')}"
+        env = tool_env({"SLURM_CONF": str(cluster.conf), "PATH": path})
+        run = run_engine(snakemake_cmd(data, work / "smk", extra=SMK_SLURM), cwd=launch, env=env,
+                         timeout=ENGINE_TIMEOUT)
+        print(f"\nSnakemake on 2 Slurm nodes, --directory on flowfs: {run.wall_s:.1f}s")
+        vcf = work / "smk" / "results" / "annotated.vcf.gz"
+        records = vcf_records(vcf) if run.ok and vcf.exists() else None
+        job_logs = "\n".join(f"--- {p}:\n{p.read_text(errors='replace')[-2000:]}"
+                             for p in sorted((work / "smk" / ".snakemake" / "slurm_logs").rglob("*.log"))[:6])
+        r = SlurmRun(run, records, cluster.jobs(), job_logs)
+        if run.ok:
+            local = base / "launch-local"
+            r.local = run_engine(snakemake_cmd(data, base / "local-smk", extra=SMK_SLURM), cwd=local, env=env,
+                                 timeout=ENGINE_TIMEOUT)
+            print(f"Snakemake on 2 Slurm nodes, --directory on local disk: {r.local.wall_s:.1f}s")
+        yield r
+    finally:
+        factory.close_all()
+        unmount = {}
+        for n in ("n1", "n2"):
+            rt = str(base / n / "run")
+            unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {work}; "
+                                      f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {data}"]
+        cluster.stop(before=unmount)
+
+
+def test_snakemake_on_two_slurm_nodes_matches_local(slurm_snakemake, local_reference):
+    r = slurm_snakemake
+    assert r.run.ok, f"Snakemake on Slurm with --directory on flowfs failed: {r.run.describe()}\n{r.log}"
+    assert r.records == local_reference, diff_records(r.records or [], local_reference)
+    nodes = {j.get("NodeList") for j in r.jobs}
+    assert {"n1", "n2"} <= nodes, f"jobs ran on {nodes}: {r.jobs}"
+    bad = [j for j in r.jobs if j.get("JobState") != "COMPLETED" or j.get("ExitCode") != "0:0"]
+    assert not bad, bad
+    # No job waited for an output the head could not see (Snakemake's --latency-wait).
+    assert "Waiting at most" not in r.run.output, r.run.output[-4000:]
+    assert r.local is not None and r.local.ok, r.local.describe() if r.local else "not run"
+    print(f"\nSnakemake on Slurm, flowfs {r.run.wall_s:.1f}s vs local disk {r.local.wall_s:.1f}s: "
+          f"{r.run.wall_s / r.local.wall_s:.2f}x")
 
 
 def _static(path: str) -> bool:
