@@ -283,6 +283,62 @@ def test_a_node_whose_flowfs_is_killed_is_drained_and_its_tasks_run_again_on_the
         cluster.stop(before=unmount)
 
 
+
+def test_nextflow_on_slurm_through_a_failing_store(flowfs_binary, seaweed, wf_bucket, wf_data, local_reference,
+                                                  session_dir):  # noqa: ARG001
+    """Every mount (both nodes' and the head's) through the fault proxy at the 5 % level of
+    test_workflow_faults.py (503 SlowDown, 500s, resets before and mid-body, stalls): the
+    run succeeds with the local run's records, no job fails, and the faults were injected."""
+    from fault_helpers import MOUNT_EXTRA, assert_faults_injected, level_rates
+    from faultproxy import FaultProxy
+
+    need_cluster()
+    need_tools("nextflow")
+    base = Path(tempfile.mkdtemp(prefix="slurm-faults-", dir=session_dir))
+    data, work = base / "data", base / "work"
+    data.mkdir()
+    work.mkdir()
+    proxy = FaultProxy(seaweed.endpoint, seed=32).start()
+    cluster = SlurmCluster(base / "cluster")
+    factory = MountFactory(seaweed, base / "head")
+    prefix = f"slurm-faults-{os.getpid()}"
+    extra = " ".join(MOUNT_EXTRA)
+    setup = {n: _node_setup(flowfs_binary, wf_bucket, base, n, data, work).replace("/slurm-work ", f"/{prefix} ")
+             .replace("--cache-dir", f"{extra} --cache-dir") for n in ("n1", "n2")}
+    try:
+        cluster.start(setup=setup, node_env={n: clean_env(seaweed.env(proxy.endpoint)) for n in ("n1", "n2")})
+        factory(wf_bucket, "data", read_only=True, mountpoint=data, proxy=proxy, extra=MOUNT_EXTRA)
+        head = factory(wf_bucket, prefix, mountpoint=work, proxy=proxy, extra=MOUNT_EXTRA)
+        launch = base / "launch"
+        launch.mkdir()
+        cfg = launch / "slurm.config"
+        cfg.write_text(SLURM_CONFIG)
+        proxy.set_faults(level_rates("5pct"))
+        env = tool_env({"NXF_HOME": str(launch / "nxf-home"), "SLURM_CONF": str(cluster.conf)})
+        run = run_engine(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg)]), cwd=launch, env=env,
+                         timeout=ENGINE_TIMEOUT)
+        print(f"\nNextflow on 2 Slurm nodes through the fault proxy at 5 %: {run.wall_s:.1f}s; "
+              f"{proxy.fault_summary()}")
+        assert run.ok, f"Nextflow on Slurm under faults failed: {run.describe()}"
+        recs = vcf_records(launch / "results" / "annotated.vcf.gz")
+        assert recs == local_reference, diff_records(recs, local_reference)
+        jobs = cluster.jobs()
+        assert {"n1", "n2"} <= {j.get("NodeList") for j in jobs}, jobs
+        assert all(j.get("ExitCode") == "0:0" for j in jobs), jobs
+        assert_faults_injected(proxy)
+        um = head.unmount(timeout=300)
+        assert um.returncode == 0, um
+    finally:
+        factory.close_all()
+        unmount = {}
+        for n in ("n1", "n2"):
+            rt = str(base / n / "run")
+            unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {work}; "
+                                      f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {data}"]
+        cluster.stop(before=unmount)
+        proxy.stop()
+
+
 # ------------------------------------------------------------------ Snakemake
 
 # Status checks every 2 s from the start (the plugin waits 40 s, then longer and longer:
