@@ -291,7 +291,14 @@ impl Fs {
 
     /// Saves what must survive a restart (cache bitmaps); called at unmount.
     pub fn shutdown(&self) {
+        let t = std::time::Instant::now();
         self.cache.close();
         self.wb.staging().close();
+        // Closing syncs what the cache changed (fdatasync per entry), slow on a disk busy
+        // with other writers: the suspect when an unmount's 60 s wait for the session's end
+        // ran out (a CI run, fsx seed 5, with other work loading the disk). Say so.
+        if t.elapsed() > std::time::Duration::from_secs(5) {
+            tracing::warn!("closing the cache took {:.1} s", t.elapsed().as_secs_f64());
+        }
     }
 }
