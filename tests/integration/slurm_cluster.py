@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowfs_mount import _pid_alive as _alive
+
 NODES = ("n1", "n2")
 CPUS = 2  # per node: slurmd refuses a node configured with more than the host has
 
@@ -55,14 +57,12 @@ def _wait(cond, timeout: float, what: str, log: Path | None = None):
         time.sleep(0.05)
 
 
-def _alive(pid: int) -> bool:
+def _ours(pid: int) -> bool:
+    """Whether `pid` (from a pid file) is still one of the cluster's daemons, not a process
+    that got its number since (pids wrap at 32,768 here, and a test suite forks a lot)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() in ("slurmctld", "slurmd", "munged")
     except OSError:
         return False
 
@@ -261,7 +261,7 @@ class SlurmCluster:
                 pass
         ns_members = self._namespace_members(pids)
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids + ns_members:
+            for pid in [p for p in pids if _ours(p)] + ns_members:
                 if _alive(pid):
                     try:
                         os.kill(pid, sig)
@@ -270,7 +270,9 @@ class SlurmCluster:
             deadline = time.monotonic() + 10
             while any(_alive(p) for p in pids + ns_members) and time.monotonic() < deadline:
                 time.sleep(0.05)
-        for p in self.procs:
+        for p in self.procs:  # children of this process: their pids cannot have been reused
+            if p.poll() is None:
+                p.kill()
             try:
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:

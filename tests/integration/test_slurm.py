@@ -16,6 +16,7 @@ the head reads `.exitcode` and the outputs through its own.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 import re
 import shutil
 import tempfile
@@ -65,14 +66,78 @@ class SlurmRun:
     unmount_rc: int | None = None
 
 
-def _node_setup(flowfs: str, bucket: str, base: Path, node: str, data: Path, work: Path) -> str:
+def _node_setup(flowfs: str, bucket: str, base: Path, node: str, site: "Site", extra: str) -> str:
     nd = base / node
+    opts = f"{extra} --cache-dir {nd / 'cache'}".strip()
     return "\n".join([
         f"export XDG_RUNTIME_DIR={nd / 'run'}",
         f"mkdir -p {nd / 'run'} {nd / 'cache'}",
-        f"{flowfs} mount s3://{bucket}/data {data} --read-only --cache-dir {nd / 'cache'} --log-file {nd / 'data.log'}",
-        f"{flowfs} mount s3://{bucket}/slurm-work {work} --cache-dir {nd / 'cache'} --log-file {nd / 'work.log'}",
+        f"{flowfs} mount s3://{bucket}/data {site.data} --read-only {opts} --log-file {nd / 'data.log'}",
+        f"{flowfs} mount s3://{bucket}/{site.prefix} {site.work} {opts} --log-file {nd / 'work.log'}",
     ])
+
+
+@dataclass
+class Site:
+    """A cluster with flowfs mounts of s3://B/data (read-only) at `data` and s3://B/PREFIX at
+    `work`, on both nodes and on the head (`head`: the head's work Mount)."""
+    base: Path
+    prefix: str
+    cluster: SlurmCluster | None = None
+    factory: MountFactory | None = None
+    head: object = None
+
+    @property
+    def data(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def work(self) -> Path:
+        return self.base / "work"
+
+    def launch(self, name: str = "launch", extra_config: str = "") -> tuple[Path, Path, dict[str, str]]:
+        """A local launch dir with the slurm config: (dir, config, the engine's env)."""
+        d = self.base / name
+        d.mkdir()
+        cfg = d / "slurm.config"
+        cfg.write_text(SLURM_CONFIG + extra_config)
+        return d, cfg, tool_env({"NXF_HOME": str(d / "nxf-home"), "SLURM_CONF": str(self.cluster.conf)})
+
+
+@contextmanager
+def cluster_site(name: str, flowfs: str, seaweed, bucket: str, session_dir: Path, *, prefix: str = "slurm-work",
+                 proxy=None, extra: tuple[str, ...] = (), epilog: str | None = None):
+    """Starts the cluster with the nodes' mounts, then mounts the head; at the end unmounts
+    the head, then each node's mounts (`--force`: a killed mount has nothing to flush) and
+    stops every daemon."""
+    need_cluster()
+    site = Site(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=session_dir)), prefix)
+    site.data.mkdir()
+    site.work.mkdir()
+    site.cluster = SlurmCluster(site.base / "cluster")
+    site.factory = MountFactory(seaweed, site.base / "head")
+    endpoint = proxy.endpoint if proxy is not None else None
+    setup = {n: _node_setup(flowfs, bucket, site.base, n, site, " ".join(extra)) for n in ("n1", "n2")}
+    script = None
+    if epilog is not None:
+        script = site.base / "epilog.sh"
+        script.write_text(epilog.format(base=site.base, flowfs=flowfs, work=site.work))
+        script.chmod(0o755)
+    try:
+        site.cluster.start(setup=setup, node_env={n: clean_env(seaweed.env(endpoint)) for n in ("n1", "n2")},
+                           epilog=str(script) if script else None)
+        site.factory(bucket, "data", read_only=True, mountpoint=site.data, proxy=proxy, extra=extra)
+        site.head = site.factory(bucket, prefix, mountpoint=site.work, proxy=proxy, extra=extra)
+        yield site
+    finally:
+        site.factory.close_all()
+        unmount = {}
+        for n in ("n1", "n2"):
+            rt = site.base / n / "run"
+            unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs} unmount {site.work} || "
+                                      f"XDG_RUNTIME_DIR={rt} {flowfs} unmount --force {site.work}; "
+                                      f"XDG_RUNTIME_DIR={rt} {flowfs} unmount {site.data}"]
+        site.cluster.stop(before=unmount)
 
 
 def _warnings(log: str) -> list[str]:
@@ -81,26 +146,10 @@ def _warnings(log: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def slurm_nextflow(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):  # noqa: ARG001
-    need_cluster()
     need_tools("nextflow")
-    base = Path(tempfile.mkdtemp(prefix="slurm-", dir=session_dir))
-    data, work = base / "data", base / "work"
-    data.mkdir()
-    work.mkdir()
-    cluster = SlurmCluster(base / "cluster")
-    factory = MountFactory(seaweed, base / "head")
-    secrets = seaweed.env()
-    node_env = {n: clean_env(secrets) for n in ("n1", "n2")}
-    setup = {n: _node_setup(flowfs_binary, wf_bucket, base, n, data, work) for n in ("n1", "n2")}
-    try:
-        cluster.start(setup=setup, node_env=node_env)
-        factory(wf_bucket, "data", read_only=True, mountpoint=data)
-        head = factory(wf_bucket, "slurm-work", mountpoint=work)
-        launch = base / "launch"
-        launch.mkdir()
-        cfg = launch / "slurm.config"
-        cfg.write_text(SLURM_CONFIG)
-        env = tool_env({"NXF_HOME": str(launch / "nxf-home"), "SLURM_CONF": str(cluster.conf)})
+    with cluster_site("slurm", flowfs_binary, seaweed, wf_bucket, session_dir) as site:
+        cluster, data, work = site.cluster, site.data, site.work
+        launch, cfg, env = site.launch()
         run = run_engine(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg)]), cwd=launch, env=env,
                          timeout=ENGINE_TIMEOUT)
         print(f"\nNextflow on 2 Slurm nodes, -w on flowfs: {run.wall_s:.1f}s")
@@ -111,28 +160,18 @@ def slurm_nextflow(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):  # 
         if run.ok:
             # The same pipeline with -w on the head's local disk, which both nodes see (the
             # NFS user's setup), in the same run: the wall-time peer.
-            local = base / "launch-local"
-            local.mkdir()
-            r.local = run_engine(nextflow_cmd(data, base / "local-work", local / "results", extra=["-c", str(cfg)]),
-                                 cwd=local, env=tool_env({"NXF_HOME": str(local / "nxf-home"),
-                                                          "SLURM_CONF": str(cluster.conf)}), timeout=ENGINE_TIMEOUT)
+            local, _, local_env = site.launch("launch-local")
+            r.local = run_engine(nextflow_cmd(data, site.base / "local-work", local / "results", extra=["-c", str(cfg)]),
+                                 cwd=local, env=local_env, timeout=ENGINE_TIMEOUT)
             print(f"Nextflow on 2 Slurm nodes, -w on local disk: {r.local.wall_s:.1f}s")
             # -resume from a fresh head mount (new cache dir): every task found complete.
-            r.unmount_rc = head.unmount(timeout=300).returncode
+            r.unmount_rc = site.head.unmount(timeout=300).returncode
             before = len(cluster.jobs())
-            factory(wf_bucket, "slurm-work", mountpoint=work)
+            site.factory(wf_bucket, site.prefix, mountpoint=work)
             r.resumed = run_engine(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg), "-resume"]),
                                    cwd=launch, env=env, timeout=ENGINE_TIMEOUT, log=launch / "resume.log")
             r.resumed_jobs = cluster.jobs()[before:]
         yield r
-    finally:
-        factory.close_all()
-        unmount = {}
-        for n in ("n1", "n2"):
-            rt = str(base / n / "run")
-            unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {work}; "
-                                      f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {data}"]
-        cluster.stop(before=unmount)
 
 
 def test_nextflow_on_two_slurm_nodes_matches_local(slurm_nextflow, local_reference):
@@ -213,50 +252,38 @@ def test_a_node_whose_flowfs_is_killed_is_drained_and_its_tasks_run_again_on_the
     import subprocess
     import time
 
-    need_cluster()
     need_tools("nextflow")
-    base = Path(tempfile.mkdtemp(prefix="slurm-kill-", dir=session_dir))
-    data, work = base / "data", base / "work"
-    data.mkdir()
-    work.mkdir()
-    epilog = base / "epilog.sh"
-    epilog.write_text(EPILOG.format(base=base, flowfs=flowfs_binary, work=work))
-    epilog.chmod(0o755)
-    cluster = SlurmCluster(base / "cluster")
-    factory = MountFactory(seaweed, base / "head")
     prefix = f"slurm-kill-{os.getpid()}"
-    setup = {n: _node_setup(flowfs_binary, wf_bucket, base, n, data, work).replace("/slurm-work ", f"/{prefix} ")
-             for n in ("n1", "n2")}
     nf = None
-    try:
-        cluster.start(setup=setup, node_env={n: clean_env(seaweed.env()) for n in ("n1", "n2")}, epilog=str(epilog))
-        factory(wf_bucket, "data", read_only=True, mountpoint=data)
-        factory(wf_bucket, prefix, mountpoint=work)
-        launch = base / "launch"
-        launch.mkdir()
-        cfg = launch / "slurm.config"
+    with cluster_site("slurm-kill", flowfs_binary, seaweed, wf_bucket, session_dir, prefix=prefix,
+                      epilog=EPILOG) as site:
+        cluster, data, work = site.cluster, site.data, site.work
         # A task whose node died gets no .exitcode: Nextflow gives up on it after
         # exitReadTimeout (270 s by default) and retries it.
-        cfg.write_text(SLURM_CONFIG + "process.errorStrategy = 'retry'\nprocess.maxRetries = 3\n"
-                       "executor.exitReadTimeout = '15 sec'\n")
-        env = tool_env({"NXF_HOME": str(launch / "nxf-home"), "SLURM_CONF": str(cluster.conf)})
+        launch, cfg, env = site.launch(extra_config="process.errorStrategy = 'retry'\nprocess.maxRetries = 3\n"
+                                                    "executor.exitReadTimeout = '15 sec'\n")
         out = open(launch / "engine.log", "wb")
         nf = subprocess.Popen(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg)]), cwd=launch, env=env,
                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        # Once a job runs on n1 with at least one finished before it: kill n1's work mount.
-        deadline = time.monotonic() + 300
-        while True:
-            q = subprocess.run(["squeue", "-h", "-o", "%i %N %T"], env=cluster.env(), capture_output=True, text=True)
-            running_n1 = [l for l in q.stdout.splitlines() if l.split()[1:2] == ["n1"] and "RUNNING" in l]
-            if running_n1 and any(j.get("NodeList") == "n1" for j in cluster.jobs()):
-                break
-            assert nf.poll() is None and time.monotonic() < deadline, "no job on n1 to kill under"
-            time.sleep(0.2)
-        done_on_n1 = [j for j in cluster.jobs() if j.get("NodeList") == "n1" and j.get("JobState") == "COMPLETED"]
-        os.kill(_flowfs_pid_in(cluster, "n1", work), 9)
-        known = [int(l.split()[0]) for l in q.stdout.splitlines()] + [int(j["JobId"]) for j in cluster.jobs()]
-        last_before = max(known)
-        nf.wait(timeout=ENGINE_TIMEOUT)
+        try:
+            # Once a job runs on n1 with at least one finished there before it: kill n1's work mount.
+            deadline = time.monotonic() + 300
+            while True:
+                q = subprocess.run(["squeue", "-h", "-o", "%i %N %T"], env=cluster.env(), capture_output=True,
+                                   text=True)
+                running_n1 = [l for l in q.stdout.splitlines() if l.split()[1:2] == ["n1"] and "RUNNING" in l]
+                if running_n1 and any(j.get("NodeList") == "n1" for j in cluster.jobs()):
+                    break
+                assert nf.poll() is None and time.monotonic() < deadline, "no job on n1 to kill under"
+                time.sleep(0.2)
+            done_on_n1 = [j for j in cluster.jobs() if j.get("NodeList") == "n1" and j.get("JobState") == "COMPLETED"]
+            os.kill(_flowfs_pid_in(cluster, "n1", work), 9)
+            known = [int(l.split()[0]) for l in q.stdout.splitlines()] + [int(j["JobId"]) for j in cluster.jobs()]
+            last_before = max(known)
+            nf.wait(timeout=ENGINE_TIMEOUT)
+        finally:
+            if nf.poll() is None:
+                os.killpg(nf.pid, 9)
         output = (launch / "engine.log").read_text(errors="replace")
         assert nf.returncode == 0, f"Nextflow failed after n1's flowfs was killed:\n{output[-5000:]}"
         recs = vcf_records(launch / "results" / "annotated.vcf.gz")
@@ -271,17 +298,6 @@ def test_a_node_whose_flowfs_is_killed_is_drained_and_its_tasks_run_again_on_the
             body = s3.get_object(Bucket=wf_bucket, Key=key)["Body"].read()
             assert body.strip() == b"0", (key, body)
         print(f"\n{len(done_on_n1)} tasks done on n1 before the kill; {len(after)} jobs after it, all on n2")
-    finally:
-        if nf is not None and nf.poll() is None:
-            os.killpg(nf.pid, 9)
-        factory.close_all()
-        unmount = {}
-        for n in ("n1", "n2"):
-            rt = str(base / n / "run")
-            unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount --force {work}; "
-                                      f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {data}"]
-        cluster.stop(before=unmount)
-
 
 
 def test_nextflow_on_slurm_through_a_failing_store(flowfs_binary, seaweed, wf_bucket, wf_data, local_reference,
@@ -292,50 +308,27 @@ def test_nextflow_on_slurm_through_a_failing_store(flowfs_binary, seaweed, wf_bu
     from fault_helpers import MOUNT_EXTRA, assert_faults_injected, level_rates
     from faultproxy import FaultProxy
 
-    need_cluster()
     need_tools("nextflow")
-    base = Path(tempfile.mkdtemp(prefix="slurm-faults-", dir=session_dir))
-    data, work = base / "data", base / "work"
-    data.mkdir()
-    work.mkdir()
     proxy = FaultProxy(seaweed.endpoint, seed=32).start()
-    cluster = SlurmCluster(base / "cluster")
-    factory = MountFactory(seaweed, base / "head")
-    prefix = f"slurm-faults-{os.getpid()}"
-    extra = " ".join(MOUNT_EXTRA)
-    setup = {n: _node_setup(flowfs_binary, wf_bucket, base, n, data, work).replace("/slurm-work ", f"/{prefix} ")
-             .replace("--cache-dir", f"{extra} --cache-dir") for n in ("n1", "n2")}
     try:
-        cluster.start(setup=setup, node_env={n: clean_env(seaweed.env(proxy.endpoint)) for n in ("n1", "n2")})
-        factory(wf_bucket, "data", read_only=True, mountpoint=data, proxy=proxy, extra=MOUNT_EXTRA)
-        head = factory(wf_bucket, prefix, mountpoint=work, proxy=proxy, extra=MOUNT_EXTRA)
-        launch = base / "launch"
-        launch.mkdir()
-        cfg = launch / "slurm.config"
-        cfg.write_text(SLURM_CONFIG)
-        proxy.set_faults(level_rates("5pct"))
-        env = tool_env({"NXF_HOME": str(launch / "nxf-home"), "SLURM_CONF": str(cluster.conf)})
-        run = run_engine(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg)]), cwd=launch, env=env,
-                         timeout=ENGINE_TIMEOUT)
-        print(f"\nNextflow on 2 Slurm nodes through the fault proxy at 5 %: {run.wall_s:.1f}s; "
-              f"{proxy.fault_summary()}")
-        assert run.ok, f"Nextflow on Slurm under faults failed: {run.describe()}"
-        recs = vcf_records(launch / "results" / "annotated.vcf.gz")
-        assert recs == local_reference, diff_records(recs, local_reference)
-        jobs = cluster.jobs()
-        assert {"n1", "n2"} <= {j.get("NodeList") for j in jobs}, jobs
-        assert all(j.get("ExitCode") == "0:0" for j in jobs), jobs
-        assert_faults_injected(proxy)
-        um = head.unmount(timeout=300)
-        assert um.returncode == 0, um
+        with cluster_site("slurm-faults", flowfs_binary, seaweed, wf_bucket, session_dir,
+                          prefix=f"slurm-faults-{os.getpid()}", proxy=proxy, extra=MOUNT_EXTRA) as site:
+            launch, cfg, env = site.launch()
+            proxy.set_faults(level_rates("5pct"))
+            run = run_engine(nextflow_cmd(site.data, site.work, launch / "results", extra=["-c", str(cfg)]),
+                             cwd=launch, env=env, timeout=ENGINE_TIMEOUT)
+            print(f"\nNextflow on 2 Slurm nodes through the fault proxy at 5 %: {run.wall_s:.1f}s; "
+                  f"{proxy.fault_summary()}")
+            assert run.ok, f"Nextflow on Slurm under faults failed: {run.describe()}"
+            recs = vcf_records(launch / "results" / "annotated.vcf.gz")
+            assert recs == local_reference, diff_records(recs, local_reference)
+            jobs = site.cluster.jobs()
+            assert {"n1", "n2"} <= {j.get("NodeList") for j in jobs}, jobs
+            assert all(j.get("ExitCode") == "0:0" for j in jobs), jobs
+            assert_faults_injected(proxy)
+            um = site.head.unmount(timeout=300)
+            assert um.returncode == 0, um
     finally:
-        factory.close_all()
-        unmount = {}
-        for n in ("n1", "n2"):
-            rt = str(base / n / "run")
-            unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {work}; "
-                                      f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {data}"]
-        cluster.stop(before=unmount)
         proxy.stop()
 
 
@@ -359,47 +352,26 @@ def _smk_plugin() -> None:
 def slurm_snakemake(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):  # noqa: ARG001
     """Snakemake with the slurm executor plugin, `--directory` on the work mount (every
     node's and the head's), the inputs on the read-only data mount."""
-    need_cluster()
     need_tools("snakemake")
     _smk_plugin()
-    base = Path(tempfile.mkdtemp(prefix="slurm-smk-", dir=session_dir))
-    data, work = base / "data", base / "work"
-    data.mkdir()
-    work.mkdir()
-    cluster = SlurmCluster(base / "cluster")
-    factory = MountFactory(seaweed, base / "head")
-    node_env = {n: clean_env(seaweed.env()) for n in ("n1", "n2")}
-    setup = {n: _node_setup(flowfs_binary, wf_bucket, base, n, data, work) for n in ("n1", "n2")}
-    try:
-        cluster.start(setup=setup, node_env=node_env)
-        factory(wf_bucket, "data", read_only=True, mountpoint=data)
-        factory(wf_bucket, "slurm-work", mountpoint=work)
-        launch = base / "launch"
+    with cluster_site("slurm-smk", flowfs_binary, seaweed, wf_bucket, session_dir, prefix="slurm-smk") as site:
+        launch = site.base / "launch"
         # The jobs run Snakemake itself on the node (the plugin's job step): from the venv.
         path = f"{Path(snakemake_bin()).parent}:{os.environ.get('PATH', '')}"
-        env = tool_env({"SLURM_CONF": str(cluster.conf), "PATH": path})
-        run = run_engine(snakemake_cmd(data, work / "smk", extra=SMK_SLURM), cwd=launch, env=env,
+        env = tool_env({"SLURM_CONF": str(site.cluster.conf), "PATH": path})
+        run = run_engine(snakemake_cmd(site.data, site.work / "smk", extra=SMK_SLURM), cwd=launch, env=env,
                          timeout=ENGINE_TIMEOUT)
         print(f"\nSnakemake on 2 Slurm nodes, --directory on flowfs: {run.wall_s:.1f}s")
-        vcf = work / "smk" / "results" / "annotated.vcf.gz"
+        vcf = site.work / "smk" / "results" / "annotated.vcf.gz"
         records = vcf_records(vcf) if run.ok and vcf.exists() else None
         job_logs = "\n".join(f"--- {p}:\n{p.read_text(errors='replace')[-2000:]}"
-                             for p in sorted((work / "smk" / ".snakemake" / "slurm_logs").rglob("*.log"))[:6])
-        r = SlurmRun(run, records, cluster.jobs(), job_logs)
+                             for p in sorted((site.work / "smk" / ".snakemake" / "slurm_logs").rglob("*.log"))[:6])
+        r = SlurmRun(run, records, site.cluster.jobs(), job_logs)
         if run.ok:
-            local = base / "launch-local"
-            r.local = run_engine(snakemake_cmd(data, base / "local-smk", extra=SMK_SLURM), cwd=local, env=env,
-                                 timeout=ENGINE_TIMEOUT)
+            r.local = run_engine(snakemake_cmd(site.data, site.base / "local-smk", extra=SMK_SLURM),
+                                 cwd=site.base / "launch-local", env=env, timeout=ENGINE_TIMEOUT)
             print(f"Snakemake on 2 Slurm nodes, --directory on local disk: {r.local.wall_s:.1f}s")
         yield r
-    finally:
-        factory.close_all()
-        unmount = {}
-        for n in ("n1", "n2"):
-            rt = str(base / n / "run")
-            unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {work}; "
-                                      f"XDG_RUNTIME_DIR={rt} {flowfs_binary} unmount {data}"]
-        cluster.stop(before=unmount)
 
 
 def test_snakemake_on_two_slurm_nodes_matches_local(slurm_snakemake, local_reference):
