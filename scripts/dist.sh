@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make dist` (issue 32): a static flowfs for any Linux x86_64 node or container image.
 #
-#   dist/flowfs        static-pie, linked against musl, stripped: no glibc or any other
+#   dist/flowfs        static, linked against musl, stripped: no glibc or any other
 #                      file needed at run time (FUSE is spoken on /dev/fuse directly; as
 #                      root it mounts with mount(2), otherwise through fusermount3 if the
 #                      host has it)
@@ -26,8 +26,12 @@ if ! rustup target list --installed | grep -qx "$TARGET"; then
   rustup target add "$TARGET"
 fi
 
-CC_x86_64_unknown_linux_musl=musl-gcc cargo build --release --target "$TARGET" -p flowfs
-built="$TARGET_DIR/$TARGET/release/flowfs"
+# The dist profile (Cargo.toml: fat LTO, one codegen unit) and a non-PIE static binary:
+# 18.3 MB stripped where the release profile's static-pie was 25.1 MB.
+CC_x86_64_unknown_linux_musl=musl-gcc \
+  CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS="-C relocation-model=static -C target-feature=+crt-static" \
+  cargo build --profile dist --target "$TARGET" -p flowfs
+built="$TARGET_DIR/$TARGET/dist/flowfs"
 mkdir -p dist
 objcopy --only-keep-debug "$built" dist/flowfs.debug
 objcopy --strip-all --add-gnu-debuglink=dist/flowfs.debug "$built" dist/flowfs.tmp
