@@ -34,15 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowfs_mount import _pid_alive as _alive
+from seaweed import free_port
 
 NODES = ("n1", "n2")
 CPUS = 2  # per node: slurmd refuses a node configured with more than the host has
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(cond, timeout: float, what: str, log: Path | None = None):
@@ -114,10 +109,8 @@ class SlurmCluster:
         self.ctld_port = free_port()
         self.nodes = [Node(n, free_port()) for n in NODES]
         self._write_conf(epilog)
-        ctld = self._spawn(["slurmctld", "-D", "-f", str(self.conf)], "slurmctld")
-        _wait(lambda: self.scontrol("ping").returncode == 0 and "UP" in self.scontrol("ping").stdout, 60,
-              "slurmctld answering", self.base / "log" / "slurmctld.log")
-        del ctld
+        self._spawn(["slurmctld", "-D", "-f", str(self.conf)], "slurmctld")
+        _wait(self._ctld_up, 60, "slurmctld answering", self.base / "log" / "slurmctld.log")
         for node in self.nodes:
             pre = (setup or {}).get(node.name, "true")
             # A job's own Slurm commands (srun in Snakemake's job step, which drops SLURM_*
@@ -205,6 +198,10 @@ class SlurmCluster:
     def scontrol(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["scontrol", *args], env=self.env(), capture_output=True, text=True, timeout=30,
                               stdin=subprocess.DEVNULL)
+
+    def _ctld_up(self) -> bool:
+        r = self.scontrol("ping")
+        return r.returncode == 0 and "UP" in r.stdout
 
     def _idle(self, node: str) -> bool:
         r = self.scontrol("show", "node", node)

@@ -16,10 +16,10 @@ the head reads `.exitcode` and the outputs through its own.
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,7 @@ import pytest
 
 from conftest import MountFactory
 from seaweed import clean_env
-from slurm_cluster import SlurmCluster
+from slurm_cluster import NODES, SlurmCluster
 from workflow_helpers import (ENGINE_TIMEOUT, EngineRun, diff_records, need_tools, nextflow_cmd, run_engine,
                               snakemake_bin, snakemake_cmd, tool_env, vcf_records)
 
@@ -59,15 +59,15 @@ class SlurmRun:
     run: EngineRun
     records: list[str] | None
     jobs: list[dict[str, str]]
-    log: str  # .nextflow.log
+    log: str  # what the engine left to read on failure: .nextflow.log, or Snakemake's job logs
     local: EngineRun | None = None  # the same pipeline with -w on the head's local disk
     resumed: EngineRun | None = None  # -resume from a fresh head mount
     resumed_jobs: list[dict[str, str]] | None = None
     unmount_rc: int | None = None
 
 
-def _node_setup(flowfs: str, bucket: str, base: Path, node: str, site: "Site", extra: str) -> str:
-    nd = base / node
+def _node_setup(flowfs: str, bucket: str, site: "Site", node: str, extra: str) -> str:
+    nd = site.base / node
     opts = f"{extra} --cache-dir {nd / 'cache'}".strip()
     return "\n".join([
         f"export XDG_RUNTIME_DIR={nd / 'run'}",
@@ -117,14 +117,14 @@ def cluster_site(name: str, flowfs: str, seaweed, bucket: str, session_dir: Path
     site.cluster = SlurmCluster(site.base / "cluster")
     site.factory = MountFactory(seaweed, site.base / "head")
     endpoint = proxy.endpoint if proxy is not None else None
-    setup = {n: _node_setup(flowfs, bucket, site.base, n, site, " ".join(extra)) for n in ("n1", "n2")}
+    setup = {n: _node_setup(flowfs, bucket, site, n, " ".join(extra)) for n in NODES}
     script = None
     if epilog is not None:
         script = site.base / "epilog.sh"
         script.write_text(epilog.format(base=site.base, flowfs=flowfs, work=site.work))
         script.chmod(0o755)
     try:
-        site.cluster.start(setup=setup, node_env={n: clean_env(seaweed.env(endpoint)) for n in ("n1", "n2")},
+        site.cluster.start(setup=setup, node_env={n: clean_env(seaweed.env(endpoint)) for n in NODES},
                            epilog=str(script) if script else None)
         site.factory(bucket, "data", read_only=True, mountpoint=site.data, proxy=proxy, extra=extra)
         site.head = site.factory(bucket, prefix, mountpoint=site.work, proxy=proxy, extra=extra)
@@ -132,7 +132,7 @@ def cluster_site(name: str, flowfs: str, seaweed, bucket: str, session_dir: Path
     finally:
         site.factory.close_all()
         unmount = {}
-        for n in ("n1", "n2"):
+        for n in NODES:
             rt = site.base / n / "run"
             unmount[n] = ["sh", "-c", f"XDG_RUNTIME_DIR={rt} {flowfs} unmount {site.work} || "
                                       f"XDG_RUNTIME_DIR={rt} {flowfs} unmount --force {site.work}; "
