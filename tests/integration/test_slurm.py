@@ -15,10 +15,13 @@ the head reads `.exitcode` and the outputs through its own.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
+import subprocess
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +67,7 @@ class SlurmRun:
     resumed: EngineRun | None = None  # -resume from a fresh head mount
     resumed_jobs: list[dict[str, str]] | None = None
     unmount_rc: int | None = None
+    site: "Site | None" = None  # the cluster and mounts, still up while the module's tests run
 
 
 def _node_setup(flowfs: str, bucket: str, site: "Site", node: str, extra: str) -> str:
@@ -156,7 +160,7 @@ def slurm_nextflow(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):  # 
         vcf = launch / "results" / "annotated.vcf.gz"
         records = vcf_records(vcf) if run.ok and vcf.exists() else None
         log = (launch / ".nextflow.log").read_text(errors="replace") if (launch / ".nextflow.log").exists() else ""
-        r = SlurmRun(run, records, cluster.jobs(), log)
+        r = SlurmRun(run, records, cluster.jobs(), log, site=site)
         if run.ok:
             # The same pipeline with -w on the head's local disk, which both nodes see (the
             # NFS user's setup), in the same run: the wall-time peer.
@@ -213,6 +217,43 @@ def test_wall_time_against_a_shared_local_work_dir(slurm_nextflow, local_referen
     assert ratio <= 1.15, f"{ratio:.2f}x the local-disk run"
 
 
+def _repeats() -> int:
+    raw = os.environ.get("FLOWFS_SLURM_REPEAT", "5")
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"FLOWFS_SLURM_REPEAT={raw!r}: give a number of runs, 1 or more")
+    return int(raw)
+
+
+def test_repeated_runs_retry_no_task(slurm_nextflow, local_reference):
+    """Target (issue 32): 0 tasks retried for a visibility reason in 5 runs
+    (FLOWFS_SLURM_REPEAT, default 5), each a new work dir on the same mounts and cluster.
+    The config lets Nextflow retry (as nf-core's does): a task whose .exitcode or output the
+    head could not see yet would be retried or waited for, and the run would still end 0,
+    so the count of submissions and the log say it, not the exit code."""
+    site = slurm_nextflow.site
+    assert slurm_nextflow.run.ok, "the first Slurm run failed (see test_nextflow_on_two_slurm_nodes_matches_local)"
+    retry = "process.errorStrategy = 'retry'\nprocess.maxRetries = 2\n"
+    for i in range(_repeats()):
+        launch, cfg, env = site.launch(f"launch-repeat-{i}", extra_config=retry)
+        before = len(site.cluster.jobs())
+        run = run_engine(nextflow_cmd(site.data, site.work / f"repeat-{i}", launch / "results", extra=["-c", str(cfg)]),
+                         cwd=launch, env=env, timeout=ENGINE_TIMEOUT)
+        jobs = site.cluster.jobs()[before:]
+        print(f"\nrepeat {i + 1}: {run.wall_s:.1f}s, {len(jobs)} jobs on "
+              f"{sorted({j.get('NodeList') for j in jobs})}")
+        assert run.ok, f"run {i + 1}: {run.describe()}"
+        assert vcf_records(launch / "results" / "annotated.vcf.gz") == local_reference, f"run {i + 1}"
+        log = (launch / ".nextflow.log").read_text(errors="replace")
+        warnings = _warnings(log)
+        assert not warnings, f"run {i + 1}:\n" + "\n".join(warnings[:20])
+        retried = [line for line in (run.output + log).splitlines() if "Re-submitted process" in line
+                   or "Execution is retried" in line]
+        assert not retried, f"run {i + 1} retried:\n" + "\n".join(retried[:20])
+        bad = [j for j in jobs if j.get("JobState") != "COMPLETED" or j.get("ExitCode") != "0:0"]
+        assert not bad, (i + 1, bad)
+        assert len(jobs) == len(slurm_nextflow.jobs), (i + 1, len(jobs), len(slurm_nextflow.jobs))
+
+
 EPILOG = """#!/bin/sh
 # After every job: a node whose flowfs cannot say that everything written is in the bucket
 # (exit 1: pending or failed, waited for up to 60 s; exit 2: the mount does not answer) fails
@@ -249,8 +290,6 @@ def test_a_node_whose_flowfs_is_killed_is_drained_and_its_tasks_run_again_on_the
     node's epilog (`flowfs status`) fails and Slurm drains n1, Nextflow retries the task on
     n2, the run ends with the local run's records; every task n1 completed before the kill
     has its .exitcode in the bucket."""
-    import subprocess
-    import time
 
     need_tools("nextflow")
     prefix = f"slurm-kill-{os.getpid()}"
@@ -267,16 +306,7 @@ def test_a_node_whose_flowfs_is_killed_is_drained_and_its_tasks_run_again_on_the
                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             # Once a job runs on n1 with at least one finished there before it: kill n1's work mount.
-            deadline = time.monotonic() + 300
-            while True:
-                q = subprocess.run(["squeue", "-h", "-o", "%i %N %T"], env=cluster.env(), capture_output=True,
-                                   text=True)
-                running_n1 = [l for l in q.stdout.splitlines() if l.split()[1:2] == ["n1"] and "RUNNING" in l]
-                if running_n1 and any(j.get("NodeList") == "n1" for j in cluster.jobs()):
-                    break
-                assert nf.poll() is None and time.monotonic() < deadline, "no job on n1 to kill under"
-                time.sleep(0.2)
-            done_on_n1 = [j for j in cluster.jobs() if j.get("NodeList") == "n1" and j.get("JobState") == "COMPLETED"]
+            q, done_on_n1 = _await_a_job_on_n1_after_one_done(cluster, nf)
             os.kill(_flowfs_pid_in(cluster, "n1", work), 9)
             known = [int(l.split()[0]) for l in q.stdout.splitlines()] + [int(j["JobId"]) for j in cluster.jobs()]
             last_before = max(known)
@@ -343,9 +373,31 @@ SMK_SLURM = ["--executor", "slurm", "--jobs", "8", "--slurm-status-command", "sq
 
 def _smk_plugin() -> None:
     py = Path(snakemake_bin()).parent / "python"
-    r = __import__("subprocess").run([str(py), "-c", "import snakemake_executor_plugin_slurm"], capture_output=True)
+    r = subprocess.run([str(py), "-c", "import snakemake_executor_plugin_slurm"], capture_output=True)
     if r.returncode != 0:
         pytest.skip("snakemake-executor-plugin-slurm missing: run `make slurm-deps`")
+
+
+def _smk_env(site: Site) -> dict[str, str]:
+    # The jobs run Snakemake itself on the node (the plugin's job step): from the venv.
+    path = f"{Path(snakemake_bin()).parent}:{os.environ.get('PATH', '')}"
+    return tool_env({"SLURM_CONF": str(site.cluster.conf), "PATH": path})
+
+
+def _smk_cmd(site: Site, directory: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    return snakemake_cmd(site.data, directory, extra=[*SMK_SLURM, *extra])
+
+
+def _smk_job_logs(directory: Path) -> str:
+    return "\n".join(f"--- {p}:\n{p.read_text(errors='replace')[-2000:]}"
+                     for p in sorted((directory / ".snakemake" / "slurm_logs").rglob("*.log"))[:6])
+
+
+def _assert_smk_jobs(jobs: list[dict[str, str]]) -> None:
+    nodes = {j.get("NodeList") for j in jobs}
+    assert {"n1", "n2"} <= nodes, f"jobs ran on {nodes}: {jobs}"
+    bad = [j for j in jobs if j.get("JobState") != "COMPLETED" or j.get("ExitCode") != "0:0"]
+    assert not bad, bad
 
 
 @pytest.fixture(scope="module")
@@ -355,21 +407,15 @@ def slurm_snakemake(flowfs_binary, seaweed, wf_bucket, wf_data, session_dir):  #
     need_tools("snakemake")
     _smk_plugin()
     with cluster_site("slurm-smk", flowfs_binary, seaweed, wf_bucket, session_dir, prefix="slurm-smk") as site:
-        launch = site.base / "launch"
-        # The jobs run Snakemake itself on the node (the plugin's job step): from the venv.
-        path = f"{Path(snakemake_bin()).parent}:{os.environ.get('PATH', '')}"
-        env = tool_env({"SLURM_CONF": str(site.cluster.conf), "PATH": path})
-        run = run_engine(snakemake_cmd(site.data, site.work / "smk", extra=SMK_SLURM), cwd=launch, env=env,
-                         timeout=ENGINE_TIMEOUT)
+        env = _smk_env(site)
+        run = run_engine(_smk_cmd(site, site.work / "smk"), cwd=site.base / "launch", env=env, timeout=ENGINE_TIMEOUT)
         print(f"\nSnakemake on 2 Slurm nodes, --directory on flowfs: {run.wall_s:.1f}s")
         vcf = site.work / "smk" / "results" / "annotated.vcf.gz"
         records = vcf_records(vcf) if run.ok and vcf.exists() else None
-        job_logs = "\n".join(f"--- {p}:\n{p.read_text(errors='replace')[-2000:]}"
-                             for p in sorted((site.work / "smk" / ".snakemake" / "slurm_logs").rglob("*.log"))[:6])
-        r = SlurmRun(run, records, site.cluster.jobs(), job_logs)
+        r = SlurmRun(run, records, site.cluster.jobs(), _smk_job_logs(site.work / "smk"), site=site)
         if run.ok:
-            r.local = run_engine(snakemake_cmd(site.data, site.base / "local-smk", extra=SMK_SLURM),
-                                 cwd=site.base / "launch-local", env=env, timeout=ENGINE_TIMEOUT)
+            r.local = run_engine(_smk_cmd(site, site.base / "local-smk"), cwd=site.base / "launch-local", env=env,
+                                 timeout=ENGINE_TIMEOUT)
             print(f"Snakemake on 2 Slurm nodes, --directory on local disk: {r.local.wall_s:.1f}s")
         yield r
 
@@ -378,15 +424,100 @@ def test_snakemake_on_two_slurm_nodes_matches_local(slurm_snakemake, local_refer
     r = slurm_snakemake
     assert r.run.ok, f"Snakemake on Slurm with --directory on flowfs failed: {r.run.describe()}\n{r.log}"
     assert r.records == local_reference, diff_records(r.records or [], local_reference)
-    nodes = {j.get("NodeList") for j in r.jobs}
-    assert {"n1", "n2"} <= nodes, f"jobs ran on {nodes}: {r.jobs}"
-    bad = [j for j in r.jobs if j.get("JobState") != "COMPLETED" or j.get("ExitCode") != "0:0"]
-    assert not bad, bad
+    _assert_smk_jobs(r.jobs)
     # No job waited for an output the head could not see (Snakemake's --latency-wait).
     assert "Waiting at most" not in r.run.output, r.run.output[-4000:]
     assert r.local is not None and r.local.ok, r.local.describe() if r.local else "not run"
     print(f"\nSnakemake on Slurm, flowfs {r.run.wall_s:.1f}s vs local disk {r.local.wall_s:.1f}s: "
           f"{r.run.wall_s / r.local.wall_s:.2f}x")
+
+
+def test_snakemake_on_slurm_through_a_failing_store(flowfs_binary, seaweed, wf_bucket, wf_data, local_reference,
+                                                    session_dir):  # noqa: ARG001
+    """Snakemake's run with every mount through the fault proxy at 5 %: the local run's
+    records, every job COMPLETED 0:0 on both nodes, no latency wait, faults injected."""
+    from fault_helpers import MOUNT_EXTRA, assert_faults_injected, level_rates
+    from faultproxy import FaultProxy
+
+    need_tools("snakemake")
+    _smk_plugin()
+    proxy = FaultProxy(seaweed.endpoint, seed=3232).start()
+    try:
+        with cluster_site("slurm-smk-faults", flowfs_binary, seaweed, wf_bucket, session_dir,
+                          prefix=f"slurm-smk-faults-{os.getpid()}", proxy=proxy, extra=MOUNT_EXTRA) as site:
+            proxy.set_faults(level_rates("5pct"))
+            smk = site.work / "smk"
+            run = run_engine(_smk_cmd(site, smk), cwd=site.base / "launch", env=_smk_env(site), timeout=ENGINE_TIMEOUT)
+            print(f"\nSnakemake on 2 Slurm nodes through the fault proxy at 5 %: {run.wall_s:.1f}s; "
+                  f"{proxy.fault_summary()}")
+            assert run.ok, f"Snakemake on Slurm under faults failed: {run.describe()}\n{_smk_job_logs(smk)}"
+            recs = vcf_records(smk / "results" / "annotated.vcf.gz")
+            assert recs == local_reference, diff_records(recs, local_reference)
+            _assert_smk_jobs(site.cluster.jobs())
+            assert "Waiting at most" not in run.output, run.output[-4000:]
+            assert_faults_injected(proxy)
+            um = site.head.unmount(timeout=300)
+            assert um.returncode == 0, um
+    finally:
+        proxy.stop()
+
+
+def test_snakemake_node_whose_flowfs_is_killed_is_drained_and_its_jobs_run_again_on_the_other(
+        flowfs_binary, seaweed, s3, wf_bucket, wf_data, local_reference, session_dir):  # noqa: ARG001
+    """kill -9 of n1's work mount while a Snakemake job runs there (`--retries 3`): the job
+    fails, n1's epilog drains it, Snakemake resubmits to n2 and ends with the local run's
+    records; the Slurm log of every job n1 completed before the kill (written by n1's slurmd
+    through n1's mount, closed when the job ended) is in the bucket."""
+
+    need_tools("snakemake")
+    _smk_plugin()
+    prefix = f"slurm-smk-kill-{os.getpid()}"
+    with cluster_site("slurm-smk-kill", flowfs_binary, seaweed, wf_bucket, session_dir, prefix=prefix,
+                      epilog=EPILOG) as site:
+        cluster, smk = site.cluster, site.work / "smk"
+        (site.base / "launch").mkdir()
+        out = open(site.base / "launch" / "engine.log", "wb")
+        # The plugin deletes a successful job's log unless told to keep it.
+        cmd = _smk_cmd(site, smk, extra=("--retries", "3", "--slurm-keep-successful-logs"))
+        eng = subprocess.Popen(cmd, cwd=site.base / "launch", env=_smk_env(site), stdout=out,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            q, done_on_n1 = _await_a_job_on_n1_after_one_done(cluster, eng)
+            os.kill(_flowfs_pid_in(cluster, "n1", site.work), 9)
+            last_before = max([int(line.split()[0]) for line in q.stdout.splitlines()]
+                              + [int(j["JobId"]) for j in cluster.jobs()])
+            eng.wait(timeout=ENGINE_TIMEOUT)
+        finally:
+            if eng.poll() is None:
+                os.killpg(eng.pid, 9)
+        output = (site.base / "launch" / "engine.log").read_text(errors="replace")
+        assert eng.returncode == 0, f"Snakemake failed after n1's flowfs was killed:\n{output[-5000:]}"
+        recs = vcf_records(smk / "results" / "annotated.vcf.gz")
+        assert recs == local_reference, diff_records(recs, local_reference)
+        assert "DRAIN" in cluster.node_states()["n1"], cluster.node_states()
+        after = [j for j in cluster.jobs() if int(j["JobId"]) > last_before]
+        assert after and all(j.get("NodeList") == "n2" for j in after), after
+        logs = {p.stem: p for p in (smk / ".snakemake" / "slurm_logs").rglob("*.log")}
+        for j in done_on_n1:
+            assert j["JobId"] in logs, f"job {j['JobId']}'s log is gone: {sorted(logs)}"
+            key = f"{prefix}/{logs[j['JobId']].relative_to(site.work)}"
+            s3.head_object(Bucket=wf_bucket, Key=key)
+        print(f"\n{len(done_on_n1)} jobs done on n1 before the kill; {len(after)} jobs after it, all on n2")
+
+
+def _await_a_job_on_n1_after_one_done(cluster: SlurmCluster, engine) -> tuple:
+    """Waits until a job runs on n1 while another has finished there; returns the squeue
+    output of that moment and n1's completed jobs."""
+
+    deadline = time.monotonic() + 300
+    while True:
+        q = subprocess.run(["squeue", "-h", "-o", "%i %N %T"], env=cluster.env(), capture_output=True, text=True)
+        running_n1 = [line for line in q.stdout.splitlines() if line.split()[1:2] == ["n1"] and "RUNNING" in line]
+        done = [j for j in cluster.jobs() if j.get("NodeList") == "n1" and j.get("JobState") == "COMPLETED"]
+        if running_n1 and done:
+            return q, done
+        assert engine.poll() is None and time.monotonic() < deadline, "no job on n1 to kill under"
+        time.sleep(0.2)
 
 
 def _static(path: str) -> bool:
@@ -405,7 +536,6 @@ def test_the_static_binary_runs_flowfs_run_in_a_root_with_nothing_else(flowfs_bi
         pytest.skip("a static busybox is missing: run `make slurm-deps` (busybox-static)")
     if not _static(flowfs_binary):
         pytest.skip(f"{flowfs_binary} is not static: run `make dist` and point FLOWFS_BIN at dist/flowfs")
-    import subprocess
 
     data = os.urandom(3 << 20)
     s3.put_object(Bucket=bucket, Key="in/a.bin", Body=data)
@@ -425,7 +555,6 @@ def test_the_static_binary_runs_flowfs_run_in_a_root_with_nothing_else(flowfs_bi
                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     log = (root / "tmp" / "run.log").read_text(errors="replace") if (root / "tmp" / "run.log").exists() else ""
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}\n{log[-3000:]}"
-    import hashlib
     assert hashlib.sha256(data).hexdigest() in r.stdout, r.stdout
     got = s3.get_object(Bucket=bucket, Key="in/b.bin")["Body"].read()
     assert got == data
