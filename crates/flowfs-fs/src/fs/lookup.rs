@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Inodes, Kind, Listing};
 
-use super::{join, valid_name, Attr, Fs, RELIST_MAX};
+use super::{join, pages, valid_name, Attr, Fs, RELIST_MAX};
 
 impl Fs {
     /// The attributes of `name` in `parent`, asking the store if the cached answer is older
@@ -61,6 +61,26 @@ impl Fs {
                 t.add_negative(parent, name);
                 Err(FsError::NotFound)
             }
+        }
+    }
+
+    /// A file created in a directory never listed here (one that was in the bucket
+    /// before: a pipeline's `results/`, a rerun's work dir) lists the directory behind the
+    /// create, up to `RELIST_MAX` names, so that the lookups of the creates after it are
+    /// answered from memory. Each cost a HEAD and a one-key LIST before: 200 files into
+    /// an existing directory took 5.0 s at 20 ms per request, against 0.3 s into a new
+    /// one. A bigger directory is noted as such and asked name by name, as before. Only
+    /// a create does this, not a name found absent: a reader waiting for another
+    /// client's file would then be answered from a listing up to a TTL old for names it
+    /// never asked before (a lookup of a new name asks the store).
+    pub(super) fn list_unlisted_behind(self: &Arc<Self>, parent: u64) {
+        let unlisted = self
+            .ns
+            .lock()
+            .get(parent)
+            .is_some_and(|p| p.listed_len().is_none());
+        if unlisted && !self.cfg.metadata_ttl.is_zero() {
+            self.list_ahead(parent, RELIST_MAX.div_ceil(pages::PAGE), true);
         }
     }
 

@@ -70,6 +70,7 @@ impl Fs {
             )),
         };
         let (ino, staged) = self.add_new(parent, name, e, NewFile::Created, b"")?;
+        self.list_unlisted_behind(parent);
         let access = if passthrough {
             Access::Passthrough
         } else {

@@ -5,6 +5,10 @@
 //! of its first subdirectories and of the directories after it in its parent are
 //! fetched ahead, a bounded number at once, so that the walker finds them in memory.
 //!
+//! A file created in a directory never listed (one that was in the bucket before) lists
+//! that directory ahead of the creates that follow, the same way (lookup.rs,
+//! `list_unlisted_behind`).
+//!
 //! Bounds: at most `AHEAD` subdirectories and `AHEAD` following siblings per directory
 //! read, `LISTS` LISTs in flight and `QUEUED` listings waiting over the whole mount, and
 //! one page of keys (1,000) per listing fetched ahead: a bigger directory is listed when
@@ -19,6 +23,7 @@ use tokio::sync::Semaphore;
 
 use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
 
+use super::pages::PAGE;
 use super::Fs;
 
 /// Directories listed ahead per directory read: its first subdirectories, and as many
@@ -138,21 +143,39 @@ impl Fs {
             todo
         };
         for dir in todo {
-            if !self.ns.walks().enqueue(dir) {
-                continue;
-            }
-            let me = self.clone();
-            tokio::spawn(async move {
-                let kept = match me.ns.walks().lists.clone().acquire_owned().await {
-                    Ok(_permit) => me.listing_within(dir, 1).await,
-                    Err(_) => Ok(None),
-                };
-                if let Err(e) = &kept {
-                    tracing::debug!(dir, "listing ahead of a walk failed: {e}");
-                }
-                me.ns.walks().done(dir, matches!(kept, Ok(Some(_))));
-            });
+            self.list_ahead(dir, 1, false);
         }
+    }
+
+    /// Lists `dir` in a task of its own, up to `max_pages` pages, one of the mount's
+    /// bounded listings ahead (`LISTS` at once; `read_ahead_settled` awaits them); a
+    /// directory bigger than that is noted as too big to list again when `note_too_big`.
+    /// Returns whether it was queued (not when queued already or the queue is full).
+    pub(super) fn list_ahead(
+        self: &Arc<Self>,
+        dir: u64,
+        max_pages: usize,
+        note_too_big: bool,
+    ) -> bool {
+        if !self.ns.walks().enqueue(dir) {
+            return false;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let kept = match me.ns.walks().lists.clone().acquire_owned().await {
+                Ok(_permit) => me.listing_within(dir, max_pages).await,
+                Err(_) => Ok(None),
+            };
+            match &kept {
+                Err(e) => tracing::debug!(dir, "listing ahead failed: {e}"),
+                Ok(None) if note_too_big => {
+                    me.ns.lock().set_too_big_to_list(dir, max_pages * PAGE + 1)
+                }
+                Ok(_) => {}
+            }
+            me.ns.walks().done(dir, matches!(kept, Ok(Some(_))));
+        });
+        true
     }
 
     /// The first `AHEAD` subdirectories of `ino` not listed yet, as nodes.

@@ -291,6 +291,14 @@ impl Inodes {
         }
     }
 
+    /// Notes that directory `ino` has more than `len` entries, so that it is not listed
+    /// again to answer lookups (`Cached::Dropped`); a listing held is kept.
+    pub fn set_too_big_to_list(&mut self, ino: u64, len: usize) {
+        if let Some(d) = self.nodes.get_mut(&ino).map(|n| n.dir_mut()) {
+            d.listing.get_or_insert(Cached::Dropped { len });
+        }
+    }
+
     /// Records a name (`Some`) or its removal (`None`) in the kept listing of `parent`,
     /// so that lookups of it need no request.
     pub fn listing_put(&mut self, parent: u64, name: &str, e: Option<Entry>) {

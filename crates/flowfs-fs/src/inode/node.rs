@@ -64,7 +64,8 @@ pub(super) enum Cached {
         seq: u64,
         subdirs: usize,
     },
-    /// Dropped to keep listings within `MAX_LISTED`: how many entries it had.
+    /// Dropped to keep listings within `MAX_LISTED`, or never kept for being bigger than
+    /// a lookup lists (`set_too_big_to_list`): how many entries it had, at least.
     Dropped { len: usize },
 }
 

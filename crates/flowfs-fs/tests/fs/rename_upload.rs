@@ -89,6 +89,9 @@ async fn a_lock_file_renamed_over_its_target_again_and_again_loses_nothing() {
 async fn a_renamed_file_can_be_changed_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = crate::common::setup(dir.path(), "");
+    // A directory from the bucket, whose `g` is listed (the listing kept) but never
+    // looked up: no node for it when its directory moves.
+    mock.insert("d/sub/g", &b"deeper\n"[..]);
     for (name, body) in [("out.tmp", &b"new result\n"[..]), ("d.tmp", b"in a dir\n")] {
         let (_, fh) = fs.create(ROOT, name, 0o644).await.unwrap();
         fs.write(fh, 0, body).unwrap();
@@ -96,9 +99,6 @@ async fn a_renamed_file_can_be_changed_at_once() {
         fs.release(fh).unwrap();
     }
     assert!(fs.flush_all().await.is_empty());
-    // A directory from the bucket, whose `g` is listed (the listing kept) but never
-    // looked up: no node for it when its directory moves.
-    mock.insert("d/sub/g", &b"deeper\n"[..]);
     let d = fs.lookup(ROOT, "d").await.unwrap();
     let sub = fs.lookup(d.ino, "sub").await.unwrap();
     assert_eq!(crate::common::names(&fs, sub.ino).await, ["g"]);

@@ -202,3 +202,97 @@ async fn names_the_kernel_forgot_are_answered_by_the_listing_still_fresh() {
         .sum();
     assert_eq!(sent, 0, "answered from the listing kept");
 }
+
+/// A directory in the bucket before the mount, `n` files in it, never listed here; every
+/// request from then on takes 20 ms.
+async fn an_existing_directory(
+    cache: &std::path::Path,
+    n: usize,
+) -> (Arc<MockClient>, Arc<Fs>, u64) {
+    let mock = Arc::new(MockClient::new());
+    for i in 0..n {
+        mock.insert(&format!("out/old{i:05}"), b"x".to_vec());
+    }
+    let fs = fs_ttl(&mock, cache, Duration::from_secs(60));
+    let out = fs.lookup(ROOT, "out").await.expect("out").ino;
+    mock.set_latency(Duration::from_millis(20));
+    mock.reset_counts();
+    (mock, fs, out)
+}
+
+/// B5 into a directory that existed before the mount (a pipeline's `results/`): each
+/// create's lookup cost a HEAD and a one-key LIST, 200 files 5.0 s at 20 ms per request.
+/// The first create lists the directory behind it; the lookups after are answered from
+/// that listing.
+#[tokio::test(start_paused = true)]
+async fn creates_in_a_directory_never_listed_ask_the_store_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs, out) = an_existing_directory(dir.path(), 30).await;
+    let t0 = tokio::time::Instant::now();
+    for i in 0..100 {
+        create_after_a_lookup(&fs, out, &format!("new{i:03}")).await;
+    }
+    let took = t0.elapsed();
+    assert!(
+        mock.count(Op::Head) <= 4,
+        "{} HEADs for 100 new names",
+        mock.count(Op::Head)
+    );
+    assert!(took < Duration::from_millis(200), "{took:?}");
+    // The listing is right: old names found, with no request.
+    mock.reset_counts();
+    assert_eq!(
+        fs.lookup(out, "old00007").await.expect("old").kind,
+        Kind::File
+    );
+    assert_eq!(mock.count(Op::Head) + mock.count(Op::List), 0);
+    assert!(fs.flush_all().await.is_empty(), "uploaded");
+}
+
+/// As the kernel creates a file: a lookup that finds nothing, then the create.
+async fn create_after_a_lookup(fs: &Arc<Fs>, dir: u64, name: &str) {
+    let e = fs.lookup(dir, name).await.expect_err("absent");
+    assert!(matches!(e, flowfs_fs::FsError::NotFound), "{e:?}");
+    let (_, fh) = fs.create(dir, name, 0o644).await.expect("create");
+    fs.release(fh).expect("release");
+}
+
+/// A directory bigger than a create lists (12,000 names: 12 pages) is listed behind the
+/// first create only as far as 10 pages, then noted as too big: the names after are
+/// asked one by one (a HEAD and a one-key LIST each), and no page is listed again.
+#[tokio::test(start_paused = true)]
+async fn a_directory_too_big_to_list_is_tried_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs, out) = an_existing_directory(dir.path(), 12_000).await;
+    create_after_a_lookup(&fs, out, "new-0").await;
+    fs.read_ahead_settled().await;
+    let pages = mock.count(Op::List) - 1;
+    assert!(
+        (1..=10).contains(&pages),
+        "{pages} pages listed behind one create"
+    );
+    mock.reset_counts();
+    for i in 1..=5 {
+        create_after_a_lookup(&fs, out, &format!("new-{i}")).await;
+    }
+    fs.read_ahead_settled().await;
+    assert_eq!((mock.count(Op::Head), mock.count(Op::List)), (5, 5));
+    fs.lookup(out, "old11999").await.expect("asked by name");
+    assert!(fs.flush_all().await.is_empty(), "uploaded");
+}
+
+/// A name found absent, with no create after it, lists nothing: a reader waiting for
+/// another client's file asks the store for each new name (no listing a TTL old says no).
+#[tokio::test(start_paused = true)]
+async fn a_name_found_absent_lists_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs, out) = an_existing_directory(dir.path(), 30).await;
+    fs.lookup(out, "later").await.expect_err("absent");
+    fs.read_ahead_settled().await;
+    assert_eq!((mock.count(Op::Head), mock.count(Op::List)), (1, 1));
+    mock.insert("out/other", b"y".to_vec());
+    assert_eq!(
+        fs.lookup(out, "other").await.expect("found").kind,
+        Kind::File
+    );
+}
