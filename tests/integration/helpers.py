@@ -7,6 +7,7 @@ import concurrent.futures
 import hashlib
 import io
 import random
+import time
 
 import pytest
 
@@ -72,3 +73,16 @@ def upload_large(s3, bucket: str, key: str, data: bytes, part_size: int = 16 * M
 
     cfg = TransferConfig(multipart_threshold=part_size, multipart_chunksize=part_size, max_concurrency=4)
     s3.upload_fileobj(io.BytesIO(data), bucket, key, Config=cfg)
+
+
+def poll(cond, timeout: float, what: str):
+    """Polls cond() every 10 ms until it returns something true; a hang fails the test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            what = what() if callable(what) else what
+            pytest.fail(f"HANG: {what} (not within {timeout:.0f} s)", pytrace=False)
+        time.sleep(0.01)

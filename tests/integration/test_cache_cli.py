@@ -7,7 +7,7 @@ import json
 import subprocess
 
 from flowfs_mount import flowfs_bin
-from helpers import MiB, payload, put_many
+from helpers import MiB, payload, poll, put_many
 from seaweed import clean_env
 
 
@@ -96,6 +96,9 @@ def test_clear_refuses_while_mounted_unless_forced(mount, s3, bucket, work_dir):
     m = mount(bucket, cache_dir=cache)
     assert (m / "d.bin").read_bytes() == data
     env = clean_env(mount.env())
+    # The read returns as its bytes arrive; the cache counts a chunk once it is written
+    # (CI saw 1 of the 2 MiB counted right after the read).
+    poll(lambda: stats(cache, env)["bytes"] >= len(data), 30, lambda: f"the cache holding d.bin: {stats(cache, env)}")
     r = cli(["clear", str(cache)], env)
     assert r.returncode == 1, r.stdout
     assert "in use" in r.stderr and "--force" in r.stderr, r.stderr

@@ -25,7 +25,7 @@ import time
 import pytest
 
 from flowfs_mount import _pid_alive, flowfs_bin, force_unmount, is_mounted, wait_killed
-from helpers import MiB
+from helpers import MiB, poll
 
 MOUNTS = 4
 SEGMENT = 16 * MiB  # read by every mount in one phase, then left for eviction
@@ -359,19 +359,6 @@ def leftovers(pids: dict[str, int]) -> str:
                 continue
             lines.append(f"{pid}/{tid} {comm}: {stat} {wchan}")
     return "leftovers:\n" + "\n".join(lines)
-
-
-def poll(cond, timeout: float, what: str):
-    """Polls cond() every 10 ms until it returns something true; a hang fails the test."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            what = what() if callable(what) else what
-            pytest.fail(f"HANG: {what} (not within {timeout:.0f} s)", pytrace=False)
-        time.sleep(0.01)
 
 
 def allocated(cache) -> int:
