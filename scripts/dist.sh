@@ -27,7 +27,7 @@ if ! rustup target list --installed | grep -qx "$TARGET"; then
 fi
 
 # The dist profile (Cargo.toml: fat LTO, one codegen unit) and a non-PIE static binary:
-# 18.3 MB stripped where the release profile's static-pie was 25.1 MB.
+# 18.5 MB stripped (with mimalloc; 18.3 without) where the release profile's static-pie was 25.1 MB.
 CC_x86_64_unknown_linux_musl=musl-gcc \
   CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS="-C relocation-model=static -C target-feature=+crt-static" \
   cargo build --profile dist --target "$TARGET" -p flowfs

@@ -293,7 +293,6 @@ def test_a_node_whose_flowfs_is_killed_is_drained_and_its_tasks_run_again_on_the
 
     need_tools("nextflow")
     prefix = f"slurm-kill-{os.getpid()}"
-    nf = None
     with cluster_site("slurm-kill", flowfs_binary, seaweed, wf_bucket, session_dir, prefix=prefix,
                       epilog=EPILOG) as site:
         cluster, data, work = site.cluster, site.data, site.work
@@ -301,26 +300,16 @@ def test_a_node_whose_flowfs_is_killed_is_drained_and_its_tasks_run_again_on_the
         # exitReadTimeout (270 s by default) and retries it.
         launch, cfg, env = site.launch(extra_config="process.errorStrategy = 'retry'\nprocess.maxRetries = 3\n"
                                                     "executor.exitReadTimeout = '15 sec'\n")
-        out = open(launch / "engine.log", "wb")
-        nf = subprocess.Popen(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg)]), cwd=launch, env=env,
-                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            # Once a job runs on n1 with at least one finished there before it: kill n1's work mount.
-            q, done_on_n1 = _await_a_job_on_n1_after_one_done(cluster, nf)
-            os.kill(_flowfs_pid_in(cluster, "n1", work), 9)
-            known = [int(l.split()[0]) for l in q.stdout.splitlines()] + [int(j["JobId"]) for j in cluster.jobs()]
-            last_before = max(known)
-            nf.wait(timeout=ENGINE_TIMEOUT)
-        finally:
-            if nf.poll() is None:
-                os.killpg(nf.pid, 9)
+        with open(launch / "engine.log", "wb") as out:
+            nf = subprocess.Popen(nextflow_cmd(data, work, launch / "results", extra=["-c", str(cfg)]), cwd=launch,
+                                  env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+            done_on_n1, last_before = _kill_n1_mid_run(cluster, nf, work)
         output = (launch / "engine.log").read_text(errors="replace")
         assert nf.returncode == 0, f"Nextflow failed after n1's flowfs was killed:\n{output[-5000:]}"
         recs = vcf_records(launch / "results" / "annotated.vcf.gz")
         assert recs == local_reference, diff_records(recs, local_reference)
-        assert "DRAIN" in cluster.node_states()["n1"], cluster.node_states()
-        after = [j for j in cluster.jobs() if int(j["JobId"]) > last_before]
-        assert after and all(j.get("NodeList") == "n2" for j in after), after
+        after = _assert_drained_and_rerun_on_n2(cluster, last_before)
         # Nothing n1 had finished before the kill is lost: its tasks' .exitcode are in the bucket.
         for j in done_on_n1:
             rel = Path(j["WorkDir"]).relative_to(work)
@@ -476,33 +465,48 @@ def test_snakemake_node_whose_flowfs_is_killed_is_drained_and_its_jobs_run_again
                       epilog=EPILOG) as site:
         cluster, smk = site.cluster, site.work / "smk"
         (site.base / "launch").mkdir()
-        out = open(site.base / "launch" / "engine.log", "wb")
         # The plugin deletes a successful job's log unless told to keep it.
         cmd = _smk_cmd(site, smk, extra=("--retries", "3", "--slurm-keep-successful-logs"))
-        eng = subprocess.Popen(cmd, cwd=site.base / "launch", env=_smk_env(site), stdout=out,
-                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            q, done_on_n1 = _await_a_job_on_n1_after_one_done(cluster, eng)
-            os.kill(_flowfs_pid_in(cluster, "n1", site.work), 9)
-            last_before = max([int(line.split()[0]) for line in q.stdout.splitlines()]
-                              + [int(j["JobId"]) for j in cluster.jobs()])
-            eng.wait(timeout=ENGINE_TIMEOUT)
-        finally:
-            if eng.poll() is None:
-                os.killpg(eng.pid, 9)
+        with open(site.base / "launch" / "engine.log", "wb") as out:
+            eng = subprocess.Popen(cmd, cwd=site.base / "launch", env=_smk_env(site), stdout=out,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            done_on_n1, last_before = _kill_n1_mid_run(cluster, eng, site.work)
         output = (site.base / "launch" / "engine.log").read_text(errors="replace")
         assert eng.returncode == 0, f"Snakemake failed after n1's flowfs was killed:\n{output[-5000:]}"
         recs = vcf_records(smk / "results" / "annotated.vcf.gz")
         assert recs == local_reference, diff_records(recs, local_reference)
-        assert "DRAIN" in cluster.node_states()["n1"], cluster.node_states()
-        after = [j for j in cluster.jobs() if int(j["JobId"]) > last_before]
-        assert after and all(j.get("NodeList") == "n2" for j in after), after
+        after = _assert_drained_and_rerun_on_n2(cluster, last_before)
         logs = {p.stem: p for p in (smk / ".snakemake" / "slurm_logs").rglob("*.log")}
         for j in done_on_n1:
             assert j["JobId"] in logs, f"job {j['JobId']}'s log is gone: {sorted(logs)}"
             key = f"{prefix}/{logs[j['JobId']].relative_to(site.work)}"
             s3.head_object(Bucket=wf_bucket, Key=key)
         print(f"\n{len(done_on_n1)} jobs done on n1 before the kill; {len(after)} jobs after it, all on n2")
+
+
+def _kill_n1_mid_run(cluster: SlurmCluster, engine: subprocess.Popen, mountpoint: Path) -> tuple[list, int]:
+    """Once a job runs on n1 with one finished there before it, kills n1's flowfs of
+    `mountpoint` with -9, then waits for the engine (its group killed if it outlives
+    ENGINE_TIMEOUT). Returns n1's jobs completed before the kill and the last job id
+    known then."""
+    try:
+        q, done_on_n1 = _await_a_job_on_n1_after_one_done(cluster, engine)
+        os.kill(_flowfs_pid_in(cluster, "n1", mountpoint), 9)
+        last_before = max([int(line.split()[0]) for line in q.stdout.splitlines()]
+                          + [int(j["JobId"]) for j in cluster.jobs()])
+        engine.wait(timeout=ENGINE_TIMEOUT)
+    finally:
+        if engine.poll() is None:
+            os.killpg(engine.pid, 9)
+    return done_on_n1, last_before
+
+
+def _assert_drained_and_rerun_on_n2(cluster: SlurmCluster, last_before: int) -> list:
+    """n1 is drained and every job after the kill ran on n2; returns those jobs."""
+    assert "DRAIN" in cluster.node_states()["n1"], cluster.node_states()
+    after = [j for j in cluster.jobs() if int(j["JobId"]) > last_before]
+    assert after and all(j.get("NodeList") == "n2" for j in after), after
+    return after
 
 
 def _await_a_job_on_n1_after_one_done(cluster: SlurmCluster, engine) -> tuple:
