@@ -150,15 +150,10 @@ impl Fs {
     /// Lists `dir` in a task of its own, up to `max_pages` pages, one of the mount's
     /// bounded listings ahead (`LISTS` at once; `read_ahead_settled` awaits them); a
     /// directory bigger than that is noted as too big to list again when `note_too_big`.
-    /// Returns whether it was queued (not when queued already or the queue is full).
-    pub(super) fn list_ahead(
-        self: &Arc<Self>,
-        dir: u64,
-        max_pages: usize,
-        note_too_big: bool,
-    ) -> bool {
+    /// Nothing is done when `dir` is queued already or the queue is full.
+    pub(super) fn list_ahead(self: &Arc<Self>, dir: u64, max_pages: usize, note_too_big: bool) {
         if !self.ns.walks().enqueue(dir) {
-            return false;
+            return;
         }
         let me = self.clone();
         tokio::spawn(async move {
@@ -175,7 +170,6 @@ impl Fs {
             }
             me.ns.walks().done(dir, matches!(kept, Ok(Some(_))));
         });
-        true
     }
 
     /// The first `AHEAD` subdirectories of `ino` not listed yet, as nodes.
