@@ -75,14 +75,23 @@ def upload_large(s3, bucket: str, key: str, data: bytes, part_size: int = 16 * M
     s3.upload_fileobj(io.BytesIO(data), bucket, key, Config=cfg)
 
 
-def poll(cond, timeout: float, what: str):
-    """Polls cond() every 10 ms until it returns something true; a hang fails the test."""
+def until(cond, timeout: float, interval: float = 0.01):
+    """Calls cond() every `interval` s until it returns something true, which is returned;
+    None once `timeout` s have passed."""
     deadline = time.monotonic() + timeout
     while True:
         got = cond()
         if got:
             return got
         if time.monotonic() > deadline:
-            what = what() if callable(what) else what
-            pytest.fail(f"HANG: {what} (not within {timeout:.0f} s)", pytrace=False)
-        time.sleep(0.01)
+            return None
+        time.sleep(interval)
+
+
+def poll(cond, timeout: float, what: str):
+    """Polls cond() every 10 ms until it returns something true; a hang fails the test."""
+    got = until(cond, timeout)
+    if not got:
+        what = what() if callable(what) else what
+        pytest.fail(f"HANG: {what} (not within {timeout:.0f} s)", pytrace=False)
+    return got

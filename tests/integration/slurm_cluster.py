@@ -29,11 +29,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowfs_mount import _pid_alive as _alive
+from helpers import until
 from seaweed import free_port
 
 NODES = ("n1", "n2")
@@ -41,15 +41,11 @@ CPUS = 2  # per node: slurmd refuses a node configured with more than the host h
 
 
 def _wait(cond, timeout: float, what: str, log: Path | None = None):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
-            raise TimeoutError(f"{what} (not within {timeout:.0f} s)\n{tail}")
-        time.sleep(0.05)
+    got = until(cond, timeout, interval=0.05)
+    if not got:
+        tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
+        raise TimeoutError(f"{what} (not within {timeout:.0f} s)\n{tail}")
+    return got
 
 
 def _ours(pid: int) -> bool:
@@ -264,9 +260,7 @@ class SlurmCluster:
                         os.kill(pid, sig)
                     except ProcessLookupError:
                         pass
-            deadline = time.monotonic() + 10
-            while any(_alive(p) for p in pids + ns_members) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            until(lambda: not any(_alive(p) for p in pids + ns_members), 10, interval=0.05)
         for p in self.procs:  # children of this process: their pids cannot have been reused
             if p.poll() is None:
                 p.kill()
