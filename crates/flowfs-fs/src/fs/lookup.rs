@@ -74,12 +74,15 @@ impl Fs {
     /// client's file would then be answered from a listing up to a TTL old for names it
     /// never asked before (a lookup of a new name asks the store).
     pub(super) fn list_unlisted_behind(self: &Arc<Self>, parent: u64) {
+        if self.cfg.metadata_ttl.is_zero() {
+            return; // no listing is used twice
+        }
         let unlisted = self
             .ns
             .lock()
             .get(parent)
             .is_some_and(|p| p.listed_len().is_none());
-        if unlisted && !self.cfg.metadata_ttl.is_zero() {
+        if unlisted {
             self.list_ahead(parent, RELIST_MAX.div_ceil(pages::PAGE), true);
         }
     }
