@@ -24,6 +24,7 @@ names the node each job ran on (`jobs()`).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import socket
@@ -210,6 +211,14 @@ class SlurmCluster:
             st = [w for w in r.stdout.split() if w.startswith("State=")]
             out[n.name] = st[0][6:] if st else f"? {r.stderr.strip()}"
         return out
+
+    def drained_at(self, name: str) -> str:
+        """When node `name` was drained, as Slurm stamps its reason (`[user@TIME]`), in the
+        jobcomp records' time format (ISO, seconds), so that the two compare as strings."""
+        r = self.scontrol("show", "node", name)
+        m = re.search(r"Reason=.*\[[^@\]]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]", r.stdout)
+        assert m, f"node {name} has no stamped drain reason: {r.stdout}"
+        return m.group(1)
 
     def jobs(self) -> list[dict[str, str]]:
         """Finished jobs, one dict per jobcomp line (JobId, JobName, NodeList, ExitCode, ...)."""

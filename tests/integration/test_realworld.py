@@ -19,7 +19,7 @@ checkouts, pip installs, appends), the mount is compared with the local run with
 and with its own state (with mtimes) after the remount. Directory modes are not compared
 after a remount where a tool made its directories with another mode (stress-ng, dbench:
 0700), for the same reason. flowfs has no hard links (`link` is
-ENOTSUP), so the tar archive is made with `--hard-dereference` and rsync runs without -H.
+EPERM), so the tar archive is made with `--hard-dereference` and rsync runs without -H.
 
 Tests write below a directory made by `mkdir` on the mount (flowfs reads a listed object's
 mode and mtime only in a directory with a marker; the mount's root prefix has none).

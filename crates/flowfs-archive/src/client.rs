@@ -400,6 +400,11 @@ fn read_only(what: &str) -> ClientError {
 
 #[async_trait]
 impl ObjectClient for ArchiveClient {
+    /// Read-only: every name is a member's, kept as the archive has it.
+    fn key_rules(&self) -> flowfs_client::KeyRules {
+        flowfs_client::KeyRules::S3
+    }
+
     async fn check_bucket(&self, _prefix: &str) -> Result<()> {
         Ok(())
     }

@@ -253,6 +253,11 @@ fn root_marker_meta(modified: SystemTime) -> HashMap<String, String> {
 
 #[async_trait]
 impl ObjectClient for ArchiveViews {
+    /// The bucket's: a name outside the views is an object of it.
+    fn key_rules(&self) -> flowfs_client::KeyRules {
+        self.inner.key_rules()
+    }
+
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
         self.inner.check_bucket(prefix).await
     }

@@ -76,6 +76,9 @@ fn refused() -> ClientError {
 
 #[async_trait]
 impl ObjectClient for Synthetic {
+    fn key_rules(&self) -> flowfs_client::KeyRules {
+        flowfs_client::KeyRules::S3
+    }
     async fn check_bucket(&self, _: &str) -> Result<()> {
         Ok(())
     }

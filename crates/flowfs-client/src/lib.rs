@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod mock;
 mod rest;
 pub mod retry;
+mod rules;
 pub mod s3;
 
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ use bytes::Bytes;
 
 pub use buf::{AlignedBuf, ALIGN};
 pub use error::{ClientError, Result};
+pub use rules::{KeyRule, KeyRules};
 
 /// The error of a body that ended before the range it was asked for.
 pub fn short_body(key: &str, got: u64, want: u64) -> ClientError {
@@ -239,6 +241,10 @@ pub trait ObjectClient: Send + Sync + 'static {
     ) -> Result<PutResult>;
     /// Removes `key`; removing an absent key succeeds, as on S3.
     async fn delete(&self, key: &str) -> Result<()>;
+    /// The keys this store changes or refuses (rules.rs): a file system above refuses
+    /// such names before any byte is accepted under them. Known once the store has
+    /// answered (`check_bucket`) where it depends on the server.
+    fn key_rules(&self) -> KeyRules;
     /// Whether this store refuses every write of `key` (a file system above answers
     /// EROFS before it accepts any byte): none does, except a read-only view within a
     /// writable bucket (flowfs-archive's `ArchiveViews`).

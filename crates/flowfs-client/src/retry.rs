@@ -21,7 +21,8 @@ use tokio::time::Instant;
 use crate::limiter::Limiter;
 use crate::metrics::{RetryEvent, StoreMetrics};
 use crate::{
-    ClientError, CompletedPart, ListPage, ObjectClient, ObjectMeta, PutResult, Result, UploadInfo,
+    ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectMeta, PutResult, Result,
+    UploadInfo,
 };
 
 /// When to send a failed request again.
@@ -185,6 +186,10 @@ const CHECK_BUDGET: Duration = Duration::from_secs(10);
 
 #[async_trait]
 impl ObjectClient for Retrying {
+    fn key_rules(&self) -> KeyRules {
+        self.inner.key_rules()
+    }
+
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
         let budget = self.policy.budget.min(CHECK_BUDGET);
         self.run("bucket check", budget, || self.inner.check_bucket(prefix))

@@ -6,6 +6,7 @@
 //! requests themselves are in s3/requests.rs (the trait's methods), s3/listing.rs (the
 //! two paged listings) and s3/body.rs (a GET body cut into pieces as it arrives).
 
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use aws_config::retry::RetryConfig;
@@ -22,6 +23,7 @@ mod counting;
 mod errors;
 mod listing;
 mod requests;
+mod server;
 
 use crate::{ClientError, Result};
 
@@ -47,6 +49,8 @@ pub struct S3Client {
     /// The chain the SDK signs with, asked once at mount so that "no credentials" is
     /// said as such rather than as a request that could not be sent.
     credentials: Option<SharedCredentialsProvider>,
+    /// The server's name from its first answer's `Server` header (`key_rules`).
+    server: Arc<OnceLock<String>>,
 }
 
 impl S3Client {
@@ -61,6 +65,7 @@ impl S3Client {
         }
         let shared = loader.load().await;
         let custom_endpoint = shared.endpoint_url().is_some();
+        let server = Arc::new(OnceLock::new());
         let mut builder = aws_sdk_s3::config::Builder::from(&shared)
             .force_path_style(custom_endpoint)
             .retry_config(RetryConfig::standard().with_max_attempts(cfg.max_attempts.max(1)))
@@ -74,7 +79,8 @@ impl S3Client {
             // checksums of new SDKs are not understood by every S3-compatible server.
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-            .interceptor(counting::Counting(cfg.metrics.clone()));
+            .interceptor(counting::Counting(cfg.metrics.clone()))
+            .interceptor(server::ServerName(server.clone()));
         if shared.region().is_none() {
             builder = builder.region(aws_config::Region::new("us-east-1"));
         }
@@ -82,6 +88,7 @@ impl S3Client {
             client: aws_sdk_s3::Client::from_conf(builder.build()),
             bucket: cfg.bucket.clone(),
             credentials: shared.credentials_provider(),
+            server,
         }
     }
 

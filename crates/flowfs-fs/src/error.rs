@@ -26,12 +26,28 @@ pub enum FsError {
     /// EROFS: the mount is read-only.
     #[error("read-only file system")]
     ReadOnly,
-    /// ENOTSUP: something object storage cannot do (hard links, some flags).
+    /// EPERM: an operation this file system does not permit at all, where the man page
+    /// names EPERM for it (`link(2)`: "the file system does not support the creation of
+    /// hard links"; Python's `mailbox` locking falls back to `rename` only on EPERM).
+    #[error("operation not permitted: {0}")]
+    NotPermitted(&'static str),
+    /// ENOTSUP: something object storage cannot do (some flags and modes).
     #[error("not supported: {0}")]
     NotSupported(&'static str),
     /// EINVAL: an argument this file system cannot accept.
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
+    /// EINVAL: a name the store would change or refuse (its key rules): accepted, the
+    /// file would vanish after its upload or never be uploaded.
+    #[error("{store} cannot hold the key {key:?}: {}", rule.describe())]
+    KeyRefused {
+        /// The key the name would have.
+        key: String,
+        /// The store (`KeyRules::store`).
+        store: &'static str,
+        /// The rule the name breaks.
+        rule: flowfs_client::KeyRule,
+    },
     /// ENAMETOOLONG: the key would exceed S3's limit.
     #[error("file name too long")]
     NameTooLong,
@@ -93,8 +109,9 @@ impl FsError {
             FsError::NotEmpty => libc::ENOTEMPTY,
             FsError::Exists => libc::EEXIST,
             FsError::ReadOnly => libc::EROFS,
+            FsError::NotPermitted(_) => libc::EPERM,
             FsError::NotSupported(_) => libc::ENOTSUP,
-            FsError::Invalid(_) => libc::EINVAL,
+            FsError::Invalid(_) | FsError::KeyRefused { .. } => libc::EINVAL,
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::BadHandle => libc::EBADF,
             FsError::Busy(_) => libc::EBUSY,

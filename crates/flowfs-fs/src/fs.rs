@@ -189,12 +189,22 @@ impl Fs {
     }
 
     /// Refuses a path whose key (with a directory marker's `/` for `dir`) the store
-    /// cannot hold.
+    /// cannot hold, or would change or refuse by its key rules (flowfs-client rules.rs):
+    /// such a file would vanish after its upload or never be uploaded (issue 47).
     fn check_key(&self, path: &str, dir: bool) -> Result<()> {
         if self.cfg.prefix.len() + path.len() + usize::from(dir) > MAX_KEY {
             return Err(FsError::NameTooLong);
         }
-        Ok(())
+        let rules = self.client.key_rules();
+        let key = self.key(path);
+        match rules.check(&key) {
+            Ok(()) => Ok(()),
+            Err(rule) => Err(FsError::KeyRefused {
+                key,
+                store: rules.store,
+                rule,
+            }),
+        }
     }
 
     fn key(&self, path: &str) -> String {

@@ -11,8 +11,8 @@ use http::Method;
 use super::uploads::{self, Block};
 use super::{meta_headers, meta_of, query_value, quoted, xml, AzureClient};
 use crate::{
-    pieces_end, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
-    PutResult, Result, UploadInfo,
+    pieces_end, ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectInfo,
+    ObjectMeta, PutResult, Result, UploadInfo,
 };
 
 /// How long a server-side copy the service finishes in the background is waited for
@@ -166,6 +166,10 @@ fn with_meta<'a>(
 
 #[async_trait]
 impl ObjectClient for AzureClient {
+    fn key_rules(&self) -> KeyRules {
+        KeyRules::AZURE
+    }
+
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
         self.list_blobs(prefix, None, None, Some(1))
             .await

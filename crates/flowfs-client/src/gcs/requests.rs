@@ -13,8 +13,8 @@ use super::uploads::{self, COMPOSE_MAX};
 use super::{etag_of, generation_of, query_value, GcsClient};
 use crate::retry::RetryPolicy;
 use crate::{
-    pieces_end, ClientError, CompletedPart, ListPage, ObjectClient, ObjectMeta, PutResult, Result,
-    UploadInfo,
+    pieces_end, ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectMeta,
+    PutResult, Result, UploadInfo,
 };
 
 /// The fields of an object flowfs reads: the rest of a resource is not sent.
@@ -363,6 +363,10 @@ fn list_page(page: Page) -> ListPage {
 
 #[async_trait]
 impl ObjectClient for GcsClient {
+    fn key_rules(&self) -> KeyRules {
+        KeyRules::GCS
+    }
+
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
         let q = ListQuery {
             prefix,

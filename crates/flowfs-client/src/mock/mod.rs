@@ -15,8 +15,8 @@ use parking_lot::Mutex;
 
 use crate::copy::{copy_in_parts, CopyLimits};
 use crate::{
-    AlignedBuf, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
-    PutResult, Result, UploadInfo,
+    AlignedBuf, ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectInfo,
+    ObjectMeta, PutResult, Result, UploadInfo,
 };
 
 mod harness;
@@ -147,6 +147,11 @@ impl MockClient {
 
 #[async_trait]
 impl ObjectClient for MockClient {
+    /// The mock is AWS S3: it keeps every key as sent.
+    fn key_rules(&self) -> KeyRules {
+        KeyRules::S3
+    }
+
     async fn check_bucket(&self, _prefix: &str) -> Result<()> {
         self.enter(Op::List).await
     }

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use super::errors::{map_err, not_s3};
 use super::{body, encode_copy_source, etag_of, quoted, to_system_time, S3Client};
 use crate::{
-    ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
-    UploadInfo,
+    ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
+    PutResult, Result, UploadInfo,
 };
 
 /// The two CopyObjects, a copy to another key and a metadata rewrite onto itself.
@@ -41,6 +41,14 @@ async fn send_copy(req: CopyObjectFluentBuilder, what: &str) -> Result<PutResult
 
 #[async_trait]
 impl ObjectClient for S3Client {
+    /// By the `Server` header of the store's answers (the bucket check is the first): a
+    /// SeaweedFS changes keys that AWS S3 keeps.
+    fn key_rules(&self) -> KeyRules {
+        self.server
+            .get()
+            .map_or(KeyRules::S3, |s| KeyRules::of_s3_server(s))
+    }
+
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
         let r = self
             .client

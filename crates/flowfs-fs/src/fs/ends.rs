@@ -3,6 +3,7 @@
 //! start (a dead mount's journal uploaded, its open multipart uploads aborted).
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -45,6 +46,13 @@ impl Fs {
         let limit = self.cfg.unmount_timeout;
         if tokio::time::timeout(limit, all).await.is_err() {
             return self.not_durable(limit);
+        }
+        // Uploads of files removed meanwhile, whose tasks delete what they landed.
+        if tokio::time::timeout(limit, self.up.keys().idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!("uploads of removed files still running at the unmount");
         }
         if !self.wait_meta_writes(limit).await {
             tracing::warn!("chmod, chown or utimens not stored in the bucket before the unmount");
@@ -169,6 +177,7 @@ impl Fs {
                         metadata: &metadata,
                         one_part: symlink,
                         note: o.upload_note_path(),
+                        stop: &AtomicBool::new(false),
                     })
                     .await
             }

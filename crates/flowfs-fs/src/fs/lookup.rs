@@ -32,7 +32,12 @@ impl Fs {
                 }
             }
             let path = join(&t.path(parent).ok_or(FsError::NotFound)?, name);
-            self.check_key(&path, false)?;
+            match self.check_key(&path, false) {
+                // A name the store cannot hold is in no bucket; asking would find another
+                // (SeaweedFS answers a HEAD of `x\y` with `x/y`).
+                Err(FsError::KeyRefused { .. }) => return Err(FsError::NotFound),
+                r => r?,
+            }
             let p = t.get(parent).ok_or(FsError::NotFound)?;
             match p.cached_child(name, self.cfg.metadata_ttl) {
                 Some(Some((e, at))) => {

@@ -235,7 +235,11 @@ impl Fs {
             }
             self.key(&t.path(ino).ok_or(FsError::NotFound)?)
         };
-        if self.wb.retire(ino).await.unwrap_or(true) {
+        let retired = self.wb.retire(ino);
+        if retired.is_some_and(|r| r.in_flight) {
+            self.up.keys().doom(&key);
+        }
+        if retired.is_none_or(|r| r.remote) {
             self.client.delete(&key).await?;
         }
         self.wb.forget_key(&key);
@@ -267,7 +271,10 @@ impl Fs {
             .client
             .list_page(&prefix, Some("/"), None, Some(2))
             .await?;
-        Ok(!page.prefixes.is_empty() || page.objects.iter().any(|o| o.key != prefix))
+        // A stray of a file removed while it was uploaded is deleted by its upload's task.
+        let keys = self.up.keys();
+        Ok(!page.prefixes.is_empty()
+            || (page.objects.iter()).any(|o| o.key != prefix && !keys.is_stray(&o.key)))
     }
 
     /// Removes an empty directory.

@@ -141,7 +141,16 @@ impl Fs {
         if let Some(e) = self.listed_dir(&dir, &list?, marker).await? {
             return Ok(Some(e));
         }
-        head_entry(head)
+        self.unless_stray(&key, head_entry(head))
+    }
+
+    /// An object at `key` that is a stray of a removed file, about to be deleted
+    /// (writeback/keys.rs), is not shown.
+    fn unless_stray(&self, key: &str, e: Result<Option<Entry>>) -> Result<Option<Entry>> {
+        match e {
+            Ok(Some(e)) if e.kind != Kind::Dir && self.up.keys().is_stray(key) => Ok(None),
+            other => other,
+        }
     }
 
     /// `stat_remote` of a name this mount knows as a directory: while it is one, its
@@ -158,7 +167,7 @@ impl Fs {
         if let Some(e) = self.listed_dir(&dir, &list, marker).await? {
             return Ok(Some(e));
         }
-        head_entry(self.client.head(&key).await)
+        self.unless_stray(&key, head_entry(self.client.head(&key).await))
     }
 
     /// The directory a one-key LIST of `dir` (its prefix) shows, if any.
@@ -231,6 +240,8 @@ impl Fs {
         let mut marked = false;
         // Subdirectories whose markers are asked for their attributes (`always`).
         let mut dirs = Vec::new();
+        // Objects of removed files still landing, deleted once they have: not shown.
+        let strays = self.up.keys().strays();
         for page in &pages {
             for p in &page.prefixes {
                 let name = &p[prefix.len()..p.len() - 1];
@@ -246,7 +257,7 @@ impl Fs {
                 // The directory's own marker (flowfs's mkdir, s3fs): its objects may
                 // well carry attributes.
                 marked |= name.is_empty() && !prefix.is_empty();
-                if valid_name(name).is_err() {
+                if valid_name(name).is_err() || strays.contains(&o.key) {
                     continue;
                 }
                 if entries

@@ -132,7 +132,7 @@ impl Fs {
                 Ok(false)
             }
             // A staged target loses its pending upload: the source replaces it.
-            (false, false) => Ok(self.wb.retire(tino).await.unwrap_or(true)),
+            (false, false) => Ok(self.wb.retire(tino).is_none_or(|r| r.remote)),
         }
     }
 
@@ -153,8 +153,10 @@ impl Fs {
                 self.client.delete(&self.key(old_path)).await?;
                 Ok(Vec::new())
             }
-            // Clean: the bucket's copy moves.
+            // Clean: the bucket's copy moves, once an upload of a file it replaced that
+            // may still land there is over (its stray's delete would take the copy).
             Some((true, false)) | None => {
+                let _dest = self.up.keys().hold(&self.key(new_path)).await;
                 let copy = (self.client)
                     .copy(&self.key(old_path), &self.key(new_path))
                     .await?;

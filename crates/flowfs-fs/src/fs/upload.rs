@@ -87,6 +87,9 @@ impl Fs {
             let Some((job, key, metadata, written)) = self.begin_upload(ino) else {
                 return;
             };
+            // Until this upload's end is recorded (and a stray deleted), no other upload
+            // sends to its key: one of a file removed meanwhile may still be landing.
+            let _key = self.up.keys().hold(&key).await;
             let sent = self.up.send(&job, &key, &metadata).await;
             let carried = Carried {
                 posix: written,

@@ -332,8 +332,9 @@ impl fuser::Filesystem for FuseAdapter {
         let _span = self
             .req(Op::Link, About::Entry(newparent.0, newname))
             .entered();
-        // Object storage has no way to give one object two names.
-        answer(reply, Err(FsError::NotSupported("hard links")), |_, ()| {});
+        // Object storage has no way to give one object two names. EPERM is link(2)'s
+        // errno for a file system without hard links, and programs act on it (issue 47).
+        answer(reply, Err(FsError::NotPermitted("hard links")), |_, ()| {});
     }
 
     fn write(

@@ -78,7 +78,12 @@ pub(super) fn answer<R: Replies, T>(reply: R, r: Result<T>, ok: impl FnOnce(R, T
         Ok(v) => ok(reply, v),
         Err(e) => {
             let errno = e.errno();
-            tracing::debug!(errno, error = %e, "failed");
+            if let FsError::KeyRefused { .. } = e {
+                // Not the program's mistake but the store's limit: said where users look.
+                tracing::warn!(errno, error = %e, "refused a name");
+            } else {
+                tracing::debug!(errno, error = %e, "failed");
+            }
             reply.send_error(Errno::from_i32(errno));
         }
     }

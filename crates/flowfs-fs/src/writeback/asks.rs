@@ -92,3 +92,14 @@ pub struct Finished {
     /// A background retry is due for this failure: the token `retry_due` takes.
     pub retry: Option<u64>,
 }
+
+/// What giving up a staged file (`WriteBack::retire`) leaves in the bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retired {
+    /// The bucket may hold an object of it (an upload of it ended, or it was renamed over
+    /// one): the caller deletes the key.
+    pub remote: bool,
+    /// An upload of it was in flight: what it already sent may still land, and its task
+    /// deletes it then; until that task ends, the key is not this name's.
+    pub in_flight: bool,
+}

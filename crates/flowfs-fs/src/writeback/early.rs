@@ -141,7 +141,9 @@ impl Early {
                     .acquire_owned()
                     .await
                     .map_err(|err| ClientError::Other(err.to_string()))?;
-                if e.failed.lock().is_some() {
+                // A failed part dooms the rest; a removed file needs none of them (the
+                // upload is aborted once the last task lets go of it).
+                if e.failed.lock().is_some() || staged.stop.load(Ordering::Acquire) {
                     return Ok(());
                 }
                 let id = e
@@ -183,7 +185,7 @@ impl Early {
     /// parts failed: the caller uploads the file whole (this upload is aborted on drop).
     pub async fn finish(
         &self,
-        file: &File,
+        staged: &StagedFile,
         size: u64,
         part_size: u64,
         slots: &Arc<Semaphore>,
@@ -211,11 +213,12 @@ impl Early {
             &self.client,
             &self.key,
             &id,
-            file,
+            &staged.file,
             size,
             part_size,
             slots,
             done,
+            &staged.stop,
         )
         .await;
         self.note().remove().await;

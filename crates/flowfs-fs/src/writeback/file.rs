@@ -21,9 +21,12 @@ pub enum Phase {
     /// The last upload failed with `error`; kept until an upload is asked for again.
     /// `retry`: the token of the background retry scheduled for a failure that may go
     /// away (the store was down or throttling), `None` for one that will not by itself.
+    /// `gen`: the generation that failed; a close after later changes reports nothing of
+    /// it (a rewrite of a file whose upload was refused for good got EIO, issue 47).
     Failed {
         error: UploadError,
         retry: Option<u64>,
+        gen: u64,
     },
     /// Its name was removed or replaced: never uploaded again.
     Retired,

@@ -15,6 +15,7 @@ mod asks;
 mod early;
 mod error;
 mod file;
+mod keys;
 mod passthrough;
 mod report;
 mod spares;
@@ -30,11 +31,14 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
-pub use asks::{Durability, Finished, NameHold, NewFile, Released, StagedStat, UploadJob, Written};
+pub use asks::{
+    Durability, Finished, NameHold, NewFile, Released, Retired, StagedStat, UploadJob, Written,
+};
 pub use early::{Aborts, Early};
 pub use error::UploadError;
 pub use file::Phase;
 use file::{DiskStat, EarlyState, FileWb, KernelWrites, Table};
+pub use keys::Keys;
 pub use report::PendingState;
 pub use spares::JournalCounts;
 pub use staging::{OpenUpload, Orphan, Record, StagedFile, Staging};

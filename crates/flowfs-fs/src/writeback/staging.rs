@@ -12,7 +12,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -43,6 +43,9 @@ pub struct StagedFile {
     pub(super) naming: Arc<tokio::sync::Mutex<()>>,
     /// The staging directory's reusable record files (spares.rs).
     spares: Arc<Spares>,
+    /// Set once the file is given up (`WriteBack::retire`): an upload of it in flight
+    /// sends nothing more and completes nothing (transfer.rs `check_stop`).
+    pub(super) stop: AtomicBool,
 }
 
 impl std::fmt::Debug for StagedFile {
@@ -332,6 +335,7 @@ impl Staging {
             journal: Mutex::new(()),
             naming: Arc::default(),
             spares: self.spares.clone(),
+            stop: AtomicBool::new(false),
         }))
     }
 

@@ -133,3 +133,60 @@ fn a_half_made_staging_directory_is_removed_only_when_old() {
     assert!(young.exists(), "a young half-made directory is kept");
     assert!(!old.exists(), "an old one is removed");
 }
+
+/// A store that refuses an upload for good (SeaweedFS's 400 for a `..\` segment) must
+/// leave the file usable: a rewrite's close reports nothing of the old content's failure
+/// (it was EIO, issue 47), and the new content is uploaded at its release.
+#[test]
+fn a_rewrite_after_a_refused_upload_is_not_failed_by_it_and_is_tried() {
+    let (_dir, wb, file) = with_closed_file(b"one");
+    let job = wb.begin_upload(7, "k").expect("the queued upload starts");
+    let refused = flowfs_client::ClientError::Refused("400 InvalidRequest".into());
+    let fin = wb.finish_upload(7, &job, Err(failure(refused)), true);
+    assert!(fin.error.is_some() && fin.retry.is_none(), "a refusal is not retried");
+    assert!(wb.error(7, &file).is_some(), "the close of that content reports it");
+    assert!(wb.open(7, true).is_some());
+    wb.set_len(7, &file, 0).expect("O_TRUNC");
+    wb.write(7, &file, (0, b"three"), 1 << 20).expect("write");
+    assert!(wb.error(7, &file).is_none(), "the new content has not failed");
+    assert!(matches!(wb.release(7, &file, true), Released::Upload));
+    let job = wb.begin_upload(7, "k").expect("the new content goes up");
+    assert_eq!(job.size, 5);
+}
+
+/// Giving up a file whose upload is in flight returns at once (an unlink waited for the
+/// whole upload: 59.6 s for 5 GiB, issue 47), tells the upload to stop, and what that
+/// upload still lands is a stray for its task to delete.
+#[tokio::test]
+async fn retiring_a_file_being_uploaded_returns_at_once_and_stops_the_upload() {
+    let (_dir, wb, file) = with_closed_file(&[5u8; 3 << 20]);
+    let job = wb.begin_upload(7, "k").expect("the queued upload starts");
+    let r = wb.retire(7).expect("it was staged");
+    assert_eq!(
+        r,
+        Retired {
+            remote: false,
+            in_flight: true
+        }
+    );
+    assert!(file.stop.load(std::sync::atomic::Ordering::Acquire));
+    let client: Arc<dyn flowfs_client::ObjectClient> =
+        Arc::new(flowfs_client::mock::MockClient::new());
+    let parts = Arc::new(tokio::sync::Semaphore::new(2));
+    let sent = transfer::upload_parts(
+        &client,
+        "k",
+        &client.create_multipart("k", &Default::default()).await.unwrap(),
+        &job.file.file,
+        job.size,
+        1 << 20,
+        &parts,
+        Vec::new(),
+        &job.file.stop,
+    )
+    .await;
+    assert_eq!(sent.unwrap_err().to_string(), transfer::GIVEN_UP);
+    assert!(client.head("k").await.is_err(), "nothing was completed");
+    let fin = wb.finish_upload(7, &job, Ok(()), true);
+    assert!(fin.stray && !fin.again && fin.error.is_none());
+}

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -23,6 +24,20 @@ const SMALL_BUDGET_KIB: u32 = 64 << 10;
 /// What one small upload counts against that budget at least: it also bounds how many
 /// PUTs (and connections) are in flight when thousands of tiny files close together.
 const SMALL_MIN_KIB: u32 = 256;
+
+/// What an upload that was told to stop ends with: the file it carried was removed
+/// (unlink, renamed over), so the rest would only make an object to delete.
+pub const GIVEN_UP: &str = "not sent: the file was removed";
+
+/// Fails with `GIVEN_UP` once `stop` is set: checked before every request that would
+/// send more of a given-up file or complete it, so that only requests already in flight
+/// reach the store (issue 47: an unlink waited 59.6 s for a 5 GiB upload).
+fn check_stop(stop: &AtomicBool) -> Result<(), ClientError> {
+    if stop.load(Ordering::Acquire) {
+        return Err(ClientError::Other(GIVEN_UP.into()));
+    }
+    Ok(())
+}
 
 /// The bounds on upload memory, shared by every upload of a mount.
 #[derive(Clone)]
@@ -152,8 +167,10 @@ pub async fn upload_file(
     metadata: &HashMap<String, String>,
     one_part: bool,
     note: Note<'_>,
+    stop: &AtomicBool,
 ) -> Result<String, ClientError> {
     let parts = &slots.parts;
+    check_stop(stop)?;
     if one_part {
         let body = read_part_async(file, key, 0, size).await?;
         return upload_single_part(client, key, body, metadata, &note).await;
@@ -167,6 +184,7 @@ pub async fn upload_file(
             .acquire_many(kib)
             .await
             .map_err(|e| ClientError::Other(e.to_string()))?;
+        check_stop(stop)?;
         let body = read_part_async(file, key, 0, size).await?;
         return Ok(client.put(key, body, metadata).await?.etag);
     }
@@ -180,6 +198,7 @@ pub async fn upload_file(
         part_size,
         parts,
         Vec::new(),
+        stop,
     )
     .await;
     if r.is_ok() {
@@ -217,7 +236,8 @@ pub async fn read_part_async(
 }
 
 /// Uploads the parts of `[0, size)` not in `done` (which holds parts 1..=k, in order)
-/// and completes the upload; aborts it on failure, so nothing partial is ever visible.
+/// and completes the upload; aborts it on failure, or once `stop` is set, so nothing
+/// partial is ever visible.
 #[allow(clippy::too_many_arguments)]
 pub async fn upload_parts(
     client: &Arc<dyn ObjectClient>,
@@ -228,6 +248,7 @@ pub async fn upload_parts(
     part_size: u64,
     parts: &Arc<Semaphore>,
     mut done: Vec<CompletedPart>,
+    stop: &AtomicBool,
 ) -> Result<String, ClientError> {
     let n = size.div_ceil(part_size).max(1);
     let mut set = tokio::task::JoinSet::new();
@@ -240,6 +261,10 @@ pub async fn upload_parts(
                 break;
             }
         };
+        if let Err(e) = check_stop(stop) {
+            failure = Some(e);
+            break;
+        }
         let off = i * part_size;
         let body = match read_part_async(file, key, off, part_size.min(size - off)).await {
             Ok(b) => b,
@@ -276,6 +301,7 @@ pub async fn upload_parts(
             Err(e) => failure = failure.or(Some(ClientError::Other(e.to_string()))),
         }
     }
+    failure = failure.or(check_stop(stop).err());
     if let Some(e) = failure {
         if let Err(abort) = client.abort_multipart(key, upload_id).await {
             tracing::warn!(%key, "abort of a failed multipart upload failed: {abort}");

@@ -7,13 +7,14 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use flowfs_client::{ClientError, ObjectClient};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::{upload_file, Aborts, Early, Note, StagedFile, UploadJob, UploadSlots};
+use super::{upload_file, Aborts, Early, Keys, Note, StagedFile, UploadJob, UploadSlots};
 
 pub struct Uploader {
     client: Arc<dyn ObjectClient>,
@@ -32,6 +33,8 @@ pub struct Uploader {
     /// three.
     rewrites: Mutex<HashMap<u64, bool>>,
     rewrites_idle: Notify,
+    /// The keys uploads are sending to, and the strays among them (keys.rs).
+    keys: Keys,
 }
 
 /// What an upload left in the bucket: the object's ETag or the failure, and whether the
@@ -51,6 +54,8 @@ pub struct Loose<'a> {
     pub metadata: &'a HashMap<String, String>,
     pub one_part: bool,
     pub note: PathBuf,
+    /// Set when the file is given up: the upload stops sending (transfer.rs `check_stop`).
+    pub stop: &'a AtomicBool,
 }
 
 impl Uploader {
@@ -69,12 +74,18 @@ impl Uploader {
             recovered: Mutex::new(Vec::new()),
             rewrites: Mutex::default(),
             rewrites_idle: Notify::new(),
+            keys: Keys::default(),
         }
     }
 
     /// Held by an upload from its start until its end is recorded.
     pub async fn hold_shared(&self) -> RwLockReadGuard<'_, ()> {
         self.moves.read().await
+    }
+
+    /// The keys uploads are sending to: one upload per key at a time (keys.rs).
+    pub fn keys(&self) -> &Keys {
+        &self.keys
     }
 
     /// Held by a directory rename: no upload runs meanwhile.
@@ -94,10 +105,7 @@ impl Uploader {
     ) -> Sent {
         let ps = self.part_size;
         if let Some(e) = &job.early {
-            if let Some(r) = e
-                .finish(&job.file.file, job.size, ps, &self.slots.parts)
-                .await
-            {
+            if let Some(r) = e.finish(&job.file, job.size, ps, &self.slots.parts).await {
                 return self.stamp_early(key, metadata, r, job.size).await;
             }
         }
@@ -109,6 +117,7 @@ impl Uploader {
                 metadata,
                 one_part: job.one_part,
                 note: job.file.whole_upload_note_path(),
+                stop: &job.file.stop,
             })
             .await;
         Sent {
@@ -134,6 +143,7 @@ impl Uploader {
             f.metadata,
             f.one_part,
             note,
+            f.stop,
         )
         .await
     }

@@ -16,3 +16,9 @@ async fn written_renamed_and_read_back() {
 async fn a_listing_spans_pages() {
     bodies::a_listing_spans_pages(Arc::new(MockClient::new()), "x").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_the_store_would_change_are_refused_or_kept_exactly() {
+    let mock = Arc::new(MockClient::new());
+    bodies::names_the_store_would_change_are_refused_or_kept_exactly(mock, "n").await;
+}

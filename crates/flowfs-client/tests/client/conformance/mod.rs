@@ -11,6 +11,7 @@
 
 #![allow(dead_code)] // each test binary uses a part of the helpers
 
+pub mod keys;
 pub mod lists;
 pub mod metadata;
 pub mod reads;
@@ -57,6 +58,7 @@ pub fn all() -> Vec<Behaviour> {
         behaviour!(reads::get_range_pieces_in_order),
         behaviour!(reads::get_range_pieces_past_the_end),
         behaviour!(reads::odd_key_characters),
+        behaviour!(keys::the_store_keeps_exactly_the_keys_its_rules_allow),
         behaviour!(lists::check_bucket_succeeds),
         behaviour!(lists::list_with_delimiter_splits_prefixes_and_objects),
         behaviour!(lists::list_without_delimiter_is_flat),
@@ -155,7 +157,7 @@ pub async fn run_all_with(
 }
 
 /// The backend `run_all` runs on (one per test binary).
-static BACKEND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+pub(crate) static BACKEND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Whether the store's ETags are S3's: the MD5 of the body (`-N` after a multipart
 /// upload's), kept by a metadata rewrite. Azure's are opaque versions, new at every
