@@ -11,7 +11,7 @@ use std::sync::Arc;
 use flowfs_client::{ClientError, ListPage, ObjectClient};
 
 use crate::error::Result;
-use crate::inode::Listing;
+use crate::inode::{Kind, Listing};
 
 use super::remote::batched;
 use super::Fs;
@@ -19,15 +19,25 @@ use super::Fs;
 /// Keys in one page of a LIST (S3's maximum, and what SeaweedFS gives).
 pub(super) const PAGE: usize = 1000;
 
-/// Where a listing is split: every `PAGE`th name of the last listing of `l`, so that each
-/// range is about one page, unless it grew.
+/// Where a listing is split: at every `PAGE`th entry of the last listing of `l`, so that
+/// each range is about one page, unless it grew. A split is the entry's key as the LIST
+/// gives it, relative to the prefix: a directory's is its common prefix `name/`. Split at
+/// `name`, a directory fell between two ranges (the one up to `name` cuts `name/` off,
+/// the one after starts past it), and was missing from every listing taken again: 8 of
+/// 8,192 new directories were ENOENT in stress-ng's chdir stressor (issue 47). Sorted, as
+/// keys order differently from names (`a-b` < `a/`).
 pub(super) fn splits_of(l: &Listing) -> Vec<String> {
-    l.entries
-        .keys()
+    let mut splits: Vec<String> = (l.entries.iter())
         .skip(PAGE - 1)
         .step_by(PAGE)
-        .map(|k| k.to_string())
-        .collect()
+        .map(|(name, e)| match e.kind {
+            Kind::Dir => format!("{name}/"),
+            _ => name.to_string(),
+        })
+        .collect();
+    splits.sort();
+    splits.dedup();
+    splits
 }
 
 impl Fs {

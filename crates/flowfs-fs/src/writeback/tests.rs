@@ -143,12 +143,21 @@ fn a_rewrite_after_a_refused_upload_is_not_failed_by_it_and_is_tried() {
     let job = wb.begin_upload(7, "k").expect("the queued upload starts");
     let refused = flowfs_client::ClientError::Refused("400 InvalidRequest".into());
     let fin = wb.finish_upload(7, &job, Err(failure(refused)), true);
-    assert!(fin.error.is_some() && fin.retry.is_none(), "a refusal is not retried");
-    assert!(wb.error(7, &file).is_some(), "the close of that content reports it");
+    assert!(
+        fin.error.is_some() && fin.retry.is_none(),
+        "a refusal is not retried"
+    );
+    assert!(
+        wb.error(7, &file).is_some(),
+        "the close of that content reports it"
+    );
     assert!(wb.open(7, true).is_some());
     wb.set_len(7, &file, 0).expect("O_TRUNC");
     wb.write(7, &file, (0, b"three"), 1 << 20).expect("write");
-    assert!(wb.error(7, &file).is_none(), "the new content has not failed");
+    assert!(
+        wb.error(7, &file).is_none(),
+        "the new content has not failed"
+    );
     assert!(matches!(wb.release(7, &file, true), Released::Upload));
     let job = wb.begin_upload(7, "k").expect("the new content goes up");
     assert_eq!(job.size, 5);
@@ -176,7 +185,10 @@ async fn retiring_a_file_being_uploaded_returns_at_once_and_stops_the_upload() {
     let sent = transfer::upload_parts(
         &client,
         "k",
-        &client.create_multipart("k", &Default::default()).await.unwrap(),
+        &client
+            .create_multipart("k", &Default::default())
+            .await
+            .unwrap(),
         &job.file.file,
         job.size,
         1 << 20,

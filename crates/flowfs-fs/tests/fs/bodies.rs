@@ -158,6 +158,47 @@ pub async fn a_listing_spans_pages(client: Arc<dyn ObjectClient>, prefix: &str) 
     assert_eq!(names, want, "in order, with sizes");
 }
 
+/// A directory of 2,100 subdirectories listed again (metadata TTL 0: every readdir lists)
+/// is split into ranges at the entries where its last listing's pages began; each split
+/// falls on a subdirectory here, and each must be in the new listing (one at every split
+/// was missing: stress-ng's chdir stressor found 8 of 8,192 new directories ENOENT).
+pub async fn a_listing_taken_again_keeps_the_directories_it_is_split_at(
+    client: Arc<dyn ObjectClient>,
+    prefix: &str,
+) {
+    let none = std::collections::HashMap::new();
+    let want: Vec<String> = (0..2100usize).map(|i| format!("d{i:05}")).collect();
+    for d in &want {
+        let key = format!("{prefix}/deep/{d}/x");
+        client.put(&key, Bytes::new(), &none).await.expect("put");
+    }
+    let cache = tempfile::tempdir().expect("tmp");
+    let mut cfg = FsConfig::new("b", prefix, cache.path().to_path_buf());
+    cfg.metadata_ttl = std::time::Duration::ZERO;
+    let fs = Arc::new(Fs::new(cfg, client).expect("fs"));
+    let deep = fs.lookup(ROOT, "deep").await.expect("lookup").ino;
+    for round in 0..2 {
+        let fh = fs.opendir(deep).expect("opendir");
+        let items = fs.readdir(deep, fh, 0, false).await.expect("readdir");
+        fs.releasedir(fh);
+        let names: Vec<String> = (items.into_iter())
+            .map(|i| i.name)
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        let missing: Vec<&String> = want.iter().filter(|w| !names.contains(w)).collect();
+        assert!(missing.is_empty(), "listing {round}: missing {missing:?}");
+        assert!(
+            names == want,
+            "listing {round}: each subdirectory once, in order"
+        );
+    }
+    for d in ["d00999", "d01999"] {
+        fs.lookup(deep, d)
+            .await
+            .expect("a directory at a split is found");
+    }
+}
+
 /// A name whose key the store would change or refuse (SeaweedFS takes `\` for `/`: the
 /// file vanished after its upload, issue 47) is refused at create and rename with EINVAL
 /// and is absent at lookup; where the store keeps it (S3, the mock), it is a file whose
@@ -170,7 +211,10 @@ pub async fn names_the_store_would_change_are_refused_or_kept_exactly(
     let cache = tempfile::tempdir().expect("tmp");
     let fs = fs_over(client.clone(), cache.path(), prefix);
     let odd = "x\\y";
-    let refused = client.key_rules().check(&format!("{prefix}/{odd}")).is_err();
+    let refused = client
+        .key_rules()
+        .check(&format!("{prefix}/{odd}"))
+        .is_err();
     let mut want = vec![format!("{prefix}/plain")];
     write_file(&fs, ROOT, "plain", b"plain").await;
     match fs.create(ROOT, odd, 0o644).await {
@@ -188,7 +232,10 @@ pub async fn names_the_store_would_change_are_refused_or_kept_exactly(
         assert_eq!(e.errno(), libc::ENOENT, "{e}");
         let e = fs.rename(ROOT, "plain", ROOT, "a\\b", false).await;
         assert_eq!(e.expect_err("rename refused").errno(), libc::EINVAL);
-        let e = fs.mkdir(ROOT, "d\\e", 0o755).await.expect_err("mkdir refused");
+        let e = fs
+            .mkdir(ROOT, "d\\e", 0o755)
+            .await
+            .expect_err("mkdir refused");
         assert_eq!(e.errno(), libc::EINVAL);
     }
     assert!(fs.flush_all().await.is_empty(), "everything uploads");

@@ -22,3 +22,9 @@ async fn names_the_store_would_change_are_refused_or_kept_exactly() {
     let mock = Arc::new(MockClient::new());
     bodies::names_the_store_would_change_are_refused_or_kept_exactly(mock, "n").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_taken_again_keeps_the_directories_it_is_split_at() {
+    let mock = Arc::new(MockClient::new());
+    bodies::a_listing_taken_again_keeps_the_directories_it_is_split_at(mock, "s").await;
+}

@@ -35,6 +35,8 @@ fn the_shared_bodies_hold_on_seaweedfs() {
             Arc::new(product_client(&server.endpoint, BUCKET, 3).await);
         bodies::written_renamed_and_read_back(client.clone(), "written").await;
         bodies::a_listing_spans_pages(client.clone(), "paged").await;
+        bodies::a_listing_taken_again_keeps_the_directories_it_is_split_at(client.clone(), "split")
+            .await;
         bodies::names_the_store_would_change_are_refused_or_kept_exactly(client, "names").await;
     });
     drop(rt);
