@@ -10,6 +10,7 @@ import mmap
 import os
 import stat
 import subprocess
+import sys
 import threading
 import time
 
@@ -103,6 +104,25 @@ def test_errno_values(mount, bucket, s3):
 
 
 # ------------------------------------------------------------------ durability
+
+
+def test_mailbox_locking_works(mount, bucket, s3):
+    """Python's mailbox dot-locking makes a hard link and falls back to rename only on
+    EPERM (issue 47: with ENOTSUP every lock killed its process): a lock, a message added,
+    an unlock, and the mailbox in the bucket with that message and no lock file left."""
+    m = mount(bucket)
+    r = subprocess.run(
+        [sys.executable, "-c",
+         "import mailbox, sys; b = mailbox.mbox(sys.argv[1]); b.lock(); "
+         "b.add('From: a@b\\nSubject: s\\n\\nhello\\n'); b.flush(); b.unlock(); "
+         "print(len(mailbox.mbox(sys.argv[1])))", str(m / "box")],
+        capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
+    assert not [p.name for p in m.path.iterdir() if p.name.startswith("box.")], list(m.path.iterdir())
+    u = m.unmount(timeout=60)
+    assert u.returncode == 0, u.stderr
+    assert b"hello" in object_bytes(s3, bucket, "box")
+    assert sorted(list_keys(s3, bucket)) == ["box"]
 
 
 def test_fsync_is_durable_before_unmount(mount, bucket, s3):
