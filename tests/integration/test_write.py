@@ -17,7 +17,7 @@ import time
 import pytest
 
 import s3proxy as P
-from flowfs_mount import errno_of
+from flowfs_mount import errno_of, flowfs_bin
 from helpers import MiB, payload, put_many, sha256
 from write_helpers import delaying_proxy, list_keys, object_bytes, snapshot, wait_object
 
@@ -611,6 +611,50 @@ def test_removing_a_file_whose_upload_runs_does_not_wait_for_it(mount, bucket, s
     finally:
         m.close()
         proxy.stop()
+
+
+def test_a_file_the_store_refuses_stays_usable(mount, bucket, s3, seaweed):
+    """The store refuses the upload of `bad.txt` for good (400 from a proxy, as SeaweedFS
+    answered a `..\\` segment): the file stays readable, a rewrite's close succeeds (it was
+    EIO, issue 47) and its fsync tries the new content (EIO again: still refused), `flowfs
+    status` and the unmount name it while it is not uploaded; renamed to a name the store
+    takes it is uploaded there with its last content; a refused file removed is named by
+    nothing any more."""
+    proxy = delaying_proxy(seaweed.endpoint).start()
+    for key in ("bad.txt", "gone.txt"):
+        proxy.refuse(P.PUT, key)
+    m = mount(bucket, proxy=proxy)
+    try:
+        (m / "bad.txt").write_bytes(b"one\n")
+        (m / "gone.txt").write_bytes(b"never\n")
+        assert _fsync_errno(m / "bad.txt") == errno.EIO
+        assert (m / "bad.txt").read_bytes() == b"one\n"
+        with open(m / "bad.txt", "wb") as f:  # O_TRUNC and a close that must not fail
+            f.write(b"three\n")
+        assert (m / "bad.txt").read_bytes() == b"three\n"
+        assert _fsync_errno(m / "bad.txt") == errno.EIO, "the new content was tried and refused"
+        puts = proxy.refused(P.PUT, "bad.txt")
+        assert puts >= 2, f"the rewrite was not tried: {puts} PUTs of bad.txt"
+        st = subprocess.run([flowfs_bin(), "status", str(m.path)],
+                            capture_output=True, text=True, timeout=30, env=m.env)
+        assert "bad.txt" in st.stdout + st.stderr, st.stdout
+        os.unlink(m / "gone.txt")
+        os.truncate(m / "bad.txt", 4)
+        os.rename(m / "bad.txt", m / "good.txt")
+        with open(m / "good.txt", "rb") as f:
+            os.fsync(f.fileno())
+        assert object_bytes(s3, bucket, "good.txt") == b"thre"
+        r = m.unmount(timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert sorted(list_keys(s3, bucket)) == ["good.txt"]
+    finally:
+        m.close()
+        proxy.stop()
+
+
+def _fsync_errno(path) -> int | None:
+    with open(path, "rb") as f:
+        return errno_of(os.fsync, f.fileno())
 
 
 def test_write_then_rename_replaces_durable_target(mount, bucket, s3):

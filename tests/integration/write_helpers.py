@@ -195,18 +195,36 @@ def delaying_proxy(upstream_endpoint: str):
     that long before it is forwarded; `p.delay_answer(op, key, seconds)` holds the answer
     back instead (the server has done the request; the client learns it late). A LIST has
     the key "". Widens real-world latency windows deterministically. `p.wait_held(op, key,
-    timeout)` waits until a delayed request of `op` on `key` has reached the proxy."""
+    timeout)` waits until a delayed request of `op` on `key` has reached the proxy.
+    `p.refuse(op, key)` answers those requests 400 InvalidRequest without forwarding them, as
+    a store refuses a request for good (SeaweedFS for a key with a `..` segment);
+    `p.refused(op, key)` counts them."""
+    from faultproxy import error_body
     from s3proxy import CountingProxy, _Handler, classify
 
     class _DelayHandler(_Handler):
         def _proxy(self) -> None:
             op, _bucket, key = classify(self.command, self.path, self.headers)
+            if (op, key) in self.server.refusals:
+                with self.server.refused_lock:
+                    self.server.refused[(op, key)] = self.server.refused.get((op, key), 0) + 1
+                self._refuse(key)
+                return
             self._answer_wait = self.server.answer_delays.get((op, key), 0)
             wait = self.server.delays.get((op, key))
             if wait:
                 self.server.arrived.setdefault((op, key), threading.Event()).set()
                 time.sleep(wait)
             super()._proxy()
+
+        def _refuse(self, key: str) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = error_body("InvalidRequest", "Invalid Request", key, "refused-by-test")
+            self.send_response_only(400, "Bad Request")
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
         def send_response_only(self, code, message=None):
             wait, self._answer_wait = getattr(self, "_answer_wait", 0), 0
@@ -220,7 +238,18 @@ def delaying_proxy(upstream_endpoint: str):
             self._server.delays = {}
             self._server.answer_delays = {}
             self._server.arrived = {}
+            self._server.refusals = set()
+            self._server.refused = {}
+            self._server.refused_lock = threading.Lock()
             self._server.RequestHandlerClass = _DelayHandler
+
+        def refuse(self, op: str, key: str) -> None:
+            self._server.refusals.add((op, key))
+
+        def refused(self, op: str, key: str) -> int:
+            """How many requests of `op` on `key` were refused."""
+            with self._server.refused_lock:
+                return self._server.refused.get((op, key), 0)
 
         def delay(self, op: str, key: str, seconds: float) -> None:
             self._server.arrived.setdefault((op, key), threading.Event())

@@ -181,7 +181,13 @@ impl Fs {
             access,
         } = h
         {
-            if let Some(e) = self.wb.error(ino, &staged) {
+            // A writer's close reports a refused upload of what it wrote; a reader's never
+            // fails for it (`cat` of a file the store refused reported EIO, issue 47).
+            if let Some(e) = access
+                .writes()
+                .then(|| self.wb.error(ino, &staged))
+                .flatten()
+            {
                 return Err(FsError::Upload(e));
             }
             if self.cfg.local_durability && access.writes() {
