@@ -140,6 +140,7 @@ pub(crate) fn report_of(s: &Status, mountpoint: &Path, source: &str, unmounting:
                 PendingState::Queued => "queued",
                 PendingState::Uploading => "uploading",
                 PendingState::Failed(_) => "failed",
+                PendingState::Removing => "removing",
             }
             .to_string(),
             open_for_writing: p.open_for_writing,

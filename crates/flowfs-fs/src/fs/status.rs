@@ -98,6 +98,16 @@ impl Fs {
                 })
                 .collect()
         };
+        // Not the mount's data, but the bucket is not as the mount shows it until a
+        // removed file's upload has ended and what it landed is deleted.
+        let now = SystemTime::now();
+        pending.extend(self.up.keys().strays().into_iter().map(|key| PendingFile {
+            key,
+            bytes: 0,
+            since: now,
+            open_for_writing: false,
+            state: PendingState::Removing,
+        }));
         pending.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.key.cmp(&b.key)));
         let mut failures: Vec<Failure> = pending
             .iter()

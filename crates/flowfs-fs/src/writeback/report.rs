@@ -18,6 +18,9 @@ pub enum PendingState {
     /// The last upload failed with this error; retried in the background if it may go
     /// away, and by the next fsync, close or unmount.
     Failed(String),
+    /// A file removed while it was uploaded: the requests it had in flight are ending,
+    /// and what they land is deleted then (writeback/keys.rs).
+    Removing,
 }
 
 /// One staged file whose content the bucket does not hold yet.
