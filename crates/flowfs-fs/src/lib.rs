@@ -12,6 +12,7 @@ mod fs;
 mod fuse;
 mod inode;
 mod prefetch;
+mod wait;
 mod writeback;
 
 // The metadata convention (s3fs-fuse's attributes, flowfs's symlinks) is the client's.

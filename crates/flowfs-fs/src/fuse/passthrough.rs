@@ -220,19 +220,8 @@ impl Passthrough {
     /// `check`'s first answer, asked again at each release, for at most `RELEASE_WAIT`
     /// (`None`: it never answered).
     async fn until_released<T>(&self, check: impl Fn() -> Option<T>) -> Option<T> {
-        let deadline = tokio::time::Instant::now() + RELEASE_WAIT;
-        loop {
-            // Registered before the look, so that a release in between is not missed.
-            let notified = self.released.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if let Some(t) = check() {
-                return Some(t);
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return None;
-            }
-        }
+        let released = crate::wait::until(&self.released, check);
+        tokio::time::timeout(RELEASE_WAIT, released).await.ok()
     }
 
     /// Answers the open of `ino` (handle `fh`, offered `backing`) as its inode's mode

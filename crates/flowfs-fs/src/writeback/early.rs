@@ -54,15 +54,7 @@ impl Aborts {
 
     /// Returns once no early upload is alive and every abort has been answered.
     pub async fn wait(&self) {
-        loop {
-            let idle = self.0.idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if *self.0.busy.lock() == 0 {
-                return;
-            }
-            idle.await;
-        }
+        crate::wait::until(&self.0.idle, || (*self.0.busy.lock() == 0).then_some(())).await
     }
 }
 

@@ -15,6 +15,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use crate::wait::until;
+
 /// Where an upload's key stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sending {
@@ -56,22 +58,17 @@ impl Drop for KeyHold {
 impl Keys {
     /// Returns once no other upload holds `key`, holding it.
     pub async fn hold(&self, key: &str) -> KeyHold {
-        loop {
-            let freed = self.0.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            {
-                let mut k = self.0.keys.lock();
-                if !k.contains_key(key) {
-                    k.insert(key.to_string(), Sending::Named);
-                    return KeyHold {
-                        keys: self.0.clone(),
-                        key: key.to_string(),
-                    };
+        let take = || {
+            let mut k = self.0.keys.lock();
+            (!k.contains_key(key)).then(|| {
+                k.insert(key.to_string(), Sending::Named);
+                KeyHold {
+                    keys: self.0.clone(),
+                    key: key.to_string(),
                 }
-            }
-            freed.await;
-        }
+            })
+        };
+        until(&self.0.freed, take).await
     }
 
     /// The name of `key` was removed while an upload to it may be in flight: what that
@@ -104,15 +101,10 @@ impl Keys {
 
     /// Returns once no upload holds a key (an unmount waits for the strays' deletes).
     pub async fn idle(&self) {
-        loop {
-            let freed = self.0.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if self.0.keys.lock().is_empty() {
-                return;
-            }
-            freed.await;
-        }
+        until(&self.0.freed, || {
+            self.0.keys.lock().is_empty().then_some(())
+        })
+        .await
     }
 }
 

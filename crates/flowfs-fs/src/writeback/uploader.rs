@@ -254,14 +254,7 @@ impl Uploader {
 
     /// Returns once no rewrite runs (unmount waits for them, as for uploads).
     pub async fn rewrites_done(&self) {
-        loop {
-            let idle = self.rewrites_idle.notified();
-            tokio::pin!(idle);
-            idle.as_mut().enable();
-            if self.rewrites.lock().is_empty() {
-                return;
-            }
-            idle.await;
-        }
+        let idle = || self.rewrites.lock().is_empty().then_some(());
+        crate::wait::until(&self.rewrites_idle, idle).await
     }
 }
