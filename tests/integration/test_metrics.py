@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from flowfs_mount import flowfs_bin, is_mounted, start_mount
-from helpers import payload, sha256
+from helpers import payload, poll, sha256
 from metrics_helpers import MiB, S3_GROUPS, check_read, proxy_counts, report_matches_proxy, workload
 from seaweed import free_port
 
@@ -277,12 +277,21 @@ def test_fuse_requests_are_counted_by_operation_with_their_latency(mount, bucket
     for i in range(5):
         assert (m.path / f"f{i}").read_bytes() == b"abc"
     os.listdir(m.path)
-    text = scrape(metrics_port)
-    counts = {}
-    for line in text.splitlines():
-        if line.startswith("flowfs_fuse_request_seconds_count{"):
-            op = line.split('op="')[1].split('"')[0]
-            counts[op] = int(line.split()[-1])
+
+    def fuse_counts():
+        text = scrape(metrics_port)
+        counts = {}
+        for line in text.splitlines():
+            if line.startswith("flowfs_fuse_request_seconds_count{"):
+                op = line.split('op="')[1].split('"')[0]
+                counts[op] = int(line.split()[-1])
+        return text, counts
+
+    # The kernel sends RELEASE after close() has returned, so the last one may still be on
+    # its way when the scrape comes: wait for the counter, never longer than 10 s.
+    poll(lambda: fuse_counts()[1].get("release", 0) >= 10, 10,
+         lambda: f"10 releases counted: {fuse_counts()[1]}")
+    text, counts = fuse_counts()
     assert counts.get("create", 0) >= 5 and counts.get("write", 0) >= 5, counts
     assert counts.get("open", 0) >= 5 and counts.get("release", 0) >= 10, counts
     assert 'flowfs_fuse_request_seconds_bucket{le="+Inf",op="create"}' in text or \
