@@ -10,6 +10,7 @@
 //! | `mtime` | seconds since the epoch, `.` and nine digits of nanoseconds when not whole | seconds with an optional fraction of 1 to 9 digits (rclone writes fewer) |
 //! | `atime`, `ctime` | only when set explicitly, as `mtime` | as `mtime` |
 //! | `rdev` | special files only, decimal | decimal |
+//! | `flowfs-link` | names made by `link`: 16 hex digits, the same on every name of the file | hex |
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -32,7 +33,11 @@ pub const RDEV: &str = "rdev";
 /// Marks an object as a symbolic link; its value is the target, percent-encoded
 /// (`percent_encode`), and the object's content is the plain target too.
 pub const SYMLINK_META: &str = "flowfs-symlink";
-const KEYS: [&str; 7] = [MODE, UID, GID, MTIME, ATIME, CTIME, RDEV];
+/// Marks the names of one file made by `link` (hard links): every name's object
+/// carries the same random id, and a mount that finds two names with the same id and
+/// the same ETag shows them as one file again.
+pub const LINK: &str = "flowfs-link";
+const KEYS: [&str; 8] = [MODE, UID, GID, MTIME, ATIME, CTIME, RDEV, LINK];
 
 /// The file type bits of a mode.
 pub const S_IFMT: u32 = 0o170_000;
@@ -57,6 +62,8 @@ pub struct Posix {
     pub ctime: Option<SystemTime>,
     /// Device number of a special file.
     pub rdev: Option<u32>,
+    /// The hard-link group of the file (`LINK`): set once a second name was linked.
+    pub link: Option<u64>,
 }
 
 impl Posix {
@@ -77,6 +84,7 @@ impl Posix {
             atime: get(ATIME).and_then(parse_time),
             ctime: get(CTIME).and_then(parse_time),
             rdev: get(RDEV).and_then(|v| v.parse().ok()),
+            link: get(LINK).and_then(|v| u64::from_str_radix(v, 16).ok()),
         }
     }
 
@@ -96,6 +104,7 @@ impl Posix {
         put(ATIME, self.atime.map(format_time));
         put(CTIME, self.ctime.map(format_time));
         put(RDEV, self.rdev.map(|r| r.to_string()));
+        put(LINK, self.link.map(|l| format!("{l:016x}")));
     }
 
     /// What a directory shows when its marker says `self` and this mount knew `old`: the
@@ -114,6 +123,7 @@ impl Posix {
             atime: self.atime.or(old.atime),
             ctime: later(self.ctime, old.ctime),
             rdev: self.rdev.or(old.rdev),
+            link: self.link.or(old.link),
         }
     }
 

@@ -26,11 +26,13 @@ pub enum FsError {
     /// EROFS: the mount is read-only.
     #[error("read-only file system")]
     ReadOnly,
-    /// EPERM: an operation this file system does not permit at all, where the man page
-    /// names EPERM for it (`link(2)`: "the file system does not support the creation of
-    /// hard links"; Python's `mailbox` locking falls back to `rename` only on EPERM).
+    /// EPERM: an operation this file system does not permit, where the man page names
+    /// EPERM for it (`link(2)` of a directory).
     #[error("operation not permitted: {0}")]
     NotPermitted(&'static str),
+    /// EMLINK: a file has as many names as it can count (`link`).
+    #[error("too many links")]
+    TooManyLinks,
     /// ENOTSUP: something object storage cannot do (some flags and modes).
     #[error("not supported: {0}")]
     NotSupported(&'static str),
@@ -110,6 +112,7 @@ impl FsError {
             FsError::Exists => libc::EEXIST,
             FsError::ReadOnly => libc::EROFS,
             FsError::NotPermitted(_) => libc::EPERM,
+            FsError::TooManyLinks => libc::EMLINK,
             FsError::NotSupported(_) => libc::ENOTSUP,
             FsError::Invalid(_) | FsError::KeyRefused { .. } => libc::EINVAL,
             FsError::NameTooLong => libc::ENAMETOOLONG,

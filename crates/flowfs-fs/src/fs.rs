@@ -12,6 +12,7 @@ mod attrs;
 mod durable;
 mod ends;
 mod handles;
+mod links;
 mod locks;
 mod lookup;
 mod names;
@@ -126,13 +127,7 @@ fn valid_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn join(dir: &str, name: &str) -> String {
-    if dir.is_empty() {
-        name.to_string()
-    } else {
-        format!("{dir}/{name}")
-    }
-}
+use crate::inode::join_path as join;
 
 impl Fs {
     /// Opens the cache and the staging directory of `cfg.cache_dir`; nothing is sent to the
@@ -268,6 +263,8 @@ impl Fs {
         }
         if n.is_unlinked() {
             a.nlink = 0;
+        } else if n.entry.kind != Kind::Dir {
+            a.nlink = n.nlink();
         } else if let Some(dirs) = n.subdirs() {
             // Each subdirectory's `..`, as a local file system counts it, where this
             // mount keeps the directory's listing (no request for it).

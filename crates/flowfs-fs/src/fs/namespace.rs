@@ -235,6 +235,10 @@ impl Fs {
             }
             self.key(&t.path(ino).ok_or(FsError::NotFound)?)
         };
+        // The file lives on under its other names.
+        if self.has_links(ino) {
+            return self.unlink_one_name(ino, parent, name).await;
+        }
         let retired = self.wb.retire(ino);
         if retired.is_some_and(|r| r.in_flight) {
             self.up.keys().doom(&key);
@@ -260,7 +264,7 @@ impl Fs {
     pub(super) async fn dir_has_children(&self, ino: u64, path: &str) -> Result<bool> {
         let staged_child = {
             let t = self.ns.lock();
-            let any = t.children_of(ino).any(|(i, _)| self.wb.stat(i).is_some());
+            let any = t.children_of(ino).any(|(_, i, _)| self.wb.stat(i).is_some());
             any
         };
         if staged_child {

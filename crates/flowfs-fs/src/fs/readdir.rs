@@ -74,7 +74,7 @@ impl Fs {
         // The LIST is a snapshot from `at`. What this mount did here since then is newer:
         // files staged and not yet in the bucket, uploads that landed while the LIST ran
         // (their nodes were confirmed after `at`), names removed after `at`.
-        for (cino, n) in t.children_of(ino) {
+        for (name, cino, n) in t.children_of(ino) {
             let staged = self.wb.stat(cino);
             if staged.is_some() || n.validated().is_none_or(|v| v > at) {
                 let mut e = n.entry.clone();
@@ -82,7 +82,7 @@ impl Fs {
                     e.size = st.size;
                     e.mtime = st.mtime;
                 }
-                entries.insert(n.name().to_string(), e);
+                entries.insert(name.to_string(), e);
             }
         }
         if let Some(n) = t.get_mut(ino) {

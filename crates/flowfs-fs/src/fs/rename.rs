@@ -38,6 +38,15 @@ impl Fs {
         if noreplace && target.is_some() {
             return Err(FsError::Exists);
         }
+        // A target with other names keeps them: only this name goes (not atomically).
+        let target = match target {
+            Some(t) if self.has_links(t) => {
+                let _target = self.ns.locks().key(t).await;
+                self.unlink_one_name(t, newparent, newname).await?;
+                None
+            }
+            t => t,
+        };
         // No metadata rewrite of the source or the target lands on either name while
         // the source moves (taken in inode order: two renames never wait on each other).
         let (first, second) = (ino.min(target.unwrap_or(0)), ino.max(target.unwrap_or(0)));
@@ -46,6 +55,10 @@ impl Fs {
             i => Some(self.ns.locks().key(i).await),
         };
         let _second = self.ns.locks().key(second).await;
+        if self.is_other_name(ino, parent, name) {
+            return (self.rename_other_name(ino, (parent, name), (newparent, newname), target))
+                .await;
+        }
         let (kind, old_path, new_path) = self.rename_paths(ino, newparent, newname)?;
         let replaced_remote = match target {
             Some(tino) => self.rename_clear_target(kind, tino, &new_path).await?,
@@ -86,7 +99,8 @@ impl Fs {
                 if let Some(dir) = at.filter(|&d| d != ino) {
                     t.set_listing(dir, None);
                 }
-                at = at.and_then(|i| t.child(i, name));
+                // A hard link's other name is a copy: the file reads its first name.
+                at = at.and_then(|d| t.child(d, name).filter(|&i| !t.is_extra_name(i, d, name)));
             }
             let Some(n) = at.and_then(|i| t.get_mut(i)) else {
                 continue;
@@ -119,7 +133,7 @@ impl Fs {
 
     /// Makes room at the target name: an empty directory's marker goes, a file's pending
     /// upload is retired. True when the replaced file was (or may be) in the bucket.
-    async fn rename_clear_target(&self, kind: Kind, tino: u64, new_path: &str) -> Result<bool> {
+    pub(super) async fn rename_clear_target(&self, kind: Kind, tino: u64, new_path: &str) -> Result<bool> {
         let tkind = self.ns.lock().get(tino).map(|n| n.entry.kind);
         match (kind == Kind::Dir, tkind == Some(Kind::Dir)) {
             (false, true) => Err(FsError::IsDir),

@@ -90,7 +90,13 @@ impl Fs {
             // Until this upload's end is recorded (and a stray deleted), no other upload
             // sends to its key: one of a file removed meanwhile may still be landing.
             let _key = self.up.keys().hold(&key).await;
-            let sent = self.up.send(&job, &key, &metadata).await;
+            let mut sent = self.up.send(&job, &key, &metadata).await;
+            if sent.result.is_ok() {
+                // Done only once every name of the file holds what was sent.
+                if let Err(e) = self.copy_to_links(ino, &key).await {
+                    sent.result = Err(e);
+                }
+            }
             let carried = Carried {
                 posix: written,
                 stamped: sent.stamped,

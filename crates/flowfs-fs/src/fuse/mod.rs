@@ -324,17 +324,16 @@ impl fuser::Filesystem for FuseAdapter {
     fn link(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _span = self
-            .req(Op::Link, About::Entry(newparent.0, newname))
-            .entered();
-        // Object storage has no way to give one object two names. EPERM is link(2)'s
-        // errno for a file system without hard links, and programs act on it (issue 47).
-        answer(reply, Err(FsError::NotPermitted("hard links")), |_, ()| {});
+        let span = self.req(Op::Link, About::Entry(newparent.0, newname));
+        let name = utf8(newname);
+        self.entry(span, reply, |fs| async move {
+            fs.link(ino.0, newparent.0, &name?).await
+        });
     }
 
     fn write(

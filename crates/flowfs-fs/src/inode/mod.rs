@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 mod entry;
+mod links;
 mod node;
 
 pub use entry::{Entry, Kind, Listing, MetaHeads};
@@ -40,6 +41,10 @@ pub struct Inodes {
     listed: usize,
     held: BTreeMap<u64, u64>,
     seq: u64,
+    /// Hard links (links.rs): each linked node's names other than its first, and the
+    /// node of each link group seen, by its id. Empty unless `link` was used.
+    extra: HashMap<u64, Vec<(u64, Arc<str>)>>,
+    groups: HashMap<u64, u64>,
 }
 
 impl Default for Inodes {
@@ -62,6 +67,8 @@ impl Inodes {
             listed: 0,
             held: BTreeMap::new(),
             seq: 0,
+            extra: HashMap::new(),
+            groups: HashMap::new(),
         }
     }
 
@@ -73,7 +80,8 @@ impl Inodes {
         self.nodes.get_mut(&ino).map(|n| &mut **n)
     }
 
-    /// The path below the mount root, `""` for the root, `a/b` below it.
+    /// The path below the mount root, `""` for the root, `a/b` below it; a file with
+    /// hard links by its first name.
     pub fn path(&self, ino: u64) -> Option<String> {
         let mut parts = Vec::new();
         let mut cur = ino;
@@ -90,13 +98,14 @@ impl Inodes {
         self.children.get(&parent)?.get(name).copied()
     }
 
-    /// The nodes named in directory `parent`, with their inode numbers.
-    pub fn children_of(&self, parent: u64) -> impl Iterator<Item = (u64, &Node)> {
+    /// The names in directory `parent`, with the inode number and node each leads to
+    /// (a hard-linked node's name here may be other than its first).
+    pub fn children_of(&self, parent: u64) -> impl Iterator<Item = (&Arc<str>, u64, &Node)> {
         self.children
             .get(&parent)
             .into_iter()
-            .flat_map(|m| m.values())
-            .filter_map(|ino| self.get(*ino).map(|n| (*ino, n)))
+            .flat_map(|m| m.iter())
+            .filter_map(|(name, ino)| self.get(*ino).map(|n| (name, *ino, n)))
     }
 
     /// Enters the node's own name in its parent's child index.
@@ -132,6 +141,10 @@ impl Inodes {
         at: Option<Instant>,
     ) -> u64 {
         if let Some(ino) = self.child(parent, name.as_ref()) {
+            // What a hard link's other name shows is its first name's object, copied.
+            if self.is_extra_name(ino, parent, name.as_ref()) {
+                return ino;
+            }
             if let Some(n) = self.nodes.get_mut(&ino) {
                 if n.entry.kind == entry.kind {
                     // A node this mount owns keeps its own view until it is given up, and
@@ -151,6 +164,10 @@ impl Inodes {
             }
             self.detach(parent, name.as_ref());
         }
+        if let Some(ino) = self.joinable(entry) {
+            self.add_name(ino, parent, name.as_ref());
+            return ino;
+        }
         let ino = self.next;
         self.next += 1;
         let name: Arc<str> = name.into();
@@ -160,12 +177,19 @@ impl Inodes {
         self.nodes
             .insert(ino, Box::new(Node::new(parent, name, entry.clone(), at)));
         self.link(ino);
+        if let Some(id) = entry.posix.as_ref().and_then(|p| p.link) {
+            self.groups.entry(id).or_insert(ino);
+        }
         ino
     }
 
-    /// Forgets the name; the inode itself lives on until the kernel forgets it.
+    /// Forgets the name; the inode itself lives on until the kernel forgets it, and
+    /// with its other names if it has hard links (the next becomes its first).
     pub fn detach(&mut self, parent: u64, name: &str) -> Option<u64> {
         let ino = self.unlink_name(parent, name, None)?;
+        if self.drop_extra(ino, parent, name) || self.promote(ino) {
+            return Some(ino);
+        }
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.unlinked = true;
             if n.lookups == 0 && n.open == 0 {
@@ -218,7 +242,8 @@ impl Inodes {
     /// Removes `ino` if nothing needs it; its parent, if that may now be unneeded too.
     fn remove_one(&mut self, ino: u64) -> Option<u64> {
         let node = self.nodes.get(&ino)?;
-        if ino == ROOT || node.lookups > 0 || node.open > 0 {
+        // A file with hard links stays: its names are known only here.
+        if ino == ROOT || node.lookups > 0 || node.open > 0 || self.extra.contains_key(&ino) {
             return None;
         }
         let (parent, name) = (node.parent, node.name.clone());
@@ -237,6 +262,7 @@ impl Inodes {
     fn remove_node(&mut self, ino: u64) {
         if let Some(mut n) = self.nodes.remove(&ino) {
             self.forget_listing(&mut n);
+            self.forget_links(ino, &n.entry);
         }
     }
 
@@ -365,6 +391,15 @@ impl Inodes {
                 None => return false,
             }
         }
+    }
+}
+
+/// `dir/name`, or `name` in the root.
+pub(crate) fn join_path(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
     }
 }
 

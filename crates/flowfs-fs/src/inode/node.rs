@@ -31,6 +31,8 @@ pub struct Node {
     /// Its name was removed (unlink, replaced by a rename) while it is still open or
     /// known to the kernel: no name leads to it any more.
     pub(super) unlinked: bool,
+    /// Its names beyond the first (hard links, links.rs).
+    pub(super) links: u16,
     /// What only a directory has, made on first use: most nodes are files, and what
     /// every node carries is paid a million times over (issue 15: 1,000,000 files seen
     /// in 400 MiB; the directory fields inline cost a file 200 bytes of its 905).
@@ -85,6 +87,7 @@ impl Node {
             open: 0,
             page_cache_etag: None,
             unlinked: false,
+            links: 0,
             dir: None,
         }
     }
@@ -97,6 +100,12 @@ impl Node {
     /// Its name in that directory.
     pub fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// Its link count: how many names lead to it (a file's; a directory counts its
+    /// subdirectories instead).
+    pub fn nlink(&self) -> u32 {
+        1 + u32::from(self.links)
     }
 
     /// The kernel took one more reference (a LOOKUP answered, or a create).

@@ -115,6 +115,13 @@ impl WriteBack {
         }
     }
 
+    /// `ino`'s staged file, unless it has none or it was given up.
+    pub fn file(&self, ino: u64) -> Option<Arc<StagedFile>> {
+        let t = self.table.lock();
+        let f = t.files.get(&ino)?;
+        (!matches!(f.phase, Phase::Retired)).then(|| f.file.clone())
+    }
+
     /// Counts a new handle on `ino`'s staged file, if it has one.
     pub fn open(&self, ino: u64, write: bool) -> Option<Arc<StagedFile>> {
         let mut t = self.table.lock();
