@@ -62,6 +62,7 @@ from test_read import (  # noqa: F401
     test_wide_directory_ls_l_issues_no_per_file_head,
 )
 from test_write_crash import test_kill_9_during_upload_then_remount_recovers as _kill_9_body
+from test_links import test_cp_al_makes_a_linked_tree, test_links_made_before_the_upload_and_renamed  # noqa: F401
 from test_write_mix import test_write_mix  # noqa: F401
 
 pytestmark = pytest.mark.gcs

@@ -18,8 +18,9 @@ directory marker, so after a remount a directory shows `--dir-mode` and this mou
 checkouts, pip installs, appends), the mount is compared with the local run without mtimes,
 and with its own state (with mtimes) after the remount. Directory modes are not compared
 after a remount where a tool made its directories with another mode (stress-ng, dbench:
-0700), for the same reason. flowfs has no hard links (`link` is
-EPERM), so the tar archive is made with `--hard-dereference` and rsync runs without -H.
+0700), for the same reason. The tree holds a hard link: tar stores it as a link member and
+rsync runs with -H, and both tools' comparisons check that the two names are one file, mounted
+and after the remount (issue 47).
 
 Tests write below a directory made by `mkdir` on the mount (flowfs reads a listed object's
 mode and mtime only in a directory with a marker; the mount's root prefix has none).
@@ -174,11 +175,11 @@ def src_tree(session_dir) -> Path:
 
 @pytest.fixture(scope="module")
 def tree_tar(src_tree, session_dir) -> Path:
-    """The tree archived by GNU tar (the hard link stored as a second copy: flowfs has none)."""
+    """The tree archived by GNU tar (its hard link as a link member)."""
     need("tar")
     archive = session_dir / "realworld-tree.tar"
     if not archive.exists():
-        must(["tar", "--hard-dereference", "-cf", archive, "-C", src_tree, "."], session_dir / "rw-out",
+        must(["tar", "-cf", archive, "-C", src_tree, "."], session_dir / "rw-out",
              "tar-create", timeout=120)
     return archive
 
@@ -246,10 +247,10 @@ def test_rsync_archive_then_checksum_dry_run_is_empty(mount, bucket, s3, work_di
 
     def apply(dst: Path) -> None:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        must(["rsync", "-a", f"{src_tree}/", f"{dst}/"], out, f"rsync-{dst.parent.name}", timeout=300, quiet=True)
+        must(["rsync", "-aH", f"{src_tree}/", f"{dst}/"], out, f"rsync-{dst.parent.name}", timeout=300, quiet=True)
 
     def check(dst: Path, *more: str) -> list:
-        return ["rsync", "-a", "-c", "--dry-run", "--itemize-changes", *more, f"{src_tree}/", f"{dst}/"]
+        return ["rsync", "-aH", "-c", "--dry-run", "--itemize-changes", *more, f"{src_tree}/", f"{dst}/"]
 
     _tool_case(mount, bucket, s3, work_dir, pt, "rsync", apply, check, lambda d: check(d, "--omit-dir-times"))
 

@@ -60,11 +60,15 @@ def test_errno_values(mount, bucket, s3):
     assert errno_of(os.rmdir, m / "file.txt") == errno.ENOTDIR
     assert errno_of(os.rmdir, m / "nope") == errno.ENOENT
 
-    # hard links: EPERM, link(2)'s errno for a file system without them (issue 47)
-    for src in ("file.txt", "durable.txt", "remote/file.txt"):
-        e = errno_of(os.link, m / src, m / f"{src}.hardlink".replace("/", "_"))
+    # link: of a directory EPERM (link(2)); onto an existing name EEXIST; of a missing one ENOENT
+    for src in ("d", "empty", "remote/full"):
+        e = errno_of(os.link, m / src, m / "dir.hardlink")
         assert e == errno.EPERM, f"link of {src}: errno {errno.errorcode.get(e, e)}"
-        assert not os.path.exists(m / f"{src}.hardlink".replace("/", "_"))
+        assert not os.path.exists(m / "dir.hardlink")
+    for src, dst in (("file.txt", "durable.txt"), ("durable.txt", "remote/file.txt"), ("file.txt", "d")):
+        e = errno_of(os.link, m / src, m / dst)
+        assert e == errno.EEXIST, f"link {src} -> {dst}: errno {errno.errorcode.get(e, e)}"
+    assert errno_of(os.link, m / "missing.txt", m / "x.hardlink") == errno.ENOENT
 
     # O_CREAT|O_EXCL on an existing name: EEXIST (staged, durable, bucket-only, a directory)
     for name in ("file.txt", "durable.txt", "remote/file.txt", "empty", "d"):
@@ -107,8 +111,8 @@ def test_errno_values(mount, bucket, s3):
 
 
 def test_mailbox_locking_works(mount, bucket, s3):
-    """Python's mailbox dot-locking makes a hard link and falls back to rename only on
-    EPERM (issue 47: with ENOTSUP every lock killed its process): a lock, a message added,
+    """Python's mailbox dot-locking makes a hard link (and fell back to rename only on
+    EPERM: with ENOTSUP every lock killed its process, issue 47): a lock, a message added,
     an unlock, and the mailbox in the bucket with that message and no lock file left."""
     m = mount(bucket)
     r = subprocess.run(

@@ -302,6 +302,7 @@ mod tests {
             atime: None,
             ctime: Some(at(1_000_000_001, 0)),
             rdev: None,
+            link: Some(0xab),
         };
         let mut m = map(&[("flowfs-symlink", "t"), ("MODE", "1")]);
         p.encode_into(&mut m);
@@ -314,6 +315,7 @@ mod tests {
                 ("gid", "100"),
                 ("mtime", "1000000000.000000123"),
                 ("ctime", "1000000001"),
+                ("flowfs-link", "00000000000000ab"),
             ])
         );
         assert_eq!(Posix::decode(&m), p);

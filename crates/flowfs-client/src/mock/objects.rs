@@ -105,6 +105,17 @@ impl MockClient {
             Some(p) => format!("\"mock-{n}-{p}\""),
             None => format!("\"mock{n}\""),
         };
+        self.store_as(key, data, metadata, etag)
+    }
+
+    /// Stores an object with the ETag `etag`.
+    pub(super) fn store_as(
+        &self,
+        key: &str,
+        data: Bytes,
+        metadata: HashMap<String, String>,
+        etag: String,
+    ) -> String {
         self.visible.lock().push(key.to_string());
         self.objects.lock().insert(
             key.to_string(),

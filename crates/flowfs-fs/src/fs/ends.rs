@@ -179,7 +179,12 @@ impl Fs {
                         note: o.upload_note_path(),
                         stop: &AtomicBool::new(false),
                     })
-                    .await
+                    .await?;
+                // Its other names (hard links) get it too, as after a live upload.
+                for link in &o.record.links {
+                    self.client.copy(&o.key, link).await?;
+                }
+                Ok(())
             }
             .await;
             match r {

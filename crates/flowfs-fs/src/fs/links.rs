@@ -61,7 +61,19 @@ impl Fs {
         t.add_name(ino, newparent, newname);
         Self::listing_put(&mut t, newparent, newname, Some(entry));
         Self::entries_changed(&mut t, newparent);
-        self.attr_of(&t, ino)
+        let attr = self.attr_of(&t, ino)?;
+        drop(t);
+        self.rejournal(ino)?;
+        Ok(attr)
+    }
+
+    /// A staged file's names changed: its journal record names them again, so that a
+    /// recovery copies to exactly the names it has.
+    fn rejournal(&self, ino: u64) -> Result<()> {
+        if self.wb.rekey(ino) {
+            self.journal(ino)?;
+        }
+        Ok(())
     }
 
     /// A directory cannot be linked (EPERM, as link(2) says), nor a file whose last
@@ -145,10 +157,7 @@ impl Fs {
             t.add_negative(parent, name);
         }
         // Its first name may have changed: the journal names the key it goes to.
-        if self.wb.rekey(ino) {
-            self.journal(ino)?;
-        }
-        Ok(())
+        self.rejournal(ino)
     }
 
     /// Renames a name of `ino` other than its first: its object is copied to the new
@@ -185,6 +194,7 @@ impl Fs {
         Self::listing_put(&mut t, to.0, to.1, entry);
         Self::entries_changed(&mut t, to.0);
         t.add_negative(from.0, from.1);
-        Ok(())
+        drop(t);
+        self.rejournal(ino)
     }
 }

@@ -264,7 +264,9 @@ impl Fs {
     pub(super) async fn dir_has_children(&self, ino: u64, path: &str) -> Result<bool> {
         let staged_child = {
             let t = self.ns.lock();
-            let any = t.children_of(ino).any(|(_, i, _)| self.wb.stat(i).is_some());
+            let any = t
+                .children_of(ino)
+                .any(|(_, i, _)| self.wb.stat(i).is_some());
             any
         };
         if staged_child {

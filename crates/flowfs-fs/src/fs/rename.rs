@@ -133,7 +133,12 @@ impl Fs {
 
     /// Makes room at the target name: an empty directory's marker goes, a file's pending
     /// upload is retired. True when the replaced file was (or may be) in the bucket.
-    pub(super) async fn rename_clear_target(&self, kind: Kind, tino: u64, new_path: &str) -> Result<bool> {
+    pub(super) async fn rename_clear_target(
+        &self,
+        kind: Kind,
+        tino: u64,
+        new_path: &str,
+    ) -> Result<bool> {
         let tkind = self.ns.lock().get(tino).map(|n| n.entry.kind);
         match (kind == Kind::Dir, tkind == Some(Kind::Dir)) {
             (false, true) => Err(FsError::IsDir),
@@ -181,8 +186,8 @@ impl Fs {
     }
 
     /// The namespace after a rename: the node under its new name, both listings and the
-    /// old name's negative entry; staged files below a moved directory journaled under
-    /// their new keys.
+    /// old name's negative entry; staged files below a moved directory (or with a hard
+    /// link there) journaled under their new keys.
     fn rename_nodes(&self, ino: u64, from: (u64, &str), to: (u64, &str)) -> Result<()> {
         let ((parent, name), (newparent, newname)) = (from, to);
         let staged = self.wb.staged(false);
@@ -207,7 +212,7 @@ impl Fs {
             staged
                 .iter()
                 .map(|(i, _)| *i)
-                .filter(|i| t.is_within(*i, ino))
+                .filter(|i| t.is_within(*i, ino) || t.has_extra_name_within(*i, ino))
                 .collect()
         };
         for i in rejournal {

@@ -98,6 +98,7 @@ impl Fs {
                 p.encode_into(&mut m);
                 rec.metadata = m.into_iter().collect();
                 rec.metadata.sort();
+                rec.links = t.extra_paths(ino).iter().map(|p| self.key(p)).collect();
             }
             (t.path(ino).map(|p| self.key(&p)), rec)
         };

@@ -45,6 +45,13 @@ impl Inodes {
             .collect()
     }
 
+    /// Whether one of `ino`'s names other than its first lies below directory `dir`.
+    pub fn has_extra_name_within(&self, ino: u64, dir: u64) -> bool {
+        self.extra
+            .get(&ino)
+            .is_some_and(|v| v.iter().any(|(p, _)| self.is_within(*p, dir)))
+    }
+
     /// Marks `ino` as a member of the link group `id`: another name seen with that id
     /// and the same ETag is joined to it.
     pub fn join_group(&mut self, id: u64, ino: u64) {

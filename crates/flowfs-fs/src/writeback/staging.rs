@@ -149,15 +149,22 @@ pub struct Record {
     /// The user metadata its object carries (mode with the type bits of a FIFO, socket or
     /// device, rdev, uid, gid: meta.rs), so that a recovered file keeps them.
     pub metadata: Vec<(String, String)>,
+    /// The keys of the file's other names (hard links): a recovered upload is copied to
+    /// each, as a live one is.
+    pub links: Vec<String>,
 }
 
 /// `bucket`, `key`, `symlink` or `file`, then a line `meta NAME VALUE` per metadata
-/// entry. Records of earlier versions end after the key (or `symlink`).
+/// entry and `link KEY` (percent-encoded) per other name. Records of earlier versions end
+/// after the key (or `symlink`).
 fn record_text(bucket: &str, key: &str, rec: &Record) -> String {
     let kind = if rec.symlink { "symlink" } else { "file" };
     let mut text = format!("{bucket}\n{key}\n{kind}\n");
     for (k, v) in &rec.metadata {
         text.push_str(&format!("meta {k} {v}\n"));
+    }
+    for key in &rec.links {
+        text.push_str(&format!("link {}\n", crate::meta::percent_encode(key)));
     }
     text
 }
@@ -165,12 +172,19 @@ fn record_text(bucket: &str, key: &str, rec: &Record) -> String {
 /// The lines after the key of a record (see `write_record`).
 fn read_record<'a>(mut lines: impl Iterator<Item = &'a str>) -> Record {
     let symlink = lines.next() == Some("symlink");
-    let metadata = lines
-        .filter_map(|l| l.strip_prefix("meta "))
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    Record { symlink, metadata }
+    let (mut metadata, mut links) = (Vec::new(), Vec::new());
+    for l in lines {
+        if let Some((k, v)) = l.strip_prefix("meta ").and_then(|l| l.split_once(' ')) {
+            metadata.push((k.to_string(), v.to_string()));
+        } else if let Some(key) = l.strip_prefix("link ") {
+            links.push(crate::meta::percent_decode(key));
+        }
+    }
+    Record {
+        symlink,
+        metadata,
+        links,
+    }
 }
 
 /// Notes a multipart upload of `key` in `path` (see `StagedFile::upload_note_path`):

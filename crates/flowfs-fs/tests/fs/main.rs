@@ -6,6 +6,7 @@ mod attrs;
 mod bodies;
 mod common;
 mod core_ops;
+mod links;
 mod model;
 mod on_mock;
 mod passthrough;

@@ -77,6 +77,7 @@ pub fn all() -> Vec<Behaviour> {
         behaviour!(writes::multipart_unknown_upload_id_is_not_found),
         behaviour!(writes::multipart_complete_with_wrong_etag_fails),
         behaviour!(writes::copy_keeps_content_and_metadata),
+        behaviour!(writes::a_copy_keeps_the_etag_of_a_single_part_object),
         behaviour!(writes::copy_of_missing_key_is_not_found),
         behaviour!(metadata::metadata_names_come_back_lower_case),
         behaviour!(metadata::replace_metadata_keeps_body_and_etag),
