@@ -23,8 +23,15 @@ impl Fs {
         self.check_writable_in(newparent, newname)?;
         valid_name(newname)?;
         self.check_linkable(ino)?;
-        match self.resolve(newparent, newname).await {
-            Ok(_) => return Err(FsError::Exists),
+        // Asked as a lookup (a name another client removed is free), not counted as
+        // the kernel's.
+        match self.lookup(newparent, newname).await {
+            Ok(a) => {
+                if let Some(n) = self.ns.lock().get_mut(a.ino) {
+                    n.lookup_undone();
+                }
+                return Err(FsError::Exists);
+            }
             Err(FsError::NotFound) => {}
             Err(e) => return Err(e),
         }

@@ -11,8 +11,12 @@ use std::sync::Arc;
 use super::{Entry, Inodes};
 
 impl Inodes {
-    /// Adds `parent/name`, which must be free, as one more name of `ino`.
+    /// Adds `parent/name` as one more name of `ino`; a node the name led to before (one
+    /// the store no longer has) loses it.
     pub fn add_name(&mut self, ino: u64, parent: u64, name: &str) {
+        if self.child(parent, name).is_some_and(|held| held != ino) {
+            self.detach(parent, name);
+        }
         let name: Arc<str> = name.into();
         self.children
             .entry(parent)

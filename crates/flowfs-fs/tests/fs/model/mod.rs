@@ -8,8 +8,8 @@
 //! that point. A close is the FUSE close: `flush` now, `release` later, when the sequence
 //! delivers it (the kernel sends RELEASE after close() has returned). Names live at the
 //! root and in two directories, which are made, removed and renamed (with what is staged
-//! below them) as the sequence says. Failures that proptest shrinks are pinned as named
-//! tests in pinned.rs.
+//! below them) as the sequence says. A file may have several names (`Link`). Failures that
+//! proptest shrinks are pinned as named tests in pinned.rs.
 
 mod checks;
 mod names;
@@ -73,6 +73,8 @@ pub enum Step {
     Close(usize),
     DeliverRelease(usize),
     Rename(usize, usize),
+    /// `link(a, b)`: one more name for a file (hard links, inode/links.rs).
+    Link(usize, usize),
     Unlink(usize),
     Mkdir(usize),
     Rmdir(usize),
@@ -117,6 +119,7 @@ fn step() -> impl Strategy<Value = Step> {
         4 => h.clone().prop_map(Step::Close),
         3 => (0usize..4).prop_map(Step::DeliverRelease),
         1 => (n.clone(), n.clone()).prop_map(|(a, b)| Step::Rename(a, b)),
+        2 => (n.clone(), n.clone()).prop_map(|(a, b)| Step::Link(a, b)),
         1 => n.clone().prop_map(Step::Unlink),
         2 => d.clone().prop_map(Step::Mkdir),
         1 => d.clone().prop_map(Step::Rmdir),

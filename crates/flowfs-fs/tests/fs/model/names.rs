@@ -40,9 +40,70 @@ impl World {
         let r =
             self.block(|fs| async move { fs.rename(parent, old, newparent, leaf, false).await });
         r.expect("rename");
+        // Two names of one file: rename(2) does nothing.
+        if self.model.names.get(&from) == self.model.names.get(&to) {
+            return;
+        }
         let f = self.model.names.remove(&from).expect("revalidated");
         self.model.files[f].remote = false;
         self.model.names.insert(to, f);
+    }
+
+    /// `link`: the model file gets one more name. A link made while the file's upload
+    /// fails (it makes the content durable first) fails with nothing changed.
+    pub(super) fn link(&mut self, a: usize, b: usize) {
+        let (from, to) = (path(a), path(b));
+        let Some(&file) = self.model.names.get(&from) else {
+            return;
+        };
+        let ino = self.ino_of(&from).expect("lookup");
+        let (dir, leaf) = split(&to);
+        let Some(newparent) = self.dir_ino(dir) else {
+            return;
+        };
+        // The kernel looks the new name up first and answers EEXIST itself.
+        match self.lookup(newparent, leaf) {
+            Err(FsError::NotFound) => assert!(!self.model.names.contains_key(&to), "{to} lost"),
+            r => {
+                r.expect("lookup");
+                assert!(self.model.names.contains_key(&to), "{to} exists");
+                return;
+            }
+        }
+        let r = self.block(|fs| async move { fs.link(ino, newparent, leaf).await });
+        match r {
+            Err(FsError::Upload(_) | FsError::Store(_)) => return,
+            r => r.unwrap_or_else(|e| panic!("link {from} {to}: {e:?}")),
+        };
+        *self.m().looked.entry(ino).or_default() += 1;
+        self.model.files[file].remote = false;
+        self.model.names.insert(to, file);
+    }
+
+    /// After a remount, names of one file are one file again only where the mount joined
+    /// them (same link id and ETag, SEMANTICS.md "Hard links"); the others are files of
+    /// their own, with the same bytes. The model follows what the mount shows.
+    pub(super) fn split_unjoined_links(&mut self) {
+        let mut by_file: std::collections::BTreeMap<usize, Vec<String>> = Default::default();
+        for (n, &f) in &self.model.names {
+            by_file.entry(f).or_default().push(n.clone());
+        }
+        for (file, names) in by_file.into_iter().filter(|(_, v)| v.len() > 1) {
+            let mut first_ino = None;
+            for n in names {
+                let ino = self.ino_of(&n).expect("lookup of a linked name");
+                match first_ino {
+                    None => first_ino = Some(ino),
+                    Some(i) if i == ino => {}
+                    Some(_) => {
+                        let copy = self.model.files[file].clone();
+                        self.model.files.push(copy);
+                        let new = self.model.files.len() - 1;
+                        self.model.names.insert(n, new);
+                    }
+                }
+            }
+        }
     }
 
     pub(super) fn unlink(&mut self, p: usize) {

@@ -302,6 +302,7 @@ impl World {
         drop(fs);
         self.mock.clear_faults();
         self.mount = Some(new_mount(&self.mock, self.dir.path()));
+        self.split_unjoined_links();
     }
 
     fn fsync(&mut self, h: usize) {
@@ -346,6 +347,7 @@ impl World {
             Step::Close(h) => self.close(h),
             Step::DeliverRelease(i) => self.deliver_release(i),
             Step::Rename(a, b) => self.rename(a, b),
+            Step::Link(a, b) => self.link(a, b),
             Step::Unlink(n) => self.unlink(n),
             Step::Mkdir(d) => self.mkdir(d),
             Step::Rmdir(d) => self.rmdir(d),
