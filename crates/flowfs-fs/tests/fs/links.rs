@@ -5,9 +5,17 @@ use std::sync::Arc;
 
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
-use flowfs_fs::{FsError, OpenMode, ROOT};
+use flowfs_fs::{Fs, FsError, OpenMode, ROOT};
 
 use crate::common::*;
+
+/// A file `name` in `parent` written with `data` and closed; its inode.
+async fn file(fs: &Arc<Fs>, parent: u64, name: &str, data: &[u8]) -> u64 {
+    let (a, fh) = fs.create(parent, name, 0o644).await.unwrap();
+    fs.write(fh, 0, data).unwrap();
+    fs.release(fh).unwrap();
+    a.ino
+}
 
 fn link_id(mock: &flowfs_client::mock::MockClient, key: &str) -> Option<String> {
     mock.metadata(key)?.get("flowfs-link").cloned()
@@ -17,13 +25,11 @@ fn link_id(mock: &flowfs_client::mock::MockClient, key: &str) -> Option<String> 
 async fn a_link_is_one_node_whose_names_are_server_side_copies() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "a", 0o644).await.unwrap();
-    fs.write(fh, 0, b"first").unwrap();
-    fs.release(fh).unwrap();
+    let a = file(&fs, ROOT, "a", b"first").await;
     let d = fs.mkdir(ROOT, "d", 0o755).await.unwrap().ino;
     let puts = mock.count(Op::Put);
-    let b = fs.link(a.ino, d, "b").await.unwrap();
-    assert_eq!((b.ino, b.nlink), (a.ino, 2));
+    let b = fs.link(a, d, "b").await.unwrap();
+    assert_eq!((b.ino, b.nlink), (a, 2));
     assert_eq!(
         mock.count(Op::Put),
         puts + 1,
@@ -31,7 +37,7 @@ async fn a_link_is_one_node_whose_names_are_server_side_copies() {
     );
     assert_eq!(mock.object("d/b").unwrap(), b"first".to_vec());
     assert!(link_id(&mock, "a").is_some() && link_id(&mock, "a") == link_id(&mock, "d/b"));
-    assert!(matches!(fs.link(a.ino, d, "b").await, Err(FsError::Exists)));
+    assert!(matches!(fs.link(a, d, "b").await, Err(FsError::Exists)));
     assert!(matches!(
         fs.link(d, ROOT, "d2").await,
         Err(FsError::NotPermitted(_))
@@ -47,9 +53,9 @@ async fn a_link_is_one_node_whose_names_are_server_side_copies() {
 
     // The first name goes: the file lives on under the other, uploads go there.
     fs.unlink(ROOT, "a").await.unwrap();
-    assert_eq!(fs.getattr(a.ino).await.unwrap().nlink, 1);
+    assert_eq!(fs.getattr(a).await.unwrap().nlink, 1);
     assert!(matches!(fs.lookup(ROOT, "a").await, Err(FsError::NotFound)));
-    let (fh, _) = fs.open(a.ino, OpenMode::Truncate).await.unwrap();
+    let (fh, _) = fs.open(a, OpenMode::Truncate).await.unwrap();
     fs.write(fh, 0, b"third").unwrap();
     fs.release(fh).unwrap();
     assert!(fs.flush_all().await.is_empty());
@@ -64,10 +70,8 @@ async fn another_mount_joins_names_while_their_etags_match() {
     // Made by mkdir: its listing reads the metadata of each object (`--meta-heads marked`).
     let x = fs.mkdir(ROOT, "x", 0o755).await.unwrap().ino;
     for name in ["p", "q"] {
-        let (a, fh) = fs.create(x, name, 0o644).await.unwrap();
-        fs.write(fh, 0, name.as_bytes()).unwrap();
-        fs.release(fh).unwrap();
-        fs.link(a.ino, x, &format!("{name}2")).await.unwrap();
+        let a = file(&fs, x, name, name.as_bytes()).await;
+        fs.link(a, x, &format!("{name}2")).await.unwrap();
     }
     assert!(fs.flush_all().await.is_empty());
     // Another client's copy of other bytes keeps the metadata (S3's CopyObject does).
@@ -95,20 +99,16 @@ async fn another_mount_joins_names_while_their_etags_match() {
 async fn renames_move_one_name_and_keep_the_others() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "a", 0o644).await.unwrap();
-    fs.write(fh, 0, b"a").unwrap();
-    fs.release(fh).unwrap();
-    fs.link(a.ino, ROOT, "b").await.unwrap();
+    let a = file(&fs, ROOT, "a", b"a").await;
+    fs.link(a, ROOT, "b").await.unwrap();
     fs.rename(ROOT, "b", ROOT, "c", false).await.unwrap();
-    let (o, fh) = fs.create(ROOT, "o", 0o644).await.unwrap();
-    fs.write(fh, 0, b"o").unwrap();
-    fs.release(fh).unwrap();
+    let o = file(&fs, ROOT, "o", b"o").await;
     // Over a name of a linked file: that name goes, the file keeps its others.
     fs.rename(ROOT, "o", ROOT, "a", false).await.unwrap();
     assert!(fs.flush_all().await.is_empty());
-    assert_eq!(fs.lookup(ROOT, "a").await.unwrap().ino, o.ino);
+    assert_eq!(fs.lookup(ROOT, "a").await.unwrap().ino, o);
     let c = fs.lookup(ROOT, "c").await.unwrap();
-    assert_eq!((c.ino, c.nlink), (a.ino, 1));
+    assert_eq!((c.ino, c.nlink), (a, 1));
     assert_eq!(mock.keys(), vec!["a", "c"]);
     assert_eq!(mock.object("a").unwrap(), b"o".to_vec());
     assert_eq!(mock.object("c").unwrap(), b"a".to_vec());
@@ -120,14 +120,12 @@ async fn a_crashed_mounts_linked_file_is_recovered_under_every_name_it_had() {
     let mock = Arc::new(MockClient::new());
     {
         let fs = fs_on(&mock, dir.path(), "");
-        let (a, fh) = fs.create(ROOT, "a", 0o644).await.unwrap();
-        fs.write(fh, 0, b"one").unwrap();
-        fs.release(fh).unwrap();
-        fs.link(a.ino, ROOT, "b").await.unwrap();
-        fs.link(a.ino, ROOT, "c").await.unwrap();
+        let a = file(&fs, ROOT, "a", b"one").await;
+        fs.link(a, ROOT, "b").await.unwrap();
+        fs.link(a, ROOT, "c").await.unwrap();
         fs.unlink(ROOT, "c").await.unwrap();
         mock.fail(Op::Put, 0, ClientError::Transient("down".into()), 1000);
-        let (fh, _) = fs.open(a.ino, OpenMode::Truncate).await.unwrap();
+        let (fh, _) = fs.open(a, OpenMode::Truncate).await.unwrap();
         fs.write(fh, 0, b"two").unwrap();
         fs.release(fh).unwrap();
         assert_eq!(fs.flush_all().await.len(), 1);
