@@ -11,9 +11,9 @@ use crate::common::*;
 
 /// A file `name` in `parent` written with `data` and closed; its inode.
 async fn file(fs: &Arc<Fs>, parent: u64, name: &str, data: &[u8]) -> u64 {
-    let (a, fh) = fs.create(parent, name, 0o644).await.unwrap();
-    fs.write(fh, 0, data).unwrap();
-    fs.release(fh).unwrap();
+    let (a, fh) = fs.create(parent, name, 0o644).await.expect("create");
+    fs.write(fh, 0, data).expect("write");
+    fs.release(fh).expect("release");
     a.ino
 }
 
