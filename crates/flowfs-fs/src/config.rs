@@ -18,6 +18,8 @@ pub struct FsConfig {
     pub cache_size: u64,
     /// Free space the cache leaves on its file system for staged writes (0: no floor).
     pub cache_min_free: u64,
+    /// Which fetched bytes the node cache writes to disk (cache/admit.rs).
+    pub cache_admit: crate::cache::Admit,
     /// How long attributes, listings and negative entries are trusted without asking the
     /// store.
     pub metadata_ttl: Duration,
@@ -68,6 +70,7 @@ impl FsConfig {
             cache_dir,
             cache_size: 10 << 30,
             cache_min_free: 0,
+            cache_admit: crate::cache::Admit::Always,
             metadata_ttl: Duration::from_secs(1),
             unmount_timeout: Duration::from_secs(300),
             read_only: false,

@@ -137,7 +137,8 @@ impl Fs {
         let read_memory = cfg.max_readahead + 2 * cfg.part_size;
         let cache = DiskCache::open(&cfg.cache_dir, cfg.cache_size, read_memory)
             .map_err(|e| FsError::disk(format!("cache dir {}", cfg.cache_dir.display()), e))?
-            .with_min_free(cfg.cache_min_free);
+            .with_min_free(cfg.cache_min_free)
+            .with_admission(cfg.cache_admit);
         let staging = Staging::open(&cfg.cache_dir).map_err(|e| {
             FsError::disk(format!("staging dir under {}", cfg.cache_dir.display()), e)
         })?;

@@ -18,7 +18,7 @@ mod writeback;
 // The metadata convention (s3fs-fuse's attributes, flowfs's symlinks) is the client's.
 use flowfs_client::meta;
 
-pub use cache::{admin, disk_space, DiskSpace};
+pub use cache::{admin, disk_space, Admit, DiskSpace};
 pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
 pub use fs::{

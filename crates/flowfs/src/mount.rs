@@ -62,6 +62,7 @@ pub(crate) fn fs_config(opts: &MountOptions, bucket: &str, prefix: &str) -> Resu
         disk_space(&cfg.cache_dir).map_or(0, |d| d.total),
     )
     .map_err(|e| anyhow!("--cache-min-free: {e}"))?;
+    cfg.cache_admit = (opts.cache_admit.parse()).map_err(|e| anyhow!("--cache-admit: {e}"))?;
     cfg.part_size = parse_size(&opts.part_size).map_err(|e| anyhow!("--part-size: {e}"))?;
     if cfg.part_size < (5 << 20) || cfg.part_size > (5 << 30) {
         bail!("--part-size must be between 5M and 5G (the limits of S3 multipart uploads)");

@@ -196,6 +196,13 @@ pub fn snapshot(ending: &Ending, ops: &OpStats) -> Vec<Sample> {
         Bytes,
         Int(r.evicted_bytes),
     ));
+    out.push(one(
+        "cache_not_admitted",
+        "Bytes fetched and served without being written to the node cache (--cache-admit)",
+        Counter,
+        Bytes,
+        Int(r.not_admitted_bytes),
+    ));
     let a = fs.read_ahead().files;
     out.push(one(
         "prefetch_files",

@@ -29,7 +29,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -94,6 +94,8 @@ pub struct CacheEntry {
     /// The last use time this process wrote, per block.
     stamped: Vec<AtomicU64>,
     inflight: Mutex<HashMap<u64, Arc<Fetch>>>,
+    /// Its fetched bytes are written to disk (admit.rs); decided at its opens.
+    admitted: AtomicBool,
 }
 
 impl CacheEntry {
@@ -113,7 +115,23 @@ impl CacheEntry {
             state: RwLock::new(ChunkMap::new(vec![0; layout.chunks as usize])),
             stamped: (0..layout.blocks).map(|_| AtomicU64::new(0)).collect(),
             inflight: Mutex::new(HashMap::new()),
+            admitted: AtomicBool::new(true),
         }
+    }
+
+    /// Whether its fetched bytes are written to disk.
+    pub(super) fn admitted(&self) -> bool {
+        self.admitted.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn set_admitted(&self, admitted: bool) {
+        self.admitted.store(admitted, Ordering::Relaxed);
+    }
+
+    /// Whether any of its chunks is on disk (as this process last read the map).
+    pub(super) fn any_present(&self) -> bool {
+        let state = self.state.read();
+        (0..self.layout.chunks).any(|c| state.has(c))
     }
 
     pub(super) fn mem(&self) -> &Arc<Ranges> {
@@ -285,6 +303,10 @@ impl CacheEntry {
         let mut run: Option<u64> = None;
         let c1 = c1.min(self.chunks());
         let mut c = c0;
+        // Fetched bytes not admitted to the disk are only in memory until read.
+        let in_memory = |c: u64| {
+            !self.admitted() && self.mem.holds(c * CHUNK, ((c + 1) * CHUNK).min(self.size))
+        };
         let close = |run: &mut Option<u64>,
                      c: u64,
                      claim: &mut Claim,
@@ -298,7 +320,7 @@ impl CacheEntry {
             }
         };
         while c < c1 {
-            if state.has(c) {
+            if state.has(c) || in_memory(c) {
                 close(&mut run, c, &mut claim, &mut inflight);
             } else if let Some(f) = inflight.get(&c).cloned() {
                 close(&mut run, c, &mut claim, &mut inflight);

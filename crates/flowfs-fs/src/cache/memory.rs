@@ -37,6 +37,13 @@ impl Ranges {
         self.0.lock().is_empty()
     }
 
+    /// Whether one range in memory holds all of `[off, end)` (bytes fetched and not
+    /// admitted to the disk have no other place: a fetch ahead must not fetch them again).
+    pub(super) fn holds(&self, off: u64, end: u64) -> bool {
+        let mem = self.0.lock();
+        (mem.range(..=off).next_back()).is_some_and(|(&s, b)| s + b.data.len() as u64 >= end)
+    }
+
     /// Drops every range; their length.
     fn clear(&self) -> u64 {
         let gone = std::mem::take(&mut *self.0.lock());

@@ -25,7 +25,12 @@
 //! budget, until the reader has taken them: a cold read then costs one copy out of the
 //! download buffer, not a read back from the data file.
 //!
-//! One job per file: this one is the public face and the wiring; `index.rs` the choice
+//! What is written at all is admission's (admit.rs, `--cache-admit`): under `reuse` a
+//! version opened once is served from the download buffers and never written; its second
+//! open on the node admits it.
+//!
+//! One job per file: this one is the public face and the wiring; `admit.rs` admission;
+//! `index.rs` the choice
 //! of victims (pure data); `evict.rs` eviction; `entry.rs` an entry (its files, fetches
 //! in flight, the checks of a read); `punch.rs` an entry's files as eviction changes
 //! them; `pin.rs` pins; `bitmap.rs` its chunk map; `fetch.rs` Fetch, Claim and Claimed (a
@@ -45,6 +50,7 @@
 //! block, a `pwrite` of its use time.
 
 pub mod admin;
+mod admit;
 mod bitmap;
 mod disk;
 mod durable;
@@ -82,6 +88,7 @@ use persist::identity;
 use persist::Layout;
 use shared::Usage;
 
+pub use admit::Admit;
 pub use disk::{disk_space, DiskSpace};
 pub use entry::{CacheEntry, FetchLock};
 pub use error::CacheError;
@@ -97,12 +104,20 @@ pub struct Delivered {
     cache: Arc<DiskCache>,
     piece: Claimed,
     data: Bytes,
+    /// Its readers have the bytes in memory (else only the data file can serve them).
+    in_memory: bool,
 }
 
 impl Delivered {
     /// Writes the bytes and marks them present (`lock`: none when the fetch could not
     /// lock them, and then they are not cached). Blocks on the disk.
     pub fn store(self, lock: Option<&FetchLock>) -> Result<(), CacheError> {
+        if self.in_memory && !self.cache.admits(self.piece.entry()) {
+            // Not admitted: its readers take the bytes from memory, nothing is written.
+            let n = self.data.len() as u64;
+            self.cache.not_admitted.fetch_add(n, Ordering::Relaxed);
+            return Ok(());
+        }
         self.cache.store(self.piece, lock, &self.data)
     }
 }
@@ -133,6 +148,11 @@ pub struct DiskCache {
     /// True until `close`: what writes to the directory (a store, an adoption, an
     /// eviction) holds it shared and does nothing once it is false.
     open: RwLock<bool>,
+    /// Which fetched bytes are written (admit.rs), and the node's record of opens.
+    admit: Admit,
+    seen: admit::Seen,
+    /// Bytes fetched and not written, for not being admitted.
+    not_admitted: AtomicU64,
 }
 
 impl DiskCache {
@@ -147,6 +167,7 @@ impl DiskCache {
     /// takes them.
     pub fn open(cache_dir: &Path, capacity: u64, mem_cap: u64) -> io::Result<DiskCache> {
         let root = root::lock_root(cache_dir)?;
+        let seen = admit::Seen::open(&root.dir);
         let evict_lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -168,6 +189,9 @@ impl DiskCache {
             evicted_blocks: AtomicU64::new(0),
             evicted_bytes: AtomicU64::new(0),
             open: RwLock::new(true),
+            admit: Admit::Always,
+            seen,
+            not_admitted: AtomicU64::new(0),
         };
         cache.evict();
         Ok(cache)
@@ -179,6 +203,41 @@ impl DiskCache {
         self.min_free = bytes;
         self.evict();
         self
+    }
+
+    /// Sets which fetched bytes are written to disk (`--cache-admit`).
+    pub fn with_admission(mut self, admit: Admit) -> DiskCache {
+        self.admit = admit;
+        self
+    }
+
+    /// Bytes fetched by this process and not written, for not being admitted.
+    pub fn not_admitted(&self) -> u64 {
+        self.not_admitted.load(Ordering::Relaxed)
+    }
+
+    /// A reader opened `e` (an open, not a fetch ahead): under `Reuse` its second open on
+    /// the node admits it, as does a version already on disk; `explicit` (a prefetch
+    /// asked for) admits it under every policy.
+    pub fn opened(&self, e: &CacheEntry, explicit: bool) {
+        if e.admitted() {
+            return;
+        }
+        let admit = match self.admit {
+            _ if explicit => true,
+            Admit::Always => true,
+            Admit::Never => false,
+            Admit::Reuse => e.any_present() || self.seen.opened(&e.hash),
+        };
+        if admit {
+            e.set_admitted(true);
+        }
+    }
+
+    /// Whether the fetched bytes of `e` are written to disk: it was admitted at an open,
+    /// or another process opened it again since.
+    fn admits(&self, e: &CacheEntry) -> bool {
+        e.admitted() || (self.admit == Admit::Reuse && self.seen.again(&e.hash))
     }
 
     /// Bytes of object data the directory holds, as its processes count them.
@@ -217,6 +276,8 @@ impl DiskCache {
             other.add_user();
             return other.clone();
         }
+        // Until an open admits it (`opened`), unless every fetched byte is.
+        e.set_admitted(self.admit == Admit::Always);
         let e = Arc::new(e);
         inner.insert(hash, e.clone());
         e
@@ -265,22 +326,23 @@ impl DiskCache {
     /// memory) at once; the `Delivered` it returns stores them (disk I/O: off the async
     /// workers), which ends the claim.
     pub fn deliver(self: &Arc<Self>, p: Claimed, data: Bytes) -> Delivered {
-        self.offer(&p, &data);
+        let in_memory = self.offer(&p, &data);
         Delivered {
             cache: self.clone(),
             piece: p,
             data,
+            in_memory,
         }
     }
 
-    /// Hands the bytes of `p` to its readers from memory.
-    fn offer(&self, p: &Claimed, data: &Bytes) {
-        if self
-            .mem
-            .remember(p.entry().mem(), p.chunks().0 * CHUNK, data.clone())
-        {
+    /// Hands the bytes of `p` to its readers from memory; false if the memory budget
+    /// could not keep them.
+    fn offer(&self, p: &Claimed, data: &Bytes) -> bool {
+        let kept = (self.mem).remember(p.entry().mem(), p.chunks().0 * CHUNK, data.clone());
+        if kept {
             p.fetch().set_ready();
         }
+        kept
     }
 
     /// Locks chunks `[c0, c1)` of `e` for a fetch (entry.rs), and reads which of them are

@@ -17,6 +17,8 @@
 //! as `Claimed` pieces: each one's store (or drop) ends its claim and wakes its readers,
 //! and `Claimed::fail_all` a failed GET's; nothing here touches the in-flight map.
 
+#[cfg(test)]
+mod admit_tests;
 mod ahead;
 mod gets;
 mod object;
@@ -107,6 +109,7 @@ impl Prefetcher {
     pub(crate) fn read_stats(&self) -> ReadStats {
         let mut r = self.served.stats();
         (r.evicted_blocks, r.evicted_bytes) = self.cache.evicted();
+        r.not_admitted_bytes = self.cache.not_admitted();
         r
     }
 
@@ -131,9 +134,23 @@ impl Prefetcher {
 
     /// A reader of `key` at `etag` (none: any version), `size` bytes: an open handle.
     pub(crate) fn open(&self, key: String, etag: Option<String>, size: u64) -> Reader {
+        self.open_as(key, etag, size, false)
+    }
+
+    /// `open`; `explicit`: the bytes are read to be kept (`flowfs cache prefetch`), which
+    /// admits them to the disk cache under every policy.
+    pub(crate) fn open_as(
+        &self,
+        key: String,
+        etag: Option<String>,
+        size: u64,
+        explicit: bool,
+    ) -> Reader {
         self.ahead.lock().opened(&key);
+        let obj = self.version(key, etag, size);
+        self.cache.opened(&obj.entry, explicit);
         Reader {
-            obj: self.version(key, etag, size),
+            obj,
             seq: Mutex::new(SeqState::default()),
         }
     }

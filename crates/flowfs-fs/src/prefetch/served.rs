@@ -28,6 +28,9 @@ pub struct ReadStats {
     pub evicted_blocks: u64,
     /// Their bytes.
     pub evicted_bytes: u64,
+    /// Bytes fetched and handed to their readers without being written to the node
+    /// cache, for not being admitted (`--cache-admit`).
+    pub not_admitted_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +72,7 @@ impl Served {
             // The cache's own counts (prefetch/mod.rs `read_stats` fills them in).
             evicted_blocks: 0,
             evicted_bytes: 0,
+            not_admitted_bytes: 0,
         }
     }
 }

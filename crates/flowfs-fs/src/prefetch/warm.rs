@@ -25,7 +25,8 @@ impl Warmer {
         let mem = cfg.max_readahead + 2 * cfg.part_size;
         let cache = DiskCache::open(&cfg.cache_dir, cfg.cache_size, mem)
             .map_err(|e| FsError::disk(format!("cache dir {}", cfg.cache_dir.display()), e))?
-            .with_min_free(cfg.cache_min_free);
+            .with_min_free(cfg.cache_min_free)
+            .with_admission(cfg.cache_admit);
         let cache = Arc::new(cache);
         Ok(Warmer {
             pre: Arc::new(Prefetcher::new(cfg, client.clone(), cache.clone())),
@@ -49,7 +50,7 @@ impl Warmer {
     ) -> Result<u64> {
         let meta = self.client.head(key).await?;
         let size = meta.info.size;
-        let r = self.pre.open(key.to_string(), Some(meta.info.etag), size);
+        let r = (self.pre).open_as(key.to_string(), Some(meta.info.etag), size, true);
         let mut off = 0;
         let mut res = Ok(size);
         progress(0, size);

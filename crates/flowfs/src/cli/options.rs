@@ -35,6 +35,18 @@ pub struct MountOptions {
         help_heading = "Caching"
     )]
     pub cache_min_free: String,
+    /// Which fetched bytes the node cache writes to disk: `reuse` those of an object opened a
+    /// second time on the node (or prefetched), `always` every byte, `never` only what is
+    /// prefetched (docs/CONFIGURATION.md)
+    #[arg(
+        long,
+        value_name = "WHEN",
+        default_value = "always",
+        value_parser = ["reuse", "always", "never"],
+        env = "FLOWFS_CACHE_ADMIT",
+        help_heading = "Caching"
+    )]
+    pub cache_admit: String,
     /// Seconds that file attributes and directory listings are trusted without asking the server
     #[arg(
         long,

@@ -1,0 +1,129 @@
+//! Admission to the node cache as readers see it (cache/admit.rs, issue 48): what each
+//! policy writes to disk, and what a later open then costs in GETs.
+
+use flowfs_client::mock::{MockClient, Op};
+
+use super::*;
+use crate::cache::Admit;
+
+const MIB: u64 = 1 << 20;
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    mock: Arc<MockClient>,
+    p: Arc<Prefetcher>,
+}
+
+fn setup(admit: Admit) -> Setup {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = FsConfig::new("b", "", dir.path().to_path_buf());
+    let mem = cfg.max_readahead + 2 * cfg.part_size;
+    let cache = DiskCache::open(dir.path(), 1 << 30, mem)
+        .expect("cache")
+        .with_admission(admit);
+    let mock = Arc::new(MockClient::new());
+    let p = Prefetcher::new(&cfg, mock.clone(), Arc::new(cache));
+    Setup {
+        _dir: dir,
+        mock,
+        p: Arc::new(p),
+    }
+}
+
+impl Setup {
+    async fn put(&self, key: &str, n: u64) -> (Vec<u8>, Option<String>) {
+        let bytes: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        self.mock.insert(key, bytes.clone());
+        let etag = self.mock.head(key).await.expect("head").info.etag;
+        (bytes, Some(etag))
+    }
+
+    /// Opens `key` (`explicit`: as `flowfs cache prefetch` does), reads it front to back
+    /// in 128 KiB reads as the kernel asks, closes it; its bytes and the GETs it took.
+    async fn read_all(
+        &self,
+        key: &str,
+        etag: &Option<String>,
+        size: u64,
+        explicit: bool,
+    ) -> (Vec<u8>, u64) {
+        let gets = self.mock.count(Op::Get);
+        let r = self
+            .p
+            .open_as(key.to_string(), etag.clone(), size, explicit);
+        let mut out = Vec::new();
+        while (out.len() as u64) < size {
+            let b = self
+                .p
+                .read(&r, out.len() as u64, 128 << 10)
+                .await
+                .expect("read");
+            assert!(!b.is_empty(), "short read at {}", out.len());
+            out.extend_from_slice(&b);
+        }
+        self.settle(&r).await;
+        self.p.close(&r);
+        (out, self.mock.count(Op::Get) - gets)
+    }
+
+    /// Until every store of the fetches `r` caused has ended: a read returns once its
+    /// bytes are in memory, before they are written (or not).
+    async fn settle(&self, r: &Reader) {
+        let e = &r.obj.entry;
+        let claim = self.p.cache.claim(e, 0, e.chunks(), u64::MAX);
+        // Claimed only to find the fetches in flight: given back at once.
+        drop(claim.start);
+        for (_, _, f) in &claim.wait {
+            f.wait().await.expect("stored or not");
+        }
+    }
+
+    /// Bytes of object data on disk in the cache directory.
+    fn on_disk(&self) -> u64 {
+        self.p.cache.used()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_reuse_a_file_read_once_is_not_written_and_its_second_open_is() {
+    let s = setup(Admit::Reuse);
+    let size = 3 * MIB + 17;
+    let (obj, etag) = s.put("k", size).await;
+    let (got, gets) = s.read_all("k", &etag, size, false).await;
+    assert!(got == obj && gets >= 1);
+    assert_eq!(s.on_disk(), 0, "read once: nothing written");
+    assert_eq!(s.p.read_stats().not_admitted_bytes, size);
+    // The second open admits it: fetched again, and written this time.
+    let (got, gets) = s.read_all("k", &etag, size, false).await;
+    assert!(got == obj && gets >= 1);
+    assert_eq!(s.on_disk(), size.div_ceil(CHUNK) * CHUNK);
+    // The third is read from the disk.
+    let (got, gets) = s.read_all("k", &etag, size, false).await;
+    assert_eq!((got == obj, gets), (true, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_always_every_fetched_byte_is_written_at_once() {
+    let s = setup(Admit::Always);
+    let size = 2 * MIB;
+    let (obj, etag) = s.put("k", size).await;
+    assert_eq!(s.read_all("k", &etag, size, false).await.0, obj);
+    assert_eq!(s.on_disk(), size);
+    assert_eq!(s.p.read_stats().not_admitted_bytes, 0);
+    assert_eq!(s.read_all("k", &etag, size, false).await.1, 0, "from disk");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_never_only_a_prefetch_asked_for_is_written() {
+    let s = setup(Admit::Never);
+    let size = MIB + 5;
+    let (obj, etag) = s.put("k", size).await;
+    for _ in 0..3 {
+        assert_eq!(s.read_all("k", &etag, size, false).await.0, obj);
+    }
+    assert_eq!(s.on_disk(), 0);
+    let (got, _) = s.read_all("k", &etag, size, true).await;
+    assert_eq!(got, obj);
+    assert_eq!(s.on_disk(), size.div_ceil(CHUNK) * CHUNK);
+    assert_eq!(s.read_all("k", &etag, size, false).await.1, 0, "from disk");
+}
