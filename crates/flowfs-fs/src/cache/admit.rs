@@ -100,6 +100,14 @@ impl Seen {
         r.unwrap_or(true)
     }
 
+    /// Whether the version `hash` was opened on this node before (once or more), without
+    /// counting an open: a fetch ahead of a reader stands for the open it expects.
+    pub(super) fn known(&self, hash: &str) -> bool {
+        let Some(f) = &self.file else { return true };
+        let (tag, at) = slot_of(hash);
+        read_slot(f, at).map_or(true, |v| v & !AGAIN == tag)
+    }
+
     /// Whether the version `hash` was opened a second time (by any process) since.
     pub(super) fn again(&self, hash: &str) -> bool {
         let Some(f) = &self.file else { return true };
@@ -135,7 +143,9 @@ mod tests {
     fn a_version_is_admitted_at_its_second_open_by_any_process() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (Seen::open(dir.path()), Seen::open(dir.path()));
+        assert!(!a.known(V1));
         assert!(!a.opened(V1), "first open");
+        assert!(b.known(V1), "known, not counted");
         assert!(!a.again(V1) && !b.again(V1));
         assert!(b.opened(V1), "second open, by another process");
         assert!(a.again(V1), "the first process sees it");

@@ -234,6 +234,19 @@ impl DiskCache {
         }
     }
 
+    /// `e` is fetched ahead of the reader expected to open it next (a directory's next
+    /// file): under `Reuse` it is admitted if that open will be its second on the node.
+    pub fn fetched_ahead(&self, e: &CacheEntry) {
+        let admit = match self.admit {
+            Admit::Always => true,
+            Admit::Never => false,
+            Admit::Reuse => e.any_present() || self.seen.known(&e.hash),
+        };
+        if admit {
+            e.set_admitted(true);
+        }
+    }
+
     /// Whether the fetched bytes of `e` are written to disk: it was admitted at an open,
     /// or another process opened it again since.
     fn admits(&self, e: &CacheEntry) -> bool {

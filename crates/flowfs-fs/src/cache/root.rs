@@ -95,8 +95,10 @@ fn start(dir: &Path, usage: &Usage) -> io::Result<()> {
         }
     }
     for name in names {
-        // Not the lock: a new file of that name would be a second, free lock.
-        if !["lock", "state", "usage"].contains(&name.as_str()) && !keep.contains(&name) {
+        // Not the lock: a new file of that name would be a second, free lock. Not the
+        // record of opens (admit.rs): hints only, good after any end.
+        let own = ["lock", "state", "usage", "seen"];
+        if !own.contains(&name.as_str()) && !keep.contains(&name) {
             let _ = fs::remove_file(dir.join(name));
         }
     }

@@ -16,12 +16,17 @@ struct Setup {
 
 fn setup(admit: Admit) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    setup_on(dir, mock, admit)
+}
+
+/// A new process on the cache directory `dir` over the store `mock`.
+fn setup_on(dir: tempfile::TempDir, mock: Arc<MockClient>, admit: Admit) -> Setup {
     let cfg = FsConfig::new("b", "", dir.path().to_path_buf());
     let mem = cfg.max_readahead + 2 * cfg.part_size;
     let cache = DiskCache::open(dir.path(), 1 << 30, mem)
         .expect("cache")
         .with_admission(admit);
-    let mock = Arc::new(MockClient::new());
     let p = Prefetcher::new(&cfg, mock.clone(), Arc::new(cache));
     Setup {
         _dir: dir,
@@ -126,4 +131,20 @@ async fn under_never_only_a_prefetch_asked_for_is_written() {
     assert_eq!(got, obj);
     assert_eq!(s.on_disk(), size.div_ceil(CHUNK) * CHUNK);
     assert_eq!(s.read_all("k", &etag, size, false).await.1, 0, "from disk");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_of_opens_outlives_the_process_that_made_it() {
+    let s = setup(Admit::Reuse);
+    let size = MIB;
+    let (obj, etag) = s.put("k", size).await;
+    assert_eq!(s.read_all("k", &etag, size, false).await.0, obj);
+    assert_eq!(s.on_disk(), 0);
+    let Setup { _dir, mock, p } = s;
+    p.cache.close();
+    drop(p);
+    // The next process starts the directory anew (cache/root.rs `start`).
+    let s = setup_on(_dir, mock, Admit::Reuse);
+    assert_eq!(s.read_all("k", &etag, size, false).await.0, obj);
+    assert_eq!(s.on_disk(), size, "its second open on the node admits it");
 }

@@ -13,6 +13,7 @@ impl Prefetcher {
     /// A failure is only logged: that reader fetches again.
     pub(crate) fn object(self: &Arc<Self>, key: String, etag: Option<String>, size: u64) {
         let obj = self.version(key, etag, size);
+        self.cache.fetched_ahead(&obj.entry);
         let claim = (self.cache).claim(&obj.entry, 0, obj.entry.chunks(), PIECE);
         if !claim.start.is_empty() {
             self.ahead.lock().fetched(&obj.key, obj.size);
