@@ -231,6 +231,9 @@ impl DiskCache {
         };
         if admit {
             e.set_admitted(true);
+            // What a reader before left in memory would be served and never written
+            // (`flowfs cache prefetch` then found the object incomplete): fetched anew.
+            self.mem.forget(e.mem());
         }
     }
 
