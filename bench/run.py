@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     sizes = TINY if args.tiny else QUICK if quick else FULL
     runs = args.runs or (1 if quick else 3)
     wl = args.workloads or ",".join(QUICK_WORKLOADS if quick else DEFAULT_WORKLOADS)
-    workloads = [w.strip().upper().replace("B1S", "B1s").replace("B1P", "B1p") for w in wl.split(",") if w.strip()]
+    workloads = [w.strip().upper().replace("B1S", "B1s").replace("B1P", "B1p").replace("B1C", "B1c") for w in wl.split(",") if w.strip()]
     try:
         latencies = [float(x) for x in args.latency.split(",") if x.strip()] or [0.0]
     except ValueError:
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
                 util.log(f"B7 cannot run: {ctx.b7.error}")
         for t in tools:
             if isinstance(t, JuiceFS) and not t.unavailable and any(w in workloads for w in ("B1", "B2", "B3", "B4",
-                                                                                                "B1s", "B1p", "B8")):
+                                                                                                "B1s", "B1p", "B1c", "B8")):
                 util.log("importing the data set into JuiceFS (its own format; untimed)")
                 try:
                     import_into_juicefs(ctx, t)
@@ -190,7 +190,8 @@ def main(argv=None) -> int:
                     t.unavailable = f"setup failed: {e}"
 
         # ---------------------------------------------------------------- the runs
-        payload = {"B1": sizes.b1_files * sizes.b1_size, "B1p": sizes.b1_files * sizes.b1_size, "B1s": sizes.b1s_files * sizes.b1s_size, "B3": sizes.big,
+        payload = {"B1": sizes.b1_files * sizes.b1_size, "B1p": sizes.b1_files * sizes.b1_size,
+                   "B1c": sizes.b1_files * sizes.b1_size, "B1s": sizes.b1s_files * sizes.b1s_size, "B3": sizes.big,
                    "B4": sizes.b4_reads * sizes.b4_size, "B5": sizes.b5_files * sizes.b5_size, "B6": sizes.big}
         if ctx.data.tar.exists():
             payload["B2"] = ctx.data.tar.stat().st_size

@@ -18,7 +18,7 @@ from pathlib import Path
 from . import util
 from .server import BUCKET, REGION
 
-READ_WORKLOADS = {"B1", "B1s", "B1p", "B2", "B3", "B4", "B8"}
+READ_WORKLOADS = {"B1", "B1s", "B1p", "B1c", "B2", "B3", "B4", "B8"}
 WRITE_WORKLOADS = {"B5", "B6"}
 ALL_WORKLOADS = READ_WORKLOADS | WRITE_WORKLOADS
 WORKFLOW_WORKLOADS = {"B7"}  # a pipeline with its work dir on a writable mount (flowbench/b7.py)
@@ -443,9 +443,11 @@ FLOWFS_VARIANTS = {
     "flowfs-nopt": (("--passthrough", "off"), "flowfs with --passthrough off"),
     "flowfs-durable": (("--durability", "local"), "flowfs with --durability local"),
     "flowfs-c64": (("--max-concurrency", "64"), "flowfs with --max-concurrency 64 (s5cmd's 64 workers)"),
+    "flowfs-reuse": (("--cache-admit", "reuse"), "flowfs with --cache-admit reuse"),
+    "flowfs-always": (("--cache-admit", "always"), "flowfs with --cache-admit always"),
 }
 
-TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "flowfs-nopt", "flowfs-durable", "flowfs-c64", "flowfs-base", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
+TOOL_ORDER = ["local", "s5cmd", "aws", "aws-mc8", "flowfs", "flowfs-nopt", "flowfs-durable", "flowfs-c64", "flowfs-reuse", "flowfs-always", "flowfs-base", "s3fs", "rclone", "rclone-full", "juicefs", "ratarmount",
               "geesefs", "mountpoint-s3"]
 
 

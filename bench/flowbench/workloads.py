@@ -47,6 +47,8 @@ class Sizes:
             "B1": f"{self.b1_files} × {util.fmt_bytes(self.b1_size)} objects, cold copy of the prefix",
             "B1s": f"{self.b1s_files} × {util.fmt_bytes(self.b1s_size)} objects, cold copy of the prefix",
             "B1p": f"B1's objects read by {PARALLEL_READERS} readers at once (xargs -P{PARALLEL_READERS} cp), cold",
+            "B1c": "a task consumes B1's objects (`cat b1/* | sha256sum`): through the mount, or after the copier "
+                   "downloaded them; wall time of both steps, CPU of the tool and the task together",
             "B2": f"tar of the B1 files ({util.fmt_bytes(self.b1_files * (self.b1_size + 512))}) streamed into tar -x",
             "B3": f"one {util.fmt_bytes(self.big)} object read sequentially, cold then warm",
             "B4": f"{self.b4_reads} random {util.fmt_bytes(self.b4_size)} preads in a {util.fmt_bytes(self.big)} object (cold)",
@@ -67,7 +69,9 @@ TINY = Sizes(b1_files=20, b1_size=MiB, big=32 * MiB, b4_reads=50, b4_size=64 << 
 # B1s (issue 27): many small files, where the per-file cost and the store's latency decide.
 # B1p (issue 27): B1's files copied by 16 processes at once, as parallel task stagers read.
 PARALLEL_READERS = 16
-WORKLOADS = ["B1", "B1s", "B1p", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B11"]
+# B1c (issue 48): a task that reads its inputs, against a copier that stages them first.
+CONSUME = 'cat "$1"/* | sha256sum'
+WORKLOADS = ["B1", "B1s", "B1p", "B1c", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B11"]
 QUICK_WORKLOADS = ["B1", "B2", "B3", "B4", "B5", "B6", "B8"]  # B7 (a pipeline per tool) only when asked
 # B11 (archives read in place, flowfs and ratarmount only: flowbench/b11.py) runs only when
 # asked (`--workloads B11`, `make bench-archives`), in quick mode and in full mode alike.
@@ -100,6 +104,7 @@ class Dataset:
     sizes: Sizes
     b1_manifest: dict[str, str] = field(default_factory=dict)  # name -> sha256
     b1s_manifest: dict[str, str] = field(default_factory=dict)
+    b1_digest: str | None = None  # B1c: sha256 of B1's files one after another
     b5_manifest: dict[str, str] = field(default_factory=dict)
     b8_names: set[str] = field(default_factory=set)  # DIR/NAME of every B8 object (1 byte each)
     big_chunks: list[str] = field(default_factory=list)  # sha256 of each 1 MiB chunk of big.bin
@@ -477,7 +482,7 @@ def measure(ctx: Ctx, tool: Tool, workload: str, run: int) -> list[dict]:
     from .b7 import b7
     from .b11 import b11
 
-    fn = {"B1": b1, "B1s": b1s, "B1p": b1p, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8,
+    fn = {"B1": b1, "B1s": b1s, "B1p": b1p, "B1c": b1c, "B2": b2, "B3": b3, "B4": b4, "B5": b5, "B6": b6, "B7": b7, "B8": b8,
           "B11": b11}[workload]
     variants = ["cold", "warm"] if workload == "B3" else [""]
     try:
@@ -506,6 +511,64 @@ def b1s(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
 
 def b1p(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
     return copy_prefix(ctx, tool, run, "B1p", "b1", ctx.data.b1_manifest, readers=PARALLEL_READERS)
+
+
+def consumed_digest(d: Path) -> str:
+    """The sha256 of the files of `d` one after another, in the order `cat d/*` takes them
+    (LC_ALL=C: byte order)."""
+    h = hashlib.sha256()
+    for n in sorted(os.listdir(d), key=os.fsencode):
+        with open(d / n, "rb") as f:
+            while b := f.read(4 * MiB):
+                h.update(b)
+    return h.hexdigest()
+
+
+def consume(ctx: Ctx, d: Path, on_timeout=None) -> tuple[util.RunResult, bool, str]:
+    """The task: `cat d/* | sha256sum`; its result, and whether it printed the digest of B1."""
+    out = ctx.work / "consumed.txt"
+    r = util.run(["sh", "-c", CONSUME, "consume", str(d)], timeout=ctx.timeout, stdout_path=str(out),
+                 env={**os.environ, "LC_ALL": "C"}, on_timeout=on_timeout)
+    if ctx.data.b1_digest is None:
+        ctx.data.b1_digest = consumed_digest(ctx.data.b1_dir)
+    got = out.read_text().split()[:1] if out.exists() else []
+    ok = got == [ctx.data.b1_digest]
+    return r, ok, "sha256 of the files read in order" if ok else f"digest {got} != {ctx.data.b1_digest[:12]}…"
+
+
+def b1c(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
+    """B1c (issue 48): a task consumes its inputs. The copier downloads the prefix, then the
+    task reads every file; on a mount the task reads them in place. Wall time of both steps;
+    tool CPU = the tool's (copier or mount) plus the task's."""
+    rec = new_record("B1c", "", tool, run)
+    dest = fresh_scratch(ctx)
+    if isinstance(tool, CliTool):
+        util.drop_caches()
+        w = Window(ctx)
+        r = run_tool(ctx, tool.get_prefix(ctx, "b1/", dest / "b1"), tool)
+        ok = cli_result(rec, r)
+        if ok:
+            c, ok, rec["notes"] = consume(ctx, dest / "b1")
+            rec["wall_s"] = round(rec["wall_s"] + c.wall_s, 3)
+            rec["client_cpu_s"] = round(c.cpu_s, 3)
+            rec["tool_cpu_s"] = round(rec["tool_cpu_s"] + c.cpu_s, 3)
+            ok = ok and c.returncode == 0 and not c.timed_out
+        w.close(rec)
+    else:
+        with mounted(ctx, tool, f"r{run}-b1c") as h:
+            rec["mount_s"] = round(h.mount_s, 3)
+            util.drop_caches()
+            w = Window(ctx, h)
+            c, ok, rec["notes"] = consume(ctx, h.path / "b1", on_timeout=h.abort)
+            w.close(rec)
+            rec["wall_s"], rec["client_cpu_s"] = round(c.wall_s, 3), round(c.cpu_s, 3)
+            if rec["tool_cpu_s"] is not None:
+                rec["tool_cpu_s"] = round(rec["tool_cpu_s"] + c.cpu_s, 3)
+            ok = ok and c.returncode == 0 and not c.timed_out
+    rec["verified"] = ok
+    if not ok and not rec["error"]:
+        rec["error"] = f"the task failed: {rec['notes']}"
+    return [rec]
 
 
 def copy_cmd(src: Path, dest: Path, readers: int) -> list[str]:

@@ -23,6 +23,11 @@
 //!   process's evictions (which clear chunks under it, `take_block`) wait for them.
 //! - `inflight` (chunk -> the fetch or punch in flight for it here), taken before `state`.
 //! - `files`, `users`: the open files of the entry and the handles on it.
+//!
+//! An entry's files are made by its first fetch that writes (`lock_fetch`), not at its
+//! open: a small version that is not admitted (admit.rs) is served from memory and never
+//! costs the two inodes, the sidecar's header and the locks (issue 48: a quarter of the
+//! mount's CPU in B11 went to ext4 making per-object files).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -99,8 +104,8 @@ pub struct CacheEntry {
 }
 
 impl CacheEntry {
-    /// The entry of a version, with one user; its file is opened (or made) at its
-    /// first use (`files`).
+    /// The entry of a version, with one user; its files are opened at its first use
+    /// (`files`) and made by its first fetch that writes (`lock_fetch`).
     pub(super) fn new(dir: &Path, hash: String, ident: String, size: u64) -> CacheEntry {
         let layout = Layout::new(size);
         CacheEntry {
@@ -134,6 +139,12 @@ impl CacheEntry {
         (0..self.layout.chunks).any(|c| state.has(c))
     }
 
+    /// Whether this process has no files of it open (none were found, or its handles
+    /// closed).
+    pub(super) fn absent(&self) -> bool {
+        self.files.lock().is_none()
+    }
+
     pub(super) fn mem(&self) -> &Arc<Ranges> {
         &self.mem
     }
@@ -147,7 +158,7 @@ impl CacheEntry {
     #[cfg(test)]
     pub(super) fn data_path(&self) -> PathBuf {
         use std::os::unix::io::AsRawFd;
-        let f = self.files().expect("the entry's files");
+        let f = self.made_files().expect("the entry's files");
         std::fs::read_link(format!("/proc/self/fd/{}", f.data.as_raw_fd())).expect("its name")
     }
 
@@ -175,14 +186,24 @@ impl CacheEntry {
         last
     }
 
-    /// The entry's open files; opened again (and the hint read anew) after they were
-    /// closed: the file may have been removed and made again meanwhile.
+    /// The entry's open files, if it has any (`NotFound` if not: looked for again at the
+    /// next call, another process may make them); opened again (and the hint read anew)
+    /// after they were closed: the file may have been removed and made again meanwhile.
     pub(super) fn files(&self) -> io::Result<Arc<Files>> {
+        self.open_files(false)
+    }
+
+    /// The entry's open files, made if there are none.
+    fn made_files(&self) -> io::Result<Arc<Files>> {
+        self.open_files(true)
+    }
+
+    fn open_files(&self, make: bool) -> io::Result<Arc<Files>> {
         if let Some(f) = &*self.files.lock() {
             return Ok(f.clone());
         }
         // Opened without the lock (hits take it): two threads may both open; one wins.
-        let (map, data) = self.open_in_use()?;
+        let (map, data) = self.open_in_use(make)?;
         let words = persist::read_words(&map, &self.layout, 0, self.layout.chunks)?;
         let files = Arc::new(Files { map, data });
         let mut slot = self.files.lock();
@@ -195,14 +216,15 @@ impl CacheEntry {
         Ok(files)
     }
 
-    /// The entry's sidecar, opened and locked in use, and its data file. An eviction may
-    /// remove the entry between the open and the lock: then it is opened (made) again.
-    /// Once the sidecar is locked in use and still in place, nobody removes it or its
-    /// data file, which is opened then (unless this call made it).
-    fn open_in_use(&self) -> io::Result<(File, File)> {
+    /// The entry's sidecar, opened and locked in use, and its data file (made if there
+    /// are none and `make`). An eviction may remove the entry between the open and the
+    /// lock: then it is opened (made) again. Once the sidecar is locked in use and still
+    /// in place, nobody removes it or its data file, which is opened then (unless this
+    /// call made it).
+    fn open_in_use(&self, make: bool) -> io::Result<(File, File)> {
         let path = persist::map_path(&self.dir, &self.hash);
         for _ in 0..3 {
-            let e = persist::open_entry(&self.dir, &self.hash, &self.ident, self.size)?;
+            let e = persist::open_entry(&self.dir, &self.hash, &self.ident, self.size, make)?;
             ofd_lock(&e.map, Lock::Shared, INUSE, 1, true)?;
             if !same_file(&path, &e.map) {
                 continue;
@@ -358,7 +380,7 @@ impl CacheEntry {
     /// Locks chunks `[c0, c1)` for a fetch: at once if no other fetch or eviction holds
     /// any of them, else (`wait`) when they are done, or `None` (not `wait`).
     pub(super) fn lock_fetch(&self, c0: u64, c1: u64, wait: bool) -> io::Result<Option<FetchLock>> {
-        let files = self.files()?;
+        let files = self.made_files()?;
         let fd = reopen(&files.map)?;
         let (start, len) = (self.layout.word(c0), (c1 - c0) * 4);
         let locked = ofd_lock(&fd, Lock::Exclusive, start, len, false)?

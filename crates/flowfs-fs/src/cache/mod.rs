@@ -98,6 +98,11 @@ pub use pin::Pinned;
 pub const CHUNK: u64 = 64 * 1024;
 const BLOCK_CHUNKS: u64 = 16;
 
+/// Objects up to this size are fetched without locking their chunks or making their files
+/// while not admitted (`DiskCache::keeps_off_disk`): two processes reading one at once may
+/// both fetch it, at most this many bytes more.
+const SMALL: u64 = 1 << 20;
+
 /// Fetched bytes already handed to their readers, on their way to the data file: `store`
 /// writes them under the fetch's lock and ends the piece's claim.
 pub struct Delivered {
@@ -106,17 +111,36 @@ pub struct Delivered {
     data: Bytes,
     /// Its readers have the bytes in memory (else only the data file can serve them).
     in_memory: bool,
+    /// Its fetch took no lock and made no files (`DiskCache::keeps_off_disk`).
+    off_disk: bool,
 }
 
 impl Delivered {
+    /// Whether `store` would write nothing: its readers have the bytes in memory and they
+    /// are not admitted (or kept off the disk). Then `skip` ends it without I/O.
+    pub fn in_memory_only(&self) -> bool {
+        self.in_memory && (self.off_disk || !self.cache.admits(self.piece.entry()))
+    }
+
+    /// Ends it without writing (`in_memory_only`): its readers wake and read memory.
+    pub fn skip(self) {
+        let n = self.data.len() as u64;
+        self.cache.not_admitted.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Writes the bytes and marks them present (`lock`: none when the fetch could not
     /// lock them, and then they are not cached). Blocks on the disk.
     pub fn store(self, lock: Option<&FetchLock>) -> Result<(), CacheError> {
-        if self.in_memory && !self.cache.admits(self.piece.entry()) {
-            // Not admitted: its readers take the bytes from memory, nothing is written.
-            let n = self.data.len() as u64;
-            self.cache.not_admitted.fetch_add(n, Ordering::Relaxed);
+        if self.in_memory_only() {
+            self.skip();
             return Ok(());
+        }
+        if self.off_disk {
+            // The memory budget could not keep them: written after all, under a lock
+            // taken now, so that their readers find them in the file.
+            let (c0, c1) = self.piece.chunks();
+            let late = self.cache.lock_fetch(self.piece.entry(), c0, c1, false)?;
+            return self.cache.store(self.piece, late.as_ref(), &self.data);
         }
         self.cache.store(self.piece, lock, &self.data)
     }
@@ -256,6 +280,13 @@ impl DiskCache {
         e.admitted() || (self.admit == Admit::Reuse && self.seen.again(&e.hash))
     }
 
+    /// Whether a fetch of `e` goes without the cross-process lock of its chunks and
+    /// without making its files: a small version not admitted that has no files here is
+    /// served from memory only (a read-once file costs no inode, header or lock).
+    pub fn keeps_off_disk(&self, e: &CacheEntry) -> bool {
+        e.size <= SMALL && e.absent() && !self.admits(e)
+    }
+
     /// Bytes of object data the directory holds, as its processes count them.
     #[cfg(test)]
     pub fn used(&self) -> u64 {
@@ -274,8 +305,9 @@ impl DiskCache {
             e.add_user();
             return e.clone();
         }
-        // Outside `inner`: the file is opened (or made) and its map read. If it cannot
-        // be, the entry reads without the cache (reads, fetches and stores try again).
+        // Outside `inner`: its files are opened, if there are any, and its map read (a
+        // fetch that writes makes them). If they cannot be, the entry reads without the
+        // cache (reads, fetches and stores try again).
         let e = CacheEntry::new(&self.root, hash.clone(), ident, size);
         match e.files() {
             Err(err) if err.kind() == io::ErrorKind::InvalidData => {
@@ -341,13 +373,15 @@ impl DiskCache {
     /// Hands the fetched bytes of `p`, from its first chunk on, to its readers (from
     /// memory) at once; the `Delivered` it returns stores them (disk I/O: off the async
     /// workers), which ends the claim.
-    pub fn deliver(self: &Arc<Self>, p: Claimed, data: Bytes) -> Delivered {
+    /// `off_disk`: its fetch took no lock (`keeps_off_disk`).
+    pub fn deliver(self: &Arc<Self>, p: Claimed, data: Bytes, off_disk: bool) -> Delivered {
         let in_memory = self.offer(&p, &data);
         Delivered {
             cache: self.clone(),
             piece: p,
             data,
             in_memory,
+            off_disk,
         }
     }
 

@@ -167,7 +167,7 @@ pub(super) struct OpenedEntry {
 }
 
 /// The sidecar of an object version and its data file's tag, made (with an empty data
-/// file) if there is none; `Err` of kind `InvalidData` if a sidecar of that name is
+/// file) if there is none and `make` (else `Err` of kind `NotFound`); `Err` of kind `InvalidData` if a sidecar of that name is
 /// another version's (it is left alone). An entry made here comes with its files as
 /// made: the sidecar is not opened and read again (a cold object's open cost 10 system
 /// calls more that way).
@@ -176,16 +176,19 @@ pub(super) fn open_entry(
     hash: &str,
     ident: &str,
     size: u64,
+    make: bool,
 ) -> io::Result<OpenedEntry> {
     let path = map_path(dir, hash);
     let l = Layout::new(size);
     let f = match open_rw(&path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => match make_entry(dir, hash, ident, &l)? {
-            Some(made) => return Ok(made),
-            // Another process made it first.
-            None => open_rw(&path)?,
-        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound && make => {
+            match make_entry(dir, hash, ident, &l)? {
+                Some(made) => return Ok(made),
+                // Another process made it first.
+                None => open_rw(&path)?,
+            }
+        }
         Err(e) => return Err(e),
     };
     match read_header(&f) {

@@ -88,6 +88,57 @@ impl Setup {
     fn on_disk(&self) -> u64 {
         self.p.cache.used()
     }
+
+    /// The entry files (sidecars and data files) in the cache directory.
+    fn entry_files(&self) -> usize {
+        let objects = self._dir.path().join("objects");
+        let names = std::fs::read_dir(objects).expect("objects/");
+        (names.flatten())
+            .filter(|n| {
+                let n = n.file_name().to_string_lossy().to_string();
+                n.ends_with(".map") || n.ends_with(".bytes")
+            })
+            .count()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_file_read_once_makes_no_cache_files_and_its_second_open_does() {
+    let s = setup(Admit::Reuse);
+    let (obj, etag) = s.put("small", MIB).await;
+    assert_eq!(s.read_all("small", &etag, MIB, false).await.0, obj);
+    assert_eq!(s.entry_files(), 0, "no sidecar, no data file");
+    // A larger one keeps its files (the lock that shares one fetch between processes).
+    let (big, big_etag) = s.put("big", 2 * MIB).await;
+    assert_eq!(s.read_all("big", &big_etag, 2 * MIB, false).await.0, big);
+    assert_eq!(s.entry_files(), 2);
+    assert_eq!(s.on_disk(), 0);
+    // The second open admits the small one: its files are made and its bytes written.
+    assert_eq!(s.read_all("small", &etag, MIB, false).await.0, obj);
+    assert_eq!(s.entry_files(), 4);
+    assert_eq!(
+        s.read_all("small", &etag, MIB, false).await.1,
+        0,
+        "from disk"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_file_the_memory_budget_cannot_keep_is_written_after_all() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    let cfg = FsConfig::new("b", "", dir.path().to_path_buf());
+    // No memory for fetched bytes: the readers can take them from the file only.
+    let cache = DiskCache::open(dir.path(), 1 << 30, 0)
+        .expect("cache")
+        .with_admission(Admit::Reuse);
+    let p = Arc::new(Prefetcher::new(&cfg, mock.clone(), Arc::new(cache)));
+    let s = Setup { _dir: dir, mock, p };
+    let size = 300 * 1024 + 3;
+    let (obj, etag) = s.put("k", size).await;
+    let (got, gets) = s.read_all("k", &etag, size, false).await;
+    assert_eq!((got == obj, gets), (true, 1));
+    assert_eq!(s.entry_files(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -62,7 +62,11 @@ impl Prefetcher {
     /// over (their readers are woken by their store, whatever happens to the rest).
     async fn get(self: &Arc<Self>, obj: &Arc<Object>, left: &mut VecDeque<Claimed>) -> Result<()> {
         let (c0, c1) = (left[0].chunks().0, left[left.len() - 1].chunks().1);
-        let lock = self.lock_fetch(obj, c0, c1).await;
+        let off_disk = self.cache.keeps_off_disk(&obj.entry);
+        let lock = match off_disk {
+            true => None,
+            false => self.lock_fetch(obj, c0, c1).await,
+        };
         if let Some(l) = &lock {
             skip_present(l, left);
             if left.is_empty() {
@@ -83,7 +87,12 @@ impl Prefetcher {
             let Some(p) = left.pop_front() else {
                 return;
             };
-            let delivered = self.cache.deliver(p, data);
+            let delivered = self.cache.deliver(p, data, off_disk);
+            if delivered.in_memory_only() {
+                // Nothing to write: no hand-off to a blocking thread.
+                delivered.skip();
+                return;
+            }
             // The cache write is blocking file I/O (it may wait for the disk under dirty
             // page throttling): not on an async worker, where it would hold up every
             // FUSE request behind it.
