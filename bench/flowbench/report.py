@@ -72,7 +72,7 @@ def summarize(records: list[dict], tool_order: list[str]) -> list[dict]:
                "errors": sorted({r["error"] for r in rs if r.get("error")}),
                "notes": sorted({r["notes"] for r in ok if r.get("notes")})}
         for f in ["wall_s", "tool_cpu_s", "client_cpu_s", "server_cpu_s", "proxy_cpu_s", "peak_rss_mib",
-                  "requests", "bytes_down", "bytes_up", "mount_s", "write_s"]:
+                  "cache_written", "requests", "bytes_down", "bytes_up", "mount_s", "write_s"]:
             xs = [r.get(f) for r in ok if r.get(f) is not None]
             row[f] = util.median(xs)
             if f == "wall_s" and xs:

@@ -247,7 +247,7 @@ def new_record(workload: str, variant: str, tool: Tool, run: int) -> dict:
     return {"workload": workload, "variant": variant, "tool": tool.name, "kind": tool.kind, "run": run,
             "wall_s": None, "verified": False, "error": None, "skipped": False,
             "tool_cpu_s": None, "client_cpu_s": None, "server_cpu_s": None, "proxy_cpu_s": None,
-            "peak_rss_mib": None, "requests": None, "requests_by_type": {}, "bytes_down": None,
+            "peak_rss_mib": None, "cache_written": None, "requests": None, "requests_by_type": {}, "bytes_down": None,
             "bytes_up": None, "mount_s": None, "notes": ""}
 
 
@@ -324,9 +324,26 @@ class Window:
         rec["server_cpu_s"] = round(self.ctx.server.server_cpu_s() - self.s0, 3)
         rec["proxy_cpu_s"] = round(self.ctx.server.proxy_cpu_s() - self.p0, 3)
         if self.handle is not None:
+            rec["cache_written"] = cache_bytes(self.handle.cache_dir)
             rec["tool_cpu_s"] = round(self.handle.cpu_now() - self.h0, 3)
             rss = self.handle.peak_rss_mib()
             rec["peak_rss_mib"] = round(rss, 1) if rss else None
+
+
+def cache_bytes(cache_dir: Path) -> int | None:
+    """Bytes allocated to object data in a flowfs cache dir (issue 48: what admission
+    wrote), None for a tool without one."""
+    objects = Path(cache_dir) / "objects"
+    if not objects.is_dir():
+        return None
+    total = 0
+    for e in os.scandir(objects):
+        if e.name.endswith(".bytes"):
+            try:
+                total += e.stat(follow_symlinks=False).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 def io_op(ctx: Ctx, *args: str, handle: MountHandle | None = None) -> dict:
