@@ -44,6 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help=f"comma list (default: all): {','.join(TOOL_ORDER)}; s5cmd, the baseline, is always added "
                          "(and local, B7's baseline, with B7)")
     ap.add_argument("--doc", action="store_true", help="rewrite the results section of docs/BENCHMARKS.md")
+    ap.add_argument("--doc-from", type=Path, metavar="JSON",
+                    help="rewrite the results section of docs/BENCHMARKS.md from a saved run's JSON, and exit")
     ap.add_argument("--out", default=str(BENCH / "results"), help="results directory")
     ap.add_argument("--tmp", default=os.environ.get("FLOWFS_BENCH_TMP", tempfile.gettempdir()),
                     help="where the work dir (data set, SeaweedFS data, mounts, caches) goes")
@@ -62,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.doc_from:
+        return doc_from(args.doc_from)
     util.install_signal_handlers()
     quick = args.quick or args.tiny
     sizes = TINY if args.tiny else QUICK if quick else FULL
@@ -249,20 +253,7 @@ def main(argv=None) -> int:
     report.add_ratios(records)
     report.b11_targets(records)
     save(json_path, meta, records)
-    # B11 has a table of its own (figures against its targets); the main table and the
-    # chart (ratios to s5cmd, which cannot take part in it) leave it out.
-    rows = report.summarize([r for r in records if not report.is_b11(r)], TOOL_ORDER)
-    table = report.markdown_table(rows) if rows else ""
-    checked = [r for r in records if "usage_matches_proxy" in r]
-    if checked:
-        same = [r for r in checked if r["usage_matches_proxy"]]
-        differ = sorted({report.label(r) for r in checked if not r["usage_matches_proxy"]})
-        table += (f"\n\nflowfs's own counts of requests and bytes (its usage report, read at both ends "
-                  f"of each measured window) equal the proxy's in {len(same)} of {len(checked)} windows"
-                  + (f"; they differ in {', '.join(differ)}" if differ else "") + ".")
-    b11_table = report.b11_table(records, meta.get("b11"))
-    if b11_table:
-        table = (table + "\n\n" if table else "") + b11_table
+    rows, table = tables(meta, records)
     png = json_path.with_suffix(".png")
     title = (f"flowfs bench ({meta['mode']}, {runs} run{'s' if runs > 1 else ''}) — wall time ÷ s5cmd, "
              f"median and min–max; {meta['machine'].get('cores')} cores")
@@ -281,6 +272,35 @@ def main(argv=None) -> int:
         doc_section(meta, table, png, json_path)
         util.log("docs/BENCHMARKS.md updated")
     return 130 if interrupted else 0
+
+
+def tables(meta: dict, records: list[dict]) -> tuple[list[dict], str]:
+    """The summary rows and the Markdown of a run's records."""
+    # B11 has a table of its own (figures against its targets); the main table and the
+    # chart (ratios to s5cmd, which cannot take part in it) leave it out.
+    rows = report.summarize([r for r in records if not report.is_b11(r)], TOOL_ORDER)
+    table = report.markdown_table(rows) if rows else ""
+    checked = [r for r in records if "usage_matches_proxy" in r]
+    if checked:
+        same = [r for r in checked if r["usage_matches_proxy"]]
+        differ = sorted({report.label(r) for r in checked if not r["usage_matches_proxy"]})
+        table += (f"\n\nflowfs's own counts of requests and bytes (its usage report, read at both ends "
+                  f"of each measured window) equal the proxy's in {len(same)} of {len(checked)} windows"
+                  + (f"; they differ in {', '.join(differ)}" if differ else "") + ".")
+    b11_table = report.b11_table(records, meta.get("b11"))
+    if b11_table:
+        table = (table + "\n\n" if table else "") + b11_table
+    return rows, table
+
+
+def doc_from(json_path: Path) -> int:
+    """`--doc-from FILE`: the results section of docs/BENCHMARKS.md from a saved run."""
+    d = json.loads(json_path.read_text())
+    _, table = tables(d["meta"], d["records"])
+    png = json_path.with_suffix(".png")
+    doc_section(d["meta"], table, png if png.exists() else None, json_path)
+    util.log(f"docs/BENCHMARKS.md updated from {json_path}")
+    return 0
 
 
 def git_commit() -> str:

@@ -137,8 +137,8 @@ def not_run(rows: list[dict]) -> dict[str, str]:
 def markdown_table(rows: list[dict]) -> str:
     skipped = not_run(rows)
     head = ("| Workload | Tool | Wall s, median (min–max) | × s5cmd | Tool CPU s | Server CPU s | Peak RSS MiB "
-            "| Requests | Requests by type | Down / up | Verified |")
-    lines = [head, "|" + "---|" * 11]
+            "| Requests | Requests by type | Down / up | Cache written | Verified |")
+    lines = [head, "|" + "---|" * 12]
     footnotes: list[str] = []
     for r in rows:
         if r["tool"] in skipped:
@@ -147,7 +147,7 @@ def markdown_table(rows: list[dict]) -> str:
         if r["errors"] and not r["ok_runs"]:
             err = r["errors"][0]
             footnotes.append(f"{r['label']} / {r['tool']}: {err}")
-            lines.append(f"| {r['label']} | {name} | failed [{len(footnotes)}] | | | | | | | | no |")
+            lines.append(f"| {r['label']} | {name} | failed [{len(footnotes)}] | | | | | | | | | no |")
             continue
         wall = f"{r['wall_s']:.2f} ({r['wall_min']:.2f}–{r['wall_max']:.2f})"
         xw = "-" if r["x_wall_s"] is None else f"{r['x_wall_s']:.2f}"
@@ -169,7 +169,7 @@ def markdown_table(rows: list[dict]) -> str:
             f"| {_with_ratio(r['server_cpu_s'], None if base else r['x_server_cpu_s'])} "
             f"| {_with_ratio(r['peak_rss_mib'], None if base else r['x_peak_rss_mib'], '{:.0f}')} "
             f"| {_with_ratio(r['requests'], None if base else r['x_requests'], '{:.0f}')} "
-            f"| {_types(r['requests_by_type'])} | {traffic} | {ver} |")
+            f"| {_types(r['requests_by_type'])} | {traffic} | {_mib(r.get('cache_written'))} | {ver} |")
     out = "\n".join(lines)
     if footnotes:
         out += "\n\n" + "\n".join(f"{i}. {_one_line(t)}" for i, t in enumerate(footnotes, 1))

@@ -84,36 +84,50 @@ impl Seen {
     /// Records an open of the version `hash` (an entry's hex name); true if it was opened
     /// on this node before.
     pub(super) fn opened(&self, hash: &str) -> bool {
-        let Some(f) = &self.file else { return true };
-        let (tag, at) = slot_of(hash);
-        let r = read_slot(f, at).and_then(|v| {
-            if v & !AGAIN == tag {
-                if v & AGAIN == 0 {
-                    f.write_all_at(&(tag | AGAIN).to_le_bytes(), at)?;
-                }
-                Ok(true)
-            } else {
-                f.write_all_at(&tag.to_le_bytes(), at)?;
-                Ok(false)
-            }
-        });
-        r.unwrap_or(true)
+        let Some(s) = self.slot(hash) else {
+            return true;
+        };
+        let before = s.value & !AGAIN == s.tag;
+        let now = if before { s.tag | AGAIN } else { s.tag };
+        if now != s.value && s.file.write_all_at(&now.to_le_bytes(), s.at).is_err() {
+            return true;
+        }
+        before
     }
 
     /// Whether the version `hash` was opened on this node before (once or more), without
     /// counting an open: a fetch ahead of a reader stands for the open it expects.
     pub(super) fn known(&self, hash: &str) -> bool {
-        let Some(f) = &self.file else { return true };
-        let (tag, at) = slot_of(hash);
-        read_slot(f, at).map_or(true, |v| v & !AGAIN == tag)
+        self.slot(hash).is_none_or(|s| s.value & !AGAIN == s.tag)
     }
 
     /// Whether the version `hash` was opened a second time (by any process) since.
     pub(super) fn again(&self, hash: &str) -> bool {
-        let Some(f) = &self.file else { return true };
-        let (tag, at) = slot_of(hash);
-        read_slot(f, at).map_or(true, |v| v == tag | AGAIN)
+        self.slot(hash).is_none_or(|s| s.value == s.tag | AGAIN)
     }
+
+    /// The slot of `hash` as it is now; none when the record cannot be read (every open
+    /// then counts as a second one).
+    fn slot(&self, hash: &str) -> Option<Slot<'_>> {
+        let file = self.file.as_ref()?;
+        let (tag, at) = slot_of(hash);
+        let value = read_slot(file, at).ok()?;
+        Some(Slot {
+            file,
+            value,
+            tag,
+            at,
+        })
+    }
+}
+
+/// One slot of the record, read: its value, the tag of the version asked about, and
+/// where it lies in the file.
+struct Slot<'a> {
+    file: &'a File,
+    value: u64,
+    tag: u64,
+    at: u64,
 }
 
 fn read_slot(f: &File, at: u64) -> io::Result<u64> {

@@ -15,18 +15,33 @@ pub(super) fn made_present(old: u32) -> u32 {
     }
 }
 
-/// One word per chunk.
+/// One word per chunk, and how many are present (an open asks whether any is: a count,
+/// not a scan of a large object's map).
 pub(super) struct ChunkMap {
     words: Vec<u32>,
+    present: usize,
 }
 
 impl ChunkMap {
     pub fn new(words: Vec<u32>) -> ChunkMap {
-        ChunkMap { words }
+        let present = present(&words) as usize;
+        ChunkMap { words, present }
     }
 
     pub fn has(&self, c: u64) -> bool {
         self.words.get(c as usize).is_some_and(|w| w & 1 == 1)
+    }
+
+    /// Whether any chunk is present.
+    pub fn any(&self) -> bool {
+        self.present > 0
+    }
+
+    /// Sets the word of chunk `c` (one that exists), keeping the count.
+    fn set(&mut self, c: usize, w: u32) {
+        let was = self.words[c] & 1;
+        self.words[c] = w;
+        self.present = self.present + (w & 1) as usize - was as usize;
     }
 
     /// The words of chunks `[c0, c1)`.
@@ -39,10 +54,8 @@ impl ChunkMap {
     pub fn update(&mut self, c0: u64, words: &[u32], skip: impl Fn(u64) -> bool) {
         for (i, &w) in words.iter().enumerate() {
             let c = c0 + i as u64;
-            if !skip(c) {
-                if let Some(slot) = self.words.get_mut(c as usize) {
-                    *slot = w;
-                }
+            if !skip(c) && (c as usize) < self.words.len() {
+                self.set(c as usize, w);
             }
         }
     }
@@ -54,7 +67,7 @@ impl ChunkMap {
         for c in c0..=c1 {
             let had = c < c1 && self.has(c);
             if had {
-                self.words[c as usize] &= !1;
+                self.set(c as usize, self.words[c as usize] & !1);
                 run.get_or_insert(c);
             } else if let Some(s) = run.take() {
                 runs.push((s, c));
@@ -79,4 +92,23 @@ pub(super) fn blocks(words: &[u32]) -> Vec<(u64, u64)> {
             (n > 0).then_some((b as u64, n * CHUNK))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_count_of_present_chunks_follows_updates_and_clears() {
+        let mut m = ChunkMap::new(vec![0, 3, 0, 0]);
+        assert!(m.any());
+        m.update(2, &[1, 5], |_| false);
+        assert_eq!(m.present, 3);
+        m.update(1, &[2], |_| false);
+        assert_eq!(m.present, 2);
+        assert_eq!(m.clear_range(0, 4), vec![(2, 4)]);
+        assert!(!m.any());
+        m.update(3, &[7, 9], |_| false); // past the end: ignored
+        assert_eq!((m.present, m.has(3)), (1, true));
+    }
 }

@@ -135,8 +135,7 @@ impl CacheEntry {
 
     /// Whether any of its chunks is on disk (as this process last read the map).
     pub(super) fn any_present(&self) -> bool {
-        let state = self.state.read();
-        (0..self.layout.chunks).any(|c| state.has(c))
+        self.state.read().any()
     }
 
     /// Whether this process has no files of it open (none were found, or its handles

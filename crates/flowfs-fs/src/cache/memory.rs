@@ -102,6 +102,9 @@ impl Ranges {
 pub(super) struct MemBudget {
     cap: u64,
     used: AtomicU64,
+    /// Bytes promised to fetches ahead of any reader that are not in `used` yet
+    /// (`promise`): what such fetches start never pushes unread bytes out.
+    promised: AtomicU64,
     /// Ranges in memory, oldest first (stale ones too).
     queue: Mutex<VecDeque<(Weak<Ranges>, u64)>>,
 }
@@ -111,6 +114,7 @@ impl MemBudget {
         MemBudget {
             cap,
             used: AtomicU64::new(0),
+            promised: AtomicU64::new(0),
             queue: Mutex::new(VecDeque::new()),
         }
     }
@@ -143,6 +147,26 @@ impl MemBudget {
         true
     }
 
+    /// Promises `n` bytes to a fetch ahead of any reader if they fit in the budget with
+    /// `keep` bytes left for the readers' own fetches (false: it should not start). A
+    /// range pushed out of memory before it was read is fetched again if the disk does
+    /// not have it (not admitted): 16 readers fetching ahead at once fetched 27 % of
+    /// B1p twice that way. `unpromise` gives them back once fetched.
+    pub fn promise(&self, n: u64, keep: u64) -> bool {
+        let fits = |p: u64| {
+            let used = self.used.load(Ordering::Relaxed);
+            (used + p + n + keep <= self.cap).then_some(p + n)
+        };
+        (self.promised)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, fits)
+            .is_ok()
+    }
+
+    pub fn unpromise(&self, n: u64) {
+        let back = |p: u64| Some(p.saturating_sub(n));
+        let _ = (self.promised).fetch_update(Ordering::Relaxed, Ordering::Relaxed, back);
+    }
+
     /// Drops every range of `e`: the kernel reads its data file itself from now on (a
     /// pin), and they would wait for a reader that never comes until the budget pushed
     /// them out.
@@ -160,5 +184,23 @@ impl MemBudget {
         let (data, freed) = e.take(off, end)?;
         self.used.fetch_sub(freed, Ordering::Relaxed);
         Some(data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn promises_to_fetches_ahead_fit_beside_what_is_in_memory_and_the_readers_room() {
+        let m = MemBudget::new(10);
+        let e = Arc::new(Ranges::default());
+        assert!(m.remember(&e, 0, Bytes::from_static(b"abc")));
+        assert!(m.promise(4, 3), "3 + 4 + 3 <= 10");
+        assert!(!m.promise(1, 3), "no room left");
+        m.unpromise(4);
+        assert!(m.promise(2, 3));
+        assert!(m.read(&e, 3, 0, 3).is_some());
+        assert!(m.promise(2, 3), "read bytes left");
     }
 }

@@ -247,13 +247,7 @@ impl DiskCache {
         if e.admitted() {
             return;
         }
-        let admit = match self.admit {
-            _ if explicit => true,
-            Admit::Always => true,
-            Admit::Never => false,
-            Admit::Reuse => e.any_present() || self.seen.opened(&e.hash),
-        };
-        if admit {
+        if explicit || self.policy_admits(e, true) {
             e.set_admitted(true);
             // What a reader before left in memory would be served and never written
             // (`flowfs cache prefetch` then found the object incomplete): fetched anew.
@@ -264,13 +258,20 @@ impl DiskCache {
     /// `e` is fetched ahead of the reader expected to open it next (a directory's next
     /// file): under `Reuse` it is admitted if that open will be its second on the node.
     pub fn fetched_ahead(&self, e: &CacheEntry) {
-        let admit = match self.admit {
+        if self.policy_admits(e, false) {
+            e.set_admitted(true);
+        }
+    }
+
+    /// The policy's word on `e` at an open (`count`: the open is recorded) or at a fetch
+    /// ahead (which stands for the open it expects: a version seen once is admitted).
+    fn policy_admits(&self, e: &CacheEntry, count: bool) -> bool {
+        match self.admit {
             Admit::Always => true,
             Admit::Never => false,
-            Admit::Reuse => e.any_present() || self.seen.known(&e.hash),
-        };
-        if admit {
-            e.set_admitted(true);
+            Admit::Reuse if e.any_present() => true,
+            Admit::Reuse if count => self.seen.opened(&e.hash),
+            Admit::Reuse => self.seen.known(&e.hash),
         }
     }
 
@@ -278,6 +279,22 @@ impl DiskCache {
     /// or another process opened it again since.
     fn admits(&self, e: &CacheEntry) -> bool {
         e.admitted() || (self.admit == Admit::Reuse && self.seen.again(&e.hash))
+    }
+
+    /// Whether a fetch of all of `e` ahead of its reader may start: `Some(0)` if its
+    /// bytes go to the disk; if they stay in memory only (not admitted), `Some(its size)`
+    /// promised to it by the memory budget, when that has room for them beside `keep`
+    /// bytes for the readers' own fetches (given back by `unpromise`); else `None`.
+    pub fn room_ahead(&self, e: &CacheEntry, keep: u64) -> Option<u64> {
+        match self.admits(e) {
+            true => Some(0),
+            false => self.mem.promise(e.size, keep).then_some(e.size),
+        }
+    }
+
+    /// Gives back bytes `room_ahead` promised.
+    pub fn unpromise(&self, n: u64) {
+        self.mem.unpromise(n);
     }
 
     /// Whether a fetch of `e` goes without the cross-process lock of its chunks and

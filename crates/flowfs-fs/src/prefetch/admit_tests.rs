@@ -205,3 +205,44 @@ async fn the_record_of_opens_outlives_the_process_that_made_it() {
     // Its second open on the node admitted it: the next is read from the disk.
     assert_eq!(s.read_all("k", &etag, size, false).await.1, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetches_ahead_stay_within_the_memory_budget_and_nothing_is_fetched_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    let mut cfg = FsConfig::new("b", "", dir.path().to_path_buf());
+    cfg.part_size = MIB;
+    // 4 MiB of memory, 2 MiB of it kept for the readers' own fetches.
+    let cache = DiskCache::open(dir.path(), 1 << 30, 4 * MIB)
+        .expect("cache")
+        .with_admission(Admit::Reuse);
+    let p = Arc::new(Prefetcher::new(&cfg, mock.clone(), Arc::new(cache)));
+    let s = Setup { _dir: dir, mock, p };
+    let size = 512 * 1024;
+    let mut objs = Vec::new();
+    for i in 0..16 {
+        objs.push(s.put(&format!("f{i:02}"), size).await);
+    }
+    for (i, (_, etag)) in objs.iter().enumerate() {
+        s.p.object(format!("f{i:02}"), etag.clone(), size);
+    }
+    for (i, (_, etag)) in objs.iter().enumerate() {
+        // Until its fetch ahead (if any) has ended.
+        let o = s.p.version(format!("f{i:02}"), etag.clone(), size);
+        let claim = s.p.cache.claim(&o.entry, 0, o.entry.chunks(), u64::MAX);
+        drop(claim.start);
+        for (_, _, f) in &claim.wait {
+            f.wait().await.expect("fetched");
+        }
+        s.p.cache.release(&o.entry);
+    }
+    assert_eq!(s.mock.count(Op::Get), 4, "2 MiB fetched ahead");
+    for (i, (obj, etag)) in objs.iter().enumerate() {
+        assert_eq!(
+            &s.read_all(&format!("f{i:02}"), etag, size, false).await.0,
+            obj
+        );
+    }
+    assert_eq!(s.mock.count(Op::Get), 16, "each object fetched once");
+    assert_eq!(s.entry_files(), 0);
+}

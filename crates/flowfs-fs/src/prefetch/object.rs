@@ -14,6 +14,12 @@ impl Prefetcher {
     pub(crate) fn object(self: &Arc<Self>, key: String, etag: Option<String>, size: u64) {
         let obj = self.version(key, etag, size);
         self.cache.fetched_ahead(&obj.entry);
+        // Bytes not admitted wait in memory only: none are fetched ahead beyond its
+        // budget (pushed out unread, they were fetched again); its reader fetches it.
+        let Some(promised) = self.cache.room_ahead(&obj.entry, 2 * self.part_size) else {
+            self.cache.release(&obj.entry);
+            return;
+        };
         let claim = (self.cache).claim(&obj.entry, 0, obj.entry.chunks(), PIECE);
         if !claim.start.is_empty() {
             self.ahead.lock().fetched(&obj.key, obj.size);
@@ -28,6 +34,7 @@ impl Prefetcher {
                 let _ = w.wait().await;
             }
             me.cache.release(&obj.entry);
+            me.cache.unpromise(promised);
         });
     }
 }
