@@ -83,8 +83,9 @@ demo: setup build
 	bash scripts/demo.sh
 
 # Benchmarks against the peers (docs/BENCHMARKS.md); the suite installs the peers itself.
+# Every default workload (B1, B1s, B1p, B1c, B2-B8) at 0 ms and at S3's 20 ms (issue 48).
 bench: setup workflow-deps build
-	$(PYTHON) bench/run.py --doc
+	$(PYTHON) bench/run.py --doc --latency 0,20
 	$(PYTHON) bench/run.py --workloads B11 --tools flowfs,ratarmount --latency 0,20 --runs 3
 
 # Issue 27: the many-small-files workloads at 0 ms and at S3's 20 ms first-byte latency

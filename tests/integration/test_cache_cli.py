@@ -93,7 +93,8 @@ def test_clear_refuses_while_mounted_unless_forced(mount, s3, bucket, work_dir):
     data = payload(2 * MiB, "clear")
     put_many(s3, bucket, {"d.bin": data})
     cache = work_dir / "to-clear"
-    m = mount(bucket, cache_dir=cache)
+    # Every byte read kept (the subject is clear, not admission: a first read keeps nothing).
+    m = mount(bucket, cache_dir=cache, extra=["--cache-admit", "always"])
     assert (m / "d.bin").read_bytes() == data
     env = clean_env(mount.env())
     # The read returns as its bytes arrive; the cache counts a chunk once it is written

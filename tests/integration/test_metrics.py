@@ -456,7 +456,9 @@ def test_evictions_are_counted(mount, bucket, s3, metrics_port):
     from helpers import put_many
     big = payload(48 * MiB, "evict")
     put_many(s3, bucket, {"big.bin": big})
-    m = mount(bucket, extra=["--metrics-addr", str(metrics_port), "--cache-size", "16M"])
+    # Every byte read kept (a first read keeps nothing under the default admission).
+    m = mount(bucket, extra=["--metrics-addr", str(metrics_port), "--cache-size", "16M",
+                             "--cache-admit", "always"])
     assert sha256((m.path / "big.bin").read_bytes()) == sha256(big)
     # All 48 MiB went through a 16 MiB cache: once the evictions that follow the fetches
     # are done (they run after a fetch ends, and a read may be answered before: CI scraped

@@ -22,6 +22,9 @@ from helpers import MiB, payload, sha256, sha256_file
 from write_helpers import object_bytes
 
 IN_USE = "FUSE passthrough in use"
+# Tests of the passthrough of cached files keep every byte read (the default, `reuse`,
+# keeps a file from its second open: test_a_file_admitted_at_its_second_open_is_passed_through).
+ALWAYS = ["--cache-admit", "always"]
 
 
 def _until_passed_through(m, path, timeout: float = 20.0) -> None:
@@ -136,7 +139,8 @@ def test_fully_cached_file_is_read_by_the_kernel_from_the_cache(mount, bucket, s
     other = payload(40 * MiB, "pt-other")
     s3.put_object(Bucket=bucket, Key="pt-read/ref.fa", Body=ref)
     s3.put_object(Bucket=bucket, Key="pt-read/other.bin", Body=other)
-    m = mount(bucket, "pt-read", extra=["--cache-size", "24M"], log_level="info")
+    # The subject is the passthrough of a cached file, not admission: every byte read is kept.
+    m = mount(bucket, "pt-read", extra=["--cache-size", "24M", *ALWAYS], log_level="info")
     assert sha256_file(m / "ref.fa") == sha256(ref)
     assert IN_USE not in m.log_text(), "a file not yet cached is read through flowfs"
     _until_passed_through(m, m / "ref.fa")
@@ -146,6 +150,24 @@ def test_fully_cached_file_is_read_by_the_kernel_from_the_cache(mount, bucket, s
         assert sha256_file(m / "other.bin") == sha256(other)
         rest = f.read()
     assert head + rest == ref
+
+
+def test_a_file_admitted_at_its_second_open_is_passed_through(mount, bucket, s3, work_dir):
+    """Under the default admission (`reuse`) a file read once is not in the cache: its next
+    open is served by flowfs. Its second read keeps it; an open after that is passed through
+    to the cache's data file, and reads the same bytes."""
+    data = payload(3 * MiB + 17, "pt-admit")
+    s3.put_object(Bucket=bucket, Key="pt-admit/ref.fa", Body=data)
+    cache = work_dir / "pt-admit-cache"
+    m = mount(bucket, "pt-admit", cache_dir=cache, log_level="info")
+    assert sha256_file(m / "ref.fa") == sha256(data)
+    with open(m / "ref.fa", "rb") as f:
+        # Its pages leave the page cache (else the kernel serves this read itself).
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        assert sha256(f.read()) == sha256(data)
+    assert IN_USE not in m.log_text(), "opened once before: not yet in the cache"
+    _until_passed_through(m, m / "ref.fa")
+    assert sha256_file(m / "ref.fa") == sha256(data)
 
 
 def _resident(path) -> int:
@@ -163,7 +185,7 @@ def test_a_file_read_cold_is_in_the_page_cache_for_the_kernel(mount, bucket, s3,
     data = payload(12 * MiB + 4321, "pt-warm")
     s3.put_object(Bucket=bucket, Key="pt-warm/ref.fa", Body=data)
     cache = work_dir / "pt-warm-cache"
-    m = mount(bucket, "pt-warm", cache_dir=cache, log_level="info")
+    m = mount(bucket, "pt-warm", cache_dir=cache, extra=ALWAYS, log_level="info")
     assert sha256_file(m / "ref.fa") == sha256(data)
     _until_passed_through(m, m / "ref.fa")
     files = [p for p in (cache / "objects").iterdir() if p.suffix == ".bytes"]
@@ -178,7 +200,7 @@ def test_writer_is_refused_while_the_cache_file_is_passed_through(mount, bucket,
     """While readers of a file read the cache's file, an open of it for writing gets EBUSY
     and changes nothing (an O_TRUNC truncates nothing); once they close, it succeeds."""
     s3.put_object(Bucket=bucket, Key="pt-busy/in.txt", Body=b"original\n")
-    m = mount(bucket, "pt-busy", log_level="info")
+    m = mount(bucket, "pt-busy", extra=ALWAYS, log_level="info")
     p = m / "in.txt"
     assert p.read_bytes() == b"original\n"
     _until_passed_through(m, p)

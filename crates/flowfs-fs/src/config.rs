@@ -70,7 +70,7 @@ impl FsConfig {
             cache_dir,
             cache_size: 10 << 30,
             cache_min_free: 0,
-            cache_admit: crate::cache::Admit::Always,
+            cache_admit: crate::cache::Admit::Reuse,
             metadata_ttl: Duration::from_secs(1),
             unmount_timeout: Duration::from_secs(300),
             read_only: false,

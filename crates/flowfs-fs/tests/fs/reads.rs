@@ -66,8 +66,16 @@ async fn reads_are_exact_lazy_and_cached() {
         big.len() as u64,
         "sequential read fetches the object once"
     );
+    // The second open admits it to the node cache (--cache-admit reuse): fetched again
+    // and written; the third reads the disk.
     assert_eq!(read_all(&fs2, ino).await, big);
-    assert_eq!(mock.get_bytes(), first, "second read comes from the cache");
+    assert_eq!(mock.get_bytes(), 2 * first, "second read fetches it again");
+    assert_eq!(read_all(&fs2, ino).await, big);
+    assert_eq!(
+        mock.get_bytes(),
+        2 * first,
+        "third read comes from the cache"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,7 +41,7 @@ pub struct MountOptions {
     #[arg(
         long,
         value_name = "WHEN",
-        default_value = "always",
+        default_value = "reuse",
         value_parser = ["reuse", "always", "never"],
         env = "FLOWFS_CACHE_ADMIT",
         help_heading = "Caching"
