@@ -19,13 +19,22 @@ pub use parse::{parse_endpoint, parse_min_free, parse_object, parse_size, parse_
 #[command(
     name = "flowfs",
     version,
-    about = "Mount S3-compatible object storage as a fast local file system for workflow tasks",
-    long_about = "flowfs mounts an S3 bucket (or a prefix of one) as a POSIX file system.\n\
-        Reads are lazy, ranged and prefetched; a local disk cache keeps what was read.\n\n\
-        Credentials, region and endpoint come from the standard AWS sources:\n\
-        AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_REGION,\n\
-        AWS_ENDPOINT_URL, AWS_PROFILE with ~/.aws/config and ~/.aws/credentials,\n\
-        then container and instance roles."
+    about = "Mount an object store bucket (S3, GCS, Azure Blob) as a fast local file system for workflow tasks",
+    long_about = "flowfs mounts a bucket (or a prefix of one) of S3, Google Cloud Storage or Azure\n\
+        Blob Storage as a POSIX file system. Reads are lazy, ranged and prefetched; a local\n\
+        disk cache keeps what is read again (docs/CONFIGURATION.md).\n\n\
+        Sources: s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX], az://CONTAINER[/PREFIX].\n\n\
+        Credentials come from each store's own sources:\n\
+        s3://  AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_REGION,\n       \
+        AWS_ENDPOINT_URL, AWS_PROFILE with ~/.aws/config and ~/.aws/credentials,\n       \
+        then container and instance roles;\n\
+        gs://  STORAGE_EMULATOR_HOST, GOOGLE_APPLICATION_CREDENTIALS, gcloud's\n       \
+        application-default credentials, then the metadata server (--anonymous:\n       \
+        a public bucket);\n\
+        az://  AZURE_STORAGE_CONNECTION_STRING, or the account (--azure-account,\n       \
+        AZURE_STORAGE_ACCOUNT) with AZURE_STORAGE_KEY or AZURE_STORAGE_SAS_TOKEN,\n       \
+        then Microsoft Entra ID (service principal, workload identity, az login,\n       \
+        managed identity)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -34,7 +43,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Mount s3://BUCKET[/PREFIX] at DIR
+    /// Mount s3://BUCKET[/PREFIX], gs://BUCKET[/PREFIX] or az://CONTAINER[/PREFIX] at DIR
     Mount(MountArgs),
     /// Flush everything the mount at DIR still holds, then unmount it
     Unmount(UnmountArgs),
@@ -171,10 +180,13 @@ pub struct RunArgs {
     flowfs mount s3://my-bucket /mnt/data\n  \
     flowfs mount s3://my-bucket/runs/42 ./work --cache-dir /scratch/flowfs --cache-size 50G\n  \
     AWS_ENDPOINT_URL=http://127.0.0.1:8333 flowfs mount s3://test ./mnt --read-only\n  \
+    flowfs mount gs://my-bucket/refs /mnt/refs\n  \
+    AZURE_STORAGE_CONNECTION_STRING=... flowfs mount az://my-container /mnt/az\n  \
     flowfs unmount /mnt/data")]
 pub struct MountArgs {
-    /// Bucket to mount, with an optional key prefix: s3://BUCKET[/PREFIX]
-    #[arg(value_name = "s3://BUCKET[/PREFIX]")]
+    /// Bucket to mount, with an optional key prefix: s3://BUCKET[/PREFIX],
+    /// gs://BUCKET[/PREFIX] or az://CONTAINER[/PREFIX]
+    #[arg(value_name = "s3|gs|az://BUCKET[/PREFIX]")]
     pub source: String,
     /// Empty directory to mount on
     #[arg(value_name = "DIR")]
@@ -218,4 +230,35 @@ pub struct StatusArgs {
     /// Print JSON (stable field names; see docs/CONFIGURATION.md)
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_help_names_every_store_its_url_and_its_credentials() {
+        let mut cmd = Cli::command();
+        let top = cmd.render_long_help().to_string();
+        for want in [
+            "s3://BUCKET",
+            "gs://BUCKET",
+            "az://CONTAINER",
+            "AWS_ACCESS_KEY_ID",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "AZURE_STORAGE_CONNECTION_STRING",
+        ] {
+            assert!(top.contains(want), "flowfs --help lacks {want}:\n{top}");
+        }
+        let mount = cmd.find_subcommand_mut("mount").expect("mount");
+        let help = mount.render_long_help().to_string();
+        for want in ["s3://", "gs://", "az://CONTAINER"] {
+            assert!(
+                help.contains(want),
+                "flowfs mount --help lacks {want}:\n{help}"
+            );
+        }
+    }
 }
