@@ -471,7 +471,7 @@ def _drop_data(ctx, tool: MountTool, cache: Path) -> None:
 def _peers(ctx, tool: FlowFS, run: int, fmt: str, data: ArchiveData) -> list[dict]:
     """The archive through a normal mount of the bucket (fresh cache each): read sequentially
     (step 1's yardstick), and streamed into tar -x (step 4's)."""
-    from .workloads import Window, fresh_scratch, mounted, new_record
+    from .workloads import cold_mount, fresh_scratch, new_record
 
     recs = []
     key = FORMATS[fmt]
@@ -479,10 +479,7 @@ def _peers(ctx, tool: FlowFS, run: int, fmt: str, data: ArchiveData) -> list[dic
     rec = new_record("B11", f"{fmt} seq-read", tool, run)
     recs.append(rec)
     try:
-        with mounted(ctx, tool, f"r{run}-b11-{fmt}-seq") as h:
-            rec["mount_s"] = round(h.mount_s, 3)
-            util.drop_caches()
-            w = Window(ctx, h)
+        with cold_mount(ctx, tool, f"r{run}-b11-{fmt}-seq", rec) as (h, w):
             r = util.run(["cat", str(h.path / key)], timeout=ctx.timeout, stdout_path="/dev/null", on_timeout=h.abort)
             w.close(rec)
             rec["wall_s"], rec["client_cpu_s"] = round(r.wall_s, 3), round(r.cpu_s, 3)
@@ -508,10 +505,7 @@ def _peers(ctx, tool: FlowFS, run: int, fmt: str, data: ArchiveData) -> list[dic
     dest.mkdir()
     tar = ["tar", "-x", "-C", str(dest)] + (["-z"] if fmt == "tar.gz" else [])
     try:
-        with mounted(ctx, tool, f"r{run}-b11-{fmt}-tarx") as h:
-            rec["mount_s"] = round(h.mount_s, 3)
-            util.drop_caches()
-            w = Window(ctx, h)
+        with cold_mount(ctx, tool, f"r{run}-b11-{fmt}-tarx", rec) as (h, w):
             p = util.run_pipe(["cat", str(h.path / key)], tar, timeout=ctx.timeout)
             w.close(rec)
             rec["wall_s"] = round(p.wall_s, 3)

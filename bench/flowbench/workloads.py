@@ -394,6 +394,16 @@ def mounted(ctx: Ctx, tool: MountTool, tag: str):
                 util.log(f"  warning: {tool.name} unmount: {err}")
 
 
+@contextmanager
+def cold_mount(ctx: Ctx, tool: MountTool, tag: str, rec: dict):
+    """A fresh mount of `tool` (its mount time in `rec`) with the page cache dropped, and
+    the measured window opened on it: yields (handle, window); the caller closes the window."""
+    with mounted(ctx, tool, tag) as h:
+        rec["mount_s"] = round(h.mount_s, 3)
+        util.drop_caches()
+        yield h, Window(ctx, h)
+
+
 # ---------------------------------------------------------------------- verification
 
 
@@ -572,10 +582,7 @@ def b1c(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
             ok = ok and c.returncode == 0 and not c.timed_out
         w.close(rec)
     else:
-        with mounted(ctx, tool, f"r{run}-b1c") as h:
-            rec["mount_s"] = round(h.mount_s, 3)
-            util.drop_caches()
-            w = Window(ctx, h)
+        with cold_mount(ctx, tool, f"r{run}-b1c", rec) as (h, w):
             c, ok, rec["notes"] = consume(ctx, h.path / "b1", on_timeout=h.abort)
             w.close(rec)
             rec["wall_s"], rec["client_cpu_s"] = round(c.wall_s, 3), round(c.cpu_s, 3)
@@ -611,10 +618,7 @@ def copy_prefix(ctx: Ctx, tool: Tool, run: int, workload: str, prefix: str, mani
         w.close(rec)
         ok = cli_result(rec, r)
     else:
-        with mounted(ctx, tool, f"r{run}-{prefix}") as h:
-            rec["mount_s"] = round(h.mount_s, 3)
-            util.drop_caches()
-            w = Window(ctx, h)
+        with cold_mount(ctx, tool, f"r{run}-{prefix}", rec) as (h, w):
             r = util.run(copy_cmd(h.path / prefix, dest, readers), timeout=ctx.timeout, on_timeout=h.abort)
             w.close(rec)
             rec["wall_s"], rec["client_cpu_s"] = round(r.wall_s, 3), round(r.cpu_s, 3)
@@ -696,10 +700,7 @@ def b2(ctx: Ctx, tool: Tool, run: int) -> list[dict]:
         finally:
             h.unmount(ctx)
     else:
-        with mounted(ctx, tool, f"r{run}-b2") as h:
-            rec["mount_s"] = round(h.mount_s, 3)
-            util.drop_caches()
-            w = Window(ctx, h)
+        with cold_mount(ctx, tool, f"r{run}-b2", rec) as (h, w):
             p = util.run_pipe(["cat", str(h.path / "b2" / "many.tar")], tar, timeout=ctx.timeout)
             w.close(rec)
             rec["wall_s"] = round(p.wall_s, 3)
