@@ -129,12 +129,10 @@ impl Delivered {
     }
 
     /// Writes the bytes and marks them present (`lock`: none when the fetch could not
-    /// lock them, and then they are not cached). Blocks on the disk.
+    /// lock them, and then they are not cached). Blocks on the disk. For a delivery that
+    /// is not `in_memory_only` (the caller asked, once: each asking reads the record of
+    /// opens; admission only grows, so the answer holds).
     pub fn store(self, lock: Option<&FetchLock>) -> Result<(), CacheError> {
-        if self.in_memory_only() {
-            self.skip();
-            return Ok(());
-        }
         if self.off_disk {
             // The memory budget could not keep them: written after all, under a lock
             // taken now, so that their readers find them in the file.
@@ -286,9 +284,10 @@ impl DiskCache {
     /// promised to it by the memory budget, when that has room for them beside `keep`
     /// bytes for the readers' own fetches (given back by `unpromise`); else `None`.
     pub fn room_ahead(&self, e: &CacheEntry, keep: u64) -> Option<u64> {
-        match self.admits(e) {
-            true => Some(0),
-            false => self.mem.promise(e.size, keep).then_some(e.size),
+        if self.admits(e) {
+            Some(0)
+        } else {
+            self.mem.promise(e.size, keep).then_some(e.size)
         }
     }
 

@@ -167,8 +167,8 @@ pub(super) struct OpenedEntry {
 }
 
 /// The sidecar of an object version and its data file's tag, made (with an empty data
-/// file) if there is none and `make` (else `Err` of kind `NotFound`); `Err` of kind `InvalidData` if a sidecar of that name is
-/// another version's (it is left alone). An entry made here comes with its files as
+/// file) if there is none and `make` (else `Err` of kind `NotFound`); `Err` of kind
+/// `InvalidData` if a sidecar of that name is another version's (it is left alone). An entry made here comes with its files as
 /// made: the sidecar is not opened and read again (a cold object's open cost 10 system
 /// calls more that way).
 pub(super) fn open_entry(
