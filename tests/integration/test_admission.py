@@ -2,8 +2,9 @@
 `reuse`, the default, an object read once through the mount is served from the download buffers and
 nothing of it is written to the cache directory; its second open on the node (here by a
 second mount on the same cache directory) fetches it again and keeps it; the third is read
-from the disk without a GET; objects up to 1 MiB read once leave no cache files at all.
-Counted by a proxy and by `flowfs cache stats`."""
+from the disk without a GET; objects up to 1 MiB read once leave no cache files at all, and
+kept, they are records of a segment file (`objects/small/`), not a file pair each. Counted
+by a proxy, by `flowfs cache stats` and in the cache directory."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_reuse_keeps_what_is_opened_twice_and_nothing_read_once(mount, s3, bucke
     put_many(s3, bucket, files)
     cache = work_dir / "cache"
     env = clean_env(mount.env(proxy.endpoint))
-    fetched, entries = [], []
+    fetched, entries, segments = [], [], []
     for _ in range(3):
         m = mount(bucket, proxy=proxy, cache_dir=cache)  # the default: reuse
         proxy.reset()
@@ -32,9 +33,12 @@ def test_reuse_keeps_what_is_opened_twice_and_nothing_read_once(mount, s3, bucke
         assert m.unmount().returncode == 0
         fetched.append(stats(cache, env)["bytes"])
         entries.append(len([p for p in (cache / "objects").iterdir() if p.suffix in (".map", ".bytes")]))
+        small = cache / "objects" / "small"
+        segments.append(len([p for p in small.iterdir() if p.name != "index"]))
     once, on_disk_once, twice, on_disk_twice, thrice, _ = fetched
     assert entries[0] == 0, f"read once, {entries[0]} cache files made"
-    assert entries[1] == 2 * len(files), f"opened twice, {entries[1]} cache files"
+    assert entries == [0, 0, 0], f"cache files per object: {entries}"
+    assert segments[0] == 0 and segments[1] == segments[2] == 1, f"segments: {segments}"
     assert total <= once <= 1.1 * total, f"first read fetched {once} of {total} bytes"
     assert on_disk_once <= 0.05 * total, f"read once, {on_disk_once} bytes written of {total}"
     assert total <= twice <= 1.1 * total, f"second open fetched {twice}"

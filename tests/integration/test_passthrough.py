@@ -198,18 +198,20 @@ def test_a_file_read_cold_is_in_the_page_cache_for_the_kernel(mount, bucket, s3,
 
 def test_writer_is_refused_while_the_cache_file_is_passed_through(mount, bucket, s3):
     """While readers of a file read the cache's file, an open of it for writing gets EBUSY
-    and changes nothing (an O_TRUNC truncates nothing); once they close, it succeeds."""
-    s3.put_object(Bucket=bucket, Key="pt-busy/in.txt", Body=b"original\n")
+    and changes nothing (an O_TRUNC truncates nothing); once they close, it succeeds. (A
+    file over 1 MiB: smaller ones are kept packed in a segment, never passed through.)"""
+    original = b"original\n" * 150_000
+    s3.put_object(Bucket=bucket, Key="pt-busy/in.txt", Body=original)
     m = mount(bucket, "pt-busy", extra=ALWAYS, log_level="info")
     p = m / "in.txt"
-    assert p.read_bytes() == b"original\n"
+    assert p.read_bytes() == original
     _until_passed_through(m, p)
     with open(p, "rb") as reader:
         with pytest.raises(OSError) as e:
             open(p, "wb")
         assert e.value.errno == errno.EBUSY
-        assert reader.read() == b"original\n"
-        assert os.stat(p).st_size == len(b"original\n")
+        assert reader.read() == original
+        assert os.stat(p).st_size == len(original)
     with open(p, "wb") as w:
         w.write(b"new\n")
     assert p.read_bytes() == b"new\n"

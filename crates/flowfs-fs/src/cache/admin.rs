@@ -10,6 +10,7 @@ use std::path::Path;
 use super::bitmap::present;
 use super::persist::{self, scan};
 use super::shared::{Usage, FETCHED, HITS};
+use super::small;
 use super::CHUNK;
 use crate::dirlock::{open_lock, try_lock, unlock};
 
@@ -18,7 +19,8 @@ use crate::dirlock::{open_lock, try_lock, unlock};
 pub struct BucketStats {
     /// Object versions with at least one chunk cached.
     pub objects: u64,
-    /// Bytes of their data cached (whole 64 KiB chunks).
+    /// Bytes of their data cached (whole 64 KiB chunks; a small version packed in a
+    /// segment, its exact size).
     pub bytes: u64,
 }
 
@@ -69,12 +71,15 @@ fn objects(dir: &Path) -> Result<std::path::PathBuf, AdminError> {
 pub fn stats(dir: &Path) -> Result<CacheStats, AdminError> {
     let o = objects(dir)?;
     let mut st = CacheStats::default();
-    for s in scan(&o) {
-        let bytes = present(&s.words) * CHUNK;
+    let entries = scan(&o)
+        .into_iter()
+        .map(|s| (s.ident, present(&s.words) * CHUNK));
+    // Small versions packed in segments (small.rs) count as whole entries.
+    for (ident, bytes) in entries.chain(small::records(&o)) {
         if bytes == 0 {
             continue;
         }
-        let bucket = s.ident.split('\0').next().unwrap_or("").to_string();
+        let bucket = ident.split('\0').next().unwrap_or("").to_string();
         let b = st.buckets.entry(bucket).or_default();
         b.objects += 1;
         b.bytes += bytes;
@@ -117,7 +122,8 @@ pub fn clear(dir: &Path, force: bool) -> Result<u64, AdminError> {
         .map(|e| e.path())
         .filter(|p| {
             let name = p.file_name().map(|n| n.to_string_lossy().to_string());
-            !["lock", "state", "usage", "evict.lock"].contains(&name.unwrap_or_default().as_str())
+            let own = ["lock", "state", "usage", "evict.lock", small::DIR];
+            !own.contains(&name.unwrap_or_default().as_str())
         })
         .collect();
     // Sidecars before data files, as an eviction removes them: a process never finds a
@@ -129,6 +135,7 @@ pub fn clear(dir: &Path, force: bool) -> Result<u64, AdminError> {
         }
         let _ = fs::remove_file(path);
     }
+    removed += small::clear(&o);
     let usage = Usage::open(&o).map_err(io_err)?;
     if alone {
         usage.set(0);

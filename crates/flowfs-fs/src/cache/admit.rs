@@ -110,7 +110,8 @@ impl Seen {
     /// then counts as a second one).
     fn slot(&self, hash: &str) -> Option<Slot<'_>> {
         let file = self.file.as_ref()?;
-        let (tag, at) = slot_of(hash);
+        let (tag, slot) = slot_of(hash, SLOTS);
+        let at = slot * 8;
         let value = read_slot(file, at).ok()?;
         Some(Slot {
             file,
@@ -136,14 +137,14 @@ fn read_slot(f: &File, at: u64) -> io::Result<u64> {
     Ok(u64::from_le_bytes(b))
 }
 
-/// The tag kept for a version (never 0, an empty slot; its low bit clear) and the byte
-/// offset of its slot, both from its hash (hex of a SHA-256: uniformly spread).
-fn slot_of(hash: &str) -> (u64, u64) {
+/// The tag kept for a version (never 0, an empty slot; its low bit clear) and its slot
+/// among `slots`, both from its hash (hex of a SHA-256: uniformly spread). The index of
+/// small versions (small.rs) places them the same way.
+pub(super) fn slot_of(hash: &str, slots: u64) -> (u64, u64) {
     let hex = |s: &str| u64::from_str_radix(s, 16).unwrap_or(0);
     let (a, b) = hash.split_at(hash.len().min(16));
     let tag = (hex(a) | 2) & !AGAIN;
-    let slot = hex(&b[..b.len().min(16)]) % SLOTS;
-    (tag, slot * 8)
+    (tag, hex(&b[..b.len().min(16)]) % slots)
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -44,7 +44,8 @@ use super::fetch::{Claim, Claimed, Fetch};
 use super::memory::Ranges;
 use super::persist::{self, now_ms, Layout, INUSE};
 use super::shared::{ofd_lock, reopen, Lock};
-use super::{BLOCK_CHUNKS, CHUNK};
+use super::small::Packed;
+use super::{BLOCK_CHUNKS, CHUNK, SMALL};
 
 /// How often (ms) a process writes the use time of a block it keeps reading.
 const STAMP_EVERY: u64 = 1000;
@@ -101,6 +102,9 @@ pub struct CacheEntry {
     inflight: Mutex<HashMap<u64, Arc<Fetch>>>,
     /// Its fetched bytes are written to disk (admit.rs); decided at its opens.
     admitted: AtomicBool,
+    /// Where all its bytes are if it is a small version packed in a segment (small.rs):
+    /// found at its open or written by its fetch, and never changed then.
+    packed: OnceLock<Packed>,
 }
 
 impl CacheEntry {
@@ -121,7 +125,26 @@ impl CacheEntry {
             stamped: (0..layout.blocks).map(|_| AtomicU64::new(0)).collect(),
             inflight: Mutex::new(HashMap::new()),
             admitted: AtomicBool::new(true),
+            packed: OnceLock::new(),
         }
+    }
+
+    pub(super) fn ident(&self) -> &str {
+        &self.ident
+    }
+
+    /// All its bytes are in a segment's record (small.rs).
+    pub(super) fn set_packed(&self, p: Packed) {
+        let _ = self.packed.set(p);
+    }
+
+    pub(super) fn is_packed(&self) -> bool {
+        self.packed.get().is_some()
+    }
+
+    /// `[off, off + len)` from its segment's record, if it is packed.
+    pub(super) fn read_packed(&self, off: u64, len: usize) -> io::Result<Option<Vec<u8>>> {
+        self.packed.get().map(|p| p.read(off, len)).transpose()
     }
 
     /// Whether its fetched bytes are written to disk.
@@ -315,19 +338,23 @@ impl CacheEntry {
     /// chunks, and returns those runs (each `Claimed`, whose drop ends it) together with
     /// the fetches already running.
     pub(super) fn claim(self: &Arc<Self>, c0: u64, c1: u64, max_run: u64) -> Claim {
-        let mut inflight = self.inflight.lock();
-        let state = self.state.read();
         let mut claim = Claim {
             wait: Vec::new(),
             start: Vec::new(),
         };
+        if self.is_packed() {
+            return claim;
+        }
+        // Fetched bytes not written to the disk are only in memory until read: those not
+        // admitted, and a small version's without files (written as a record once whole).
+        let mem_only = !self.admitted() || (self.size <= SMALL && self.absent());
+        let mut inflight = self.inflight.lock();
+        let state = self.state.read();
         let mut run: Option<u64> = None;
         let c1 = c1.min(self.chunks());
         let mut c = c0;
-        // Fetched bytes not admitted to the disk are only in memory until read.
-        let in_memory = |c: u64| {
-            !self.admitted() && self.mem.holds(c * CHUNK, ((c + 1) * CHUNK).min(self.size))
-        };
+        let in_memory =
+            |c: u64| mem_only && self.mem.holds(c * CHUNK, ((c + 1) * CHUNK).min(self.size));
         let close = |run: &mut Option<u64>,
                      c: u64,
                      claim: &mut Claim,

@@ -1,10 +1,12 @@
 //! Eviction for the whole directory, by whichever process finds it over its limit: one
 //! at a time across processes (`objects/evict.lock`, flock; the next one looks at the
 //! count again once it has the lock, and finds nothing to do if its holder did it). It
-//! scans every sidecar, orders their blocks by use time (index.rs), and punches the
-//! oldest under each block's fetch lock (punch.rs `punch_block`), skipping blocks being
-//! fetched and entries a process pins (pin.rs: newer blocks go in their place). Entries
-//! left empty and in use by nobody are removed. No lock of the cache is held across its
+//! scans every sidecar and segment of small versions, orders their blocks by use time
+//! (index.rs; a segment is one block, used at its last write), and punches the oldest
+//! under each block's fetch lock (punch.rs `punch_block`), skipping blocks being fetched
+//! and entries a process pins (pin.rs: newer blocks go in their place); a segment goes
+//! whole, unless a live process may still append to it (small.rs). Entries left empty
+//! and in use by nobody are removed. No lock of the cache is held across its
 //! I/O; a cache hit never waits for it (a hit of this process on a block it takes waits
 //! for `state`).
 
@@ -15,6 +17,7 @@ use super::disk::disk_space;
 use super::index::Index;
 use super::persist::{self, map_path, Scanned};
 use super::punch::{punch_block, remove_unused};
+use super::small::SegmentFile;
 use super::{bitmap, DiskCache, BLOCK_CHUNKS, CHUNK};
 
 /// An eviction brings the directory this far below its limit (a 64th, at most 64 MiB),
@@ -71,14 +74,15 @@ impl DiskCache {
     fn evict_locked(&self, room: u64) {
         let used = self.usage.get();
         let found = persist::scan(&self.root);
-        let total: u64 = found
-            .iter()
+        let segments = self.small.segments();
+        let total: u64 = (found.iter())
             .map(|s| bitmap::present(&s.words) * CHUNK)
+            .chain(segments.iter().map(|s| s.bytes))
             .sum();
         let limit = self.limit(total, room, self.avail(room));
         let target = limit.saturating_sub(slack(limit));
         let freed = if total > limit {
-            self.evict_scanned(&found, target)
+            self.evict_scanned(&found, &segments, target)
         } else {
             0
         };
@@ -87,9 +91,9 @@ impl DiskCache {
         self.usage.add(total as i64 - used as i64 - freed as i64);
     }
 
-    /// Takes blocks of the scanned files, least recently used first, until they hold at
-    /// most `target` bytes; the bytes freed.
-    fn evict_scanned(&self, found: &[Scanned], target: u64) -> u64 {
+    /// Takes blocks of the scanned files and segments, least recently used first, until
+    /// they hold at most `target` bytes; the bytes freed.
+    fn evict_scanned(&self, found: &[Scanned], segments: &[SegmentFile], target: u64) -> u64 {
         let mut ix = Index::default();
         let mut order = Vec::new();
         let mut ids = Vec::new();
@@ -100,6 +104,12 @@ impl DiskCache {
                 let stamp = s.stamps.get(b as usize).copied().unwrap_or(0);
                 order.push((stamp, id, b, bytes));
             }
+        }
+        // Segments after the entries: an id past `ids` is segment `id - first`.
+        let first = ix.next_id();
+        for s in segments {
+            let id = ix.insert(s.path.display().to_string(), &[]);
+            order.push((s.stamp, id, 0, s.bytes));
         }
         order.sort_unstable();
         for (_, id, b, bytes) in order {
@@ -115,17 +125,21 @@ impl DiskCache {
                 break;
             }
             for v in victims {
-                let Some(i) = ids.iter().position(|&id| id == v.id) else {
-                    continue;
-                };
                 let punched = if pinned.contains(&v.id) {
                     None
+                } else if v.id >= first {
+                    let s = &segments[(v.id - first) as usize];
+                    self.changes.note(&self.usage, None);
+                    self.small.evict(s)
+                } else if let Some(i) = ids.iter().position(|&id| id == v.id) {
+                    let n = self.evict_block(&found[i], v.block);
+                    emptied.extend(n.map(|_| i));
+                    n
                 } else {
-                    self.evict_block(&found[i], v.block)
+                    continue;
                 };
                 if let Some(n) = punched {
                     freed += n;
-                    emptied.push(i);
                 } else {
                     pinned.insert(v.id);
                     kept += v.bytes;

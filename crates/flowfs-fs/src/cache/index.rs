@@ -57,6 +57,11 @@ impl Index {
         self.used
     }
 
+    /// The id the next `insert` gives.
+    pub fn next_id(&self) -> Id {
+        self.next_id
+    }
+
     /// An entry with `(block, bytes)` present, used in that order.
     pub fn insert(&mut self, hash: String, blocks: &[(u64, u64)]) -> Id {
         let id = self.next_id;

@@ -69,6 +69,7 @@ mod pin_tests;
 mod punch;
 mod root;
 mod shared;
+mod small;
 #[cfg(test)]
 mod tests;
 
@@ -98,9 +99,10 @@ pub use pin::Pinned;
 pub const CHUNK: u64 = 64 * 1024;
 const BLOCK_CHUNKS: u64 = 16;
 
-/// Objects up to this size are fetched without locking their chunks or making their files
-/// while not admitted (`DiskCache::keeps_off_disk`): two processes reading one at once may
-/// both fetch it, at most this many bytes more.
+/// Versions up to this size are fetched without locking their chunks or making their
+/// files (`DiskCache::keeps_off_disk`), and written, once admitted, as a record of a
+/// segment (small.rs): two processes reading one at once may both fetch it, at most this
+/// many bytes more.
 const SMALL: u64 = 1 << 20;
 
 /// Fetched bytes already handed to their readers, on their way to the data file: `store`
@@ -126,6 +128,16 @@ impl Delivered {
     pub fn skip(self) {
         let n = self.data.len() as u64;
         self.cache.not_admitted.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Packs the deliveries of all the bytes of a small version, in order, as a record
+    /// of a segment (`DiskCache::pack`); their claims end after it. Blocks on the disk.
+    pub fn pack(all: Vec<Delivered>) {
+        let Some(first) = all.first() else {
+            return;
+        };
+        let parts: Vec<Bytes> = all.iter().map(|d| d.data.clone()).collect();
+        first.cache.pack(first.piece.entry(), &parts);
     }
 
     /// Writes the bytes and marks them present (`lock`: none when the fetch could not
@@ -175,6 +187,8 @@ pub struct DiskCache {
     seen: admit::Seen,
     /// Bytes fetched and not written, for not being admitted.
     not_admitted: AtomicU64,
+    /// Admitted small versions, packed in segments.
+    small: small::Small,
 }
 
 impl DiskCache {
@@ -190,6 +204,7 @@ impl DiskCache {
     pub fn open(cache_dir: &Path, capacity: u64, mem_cap: u64) -> io::Result<DiskCache> {
         let root = root::lock_root(cache_dir)?;
         let seen = admit::Seen::open(&root.dir);
+        let small = small::Small::open(&root.dir, capacity);
         let evict_lock = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -214,6 +229,7 @@ impl DiskCache {
             admit: Admit::Always,
             seen,
             not_admitted: AtomicU64::new(0),
+            small,
         };
         cache.evict();
         Ok(cache)
@@ -267,7 +283,7 @@ impl DiskCache {
         match self.admit {
             Admit::Always => true,
             Admit::Never => false,
-            Admit::Reuse if e.any_present() => true,
+            Admit::Reuse if e.any_present() || e.is_packed() => true,
             Admit::Reuse if count => self.seen.opened(&e.hash),
             Admit::Reuse => self.seen.known(&e.hash),
         }
@@ -297,10 +313,46 @@ impl DiskCache {
     }
 
     /// Whether a fetch of `e` goes without the cross-process lock of its chunks and
-    /// without making its files: a small version not admitted that has no files here is
-    /// served from memory only (a read-once file costs no inode, header or lock).
+    /// without making its files: a small version that has no files here is served from
+    /// memory (a read-once file costs no inode, header or lock) and, if it is admitted
+    /// once it is whole, packed (`pack`).
     pub fn keeps_off_disk(&self, e: &CacheEntry) -> bool {
-        e.size <= SMALL && e.absent() && !self.admits(e)
+        e.size <= SMALL && e.absent()
+    }
+
+    /// Whether all the bytes of `e`, fetched off the disk (`keeps_off_disk`), are
+    /// written as a record of a segment (`pack`): it is admitted now.
+    pub fn packs(&self, e: &CacheEntry) -> bool {
+        e.size <= SMALL && !e.is_packed() && self.admits(e)
+    }
+
+    /// Writes `parts`, all the bytes of the small version `e` in order, as a record of
+    /// this process's segment (small.rs): its later reads, and other processes' opens,
+    /// find them there. A failure costs the cache only. Blocks on the disk.
+    fn pack(&self, e: &CacheEntry, parts: &[Bytes]) {
+        let open = self.open.read_recursive();
+        if !*open || e.is_packed() {
+            return;
+        }
+        self.changes.note(&self.usage, None);
+        let packed = match self.small.put(&e.hash, e.ident(), parts) {
+            Ok((packed, n)) => {
+                // The directory's count is of its files' bytes; the fetched count, of
+                // the object's (as `flowfs cache stats` shows them).
+                self.usage.add(n as i64);
+                self.fetched.fetch_add(e.size, Ordering::Relaxed);
+                packed
+            }
+            Err(err) => {
+                tracing::debug!("cannot pack a small file into the cache: {err}");
+                return;
+            }
+        };
+        drop(open);
+        self.evict();
+        // Last: whoever finds it packed finds its count done (its segment is this
+        // process's, which no eviction takes).
+        e.set_packed(packed);
     }
 
     /// Bytes of object data the directory holds, as its processes count them.
@@ -326,6 +378,11 @@ impl DiskCache {
         // cache (reads, fetches and stores try again).
         let e = CacheEntry::new(&self.root, hash.clone(), ident, size);
         match e.files() {
+            Err(err) if err.kind() == io::ErrorKind::NotFound && size <= SMALL => {
+                if let Some(p) = self.small.find(&hash, e.ident(), size) {
+                    e.set_packed(p);
+                }
+            }
             Err(err) if err.kind() == io::ErrorKind::InvalidData => {
                 // Not this version's file (damaged): it goes, this one is made anew.
                 tracing::warn!("cache file of {key} replaced: {err}");
@@ -475,6 +532,10 @@ impl DiskCache {
             // Just fetched (a miss, counted as fetched).
             return Ok(Some(data));
         }
+        if let Some(d) = e.read_packed(off, len)? {
+            self.hits.fetch_add(d.len() as u64, Ordering::Relaxed);
+            return Ok(Some(Bytes::from(d)));
+        }
         let got = e.try_read(off, len)?.map(Bytes::from);
         if let Some(d) = &got {
             self.hits.fetch_add(d.len() as u64, Ordering::Relaxed);
@@ -525,6 +586,7 @@ impl DiskCache {
         *open = false;
         // Evictions of this process stop here too (they hold `open` for reading).
         self.flush_counts();
+        self.small.sync();
         self.changes.sync(&self.root, &self.usage);
         if root::alone(&self.lock) {
             if self.usage.get_at(shared::UNSYNCED) > 0 {

@@ -97,11 +97,12 @@ fn start(dir: &Path, usage: &Usage) -> io::Result<()> {
     for name in names {
         // Not the lock: a new file of that name would be a second, free lock. Not the
         // record of opens (admit.rs): hints only, good after any end.
-        let own = ["lock", "state", "usage", "seen"];
+        let own = ["lock", "state", "usage", "seen", super::small::DIR];
         if !own.contains(&name.as_str()) && !keep.contains(&name) {
             let _ = fs::remove_file(dir.join(name));
         }
     }
+    used += super::small::start(dir, trusted);
     usage.set(used);
     if !same_boot {
         // Counts of processes of an earlier boot (durable.rs): nothing of theirs is pending.

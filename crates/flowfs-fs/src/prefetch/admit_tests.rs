@@ -37,7 +37,12 @@ fn setup_on(dir: tempfile::TempDir, mock: Arc<MockClient>, admit: Admit) -> Setu
 
 impl Setup {
     async fn put(&self, key: &str, n: u64) -> (Vec<u8>, Option<String>) {
-        let bytes: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        let salt = key.len() as u64 + key.bytes().map(u64::from).sum::<u64>();
+        self.put_bytes(key, (0..n).map(|i| ((i + salt) % 251) as u8).collect())
+            .await
+    }
+
+    async fn put_bytes(&self, key: &str, bytes: Vec<u8>) -> (Vec<u8>, Option<String>) {
         self.mock.insert(key, bytes.clone());
         let etag = self.mock.head(key).await.expect("head").info.etag;
         (bytes, Some(etag))
@@ -89,6 +94,17 @@ impl Setup {
         self.p.cache.used()
     }
 
+    /// The segments of small versions (cache/small.rs) and the bytes they hold.
+    fn segments(&self) -> (usize, u64) {
+        let dir = self._dir.path().join("objects/small");
+        let names = std::fs::read_dir(dir).expect("objects/small");
+        let segs: Vec<_> = (names.flatten())
+            .filter(|n| n.file_name() != "index")
+            .map(|n| n.metadata().expect("segment").len())
+            .collect();
+        (segs.len(), segs.iter().sum())
+    }
+
     /// The entry files (sidecars and data files) in the cache directory.
     fn entry_files(&self) -> usize {
         let objects = self._dir.path().join("objects");
@@ -103,7 +119,7 @@ impl Setup {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_small_file_read_once_makes_no_cache_files_and_its_second_open_does() {
+async fn a_small_file_read_once_makes_no_cache_files_and_its_second_open_packs_it() {
     let s = setup(Admit::Reuse);
     let (obj, etag) = s.put("small", MIB).await;
     assert_eq!(s.read_all("small", &etag, MIB, false).await.0, obj);
@@ -113,13 +129,71 @@ async fn a_small_file_read_once_makes_no_cache_files_and_its_second_open_does() 
     assert_eq!(s.read_all("big", &big_etag, 2 * MIB, false).await.0, big);
     assert_eq!(s.entry_files(), 2);
     assert_eq!(s.on_disk(), 0);
-    // The second open admits the small one: its files are made and its bytes written.
+    assert_eq!(s.segments(), (0, 0));
+    // The second open admits the small one: its bytes are written as a record of a
+    // segment, not as an entry of two files.
     assert_eq!(s.read_all("small", &etag, MIB, false).await.0, obj);
-    assert_eq!(s.entry_files(), 4);
+    assert_eq!(s.entry_files(), 2, "the big one's only");
+    let (segments, bytes) = s.segments();
+    assert_eq!(segments, 1);
+    assert!((MIB..MIB + 512).contains(&bytes), "{bytes}");
+    assert_eq!(s.on_disk(), bytes);
     assert_eq!(
-        s.read_all("small", &etag, MIB, false).await.1,
-        0,
+        s.read_all("small", &etag, MIB, false).await,
+        (obj.clone(), 0),
         "from disk"
+    );
+    // Another process on the directory finds it in the segment.
+    let other = setup_on(s._dir, s.mock.clone(), Admit::Reuse);
+    assert_eq!(
+        other.read_all("small", &etag, MIB, false).await,
+        (obj, 0),
+        "another process"
+    );
+    // A new version of the key is not the packed one.
+    let (new, new_etag) = other.put_bytes("small", vec![7u8; 1000]).await;
+    assert_eq!(
+        other.read_all("small", &new_etag, 1000, false).await,
+        (new, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packed_small_files_are_evicted_in_whole_segments_and_fetched_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mock = Arc::new(MockClient::new());
+    let cfg = FsConfig::new("b", "", dir.path().to_path_buf());
+    let mem = cfg.max_readahead + 2 * cfg.part_size;
+    // Room for 3 MiB: segments of 1 MiB (a 64th of the cache, at least 1 MiB).
+    let cache = DiskCache::open(dir.path(), 3 * MIB, mem)
+        .expect("cache")
+        .with_admission(Admit::Always);
+    let p = Arc::new(Prefetcher::new(&cfg, mock.clone(), Arc::new(cache)));
+    let s = Setup { _dir: dir, mock, p };
+    let mut files = Vec::new();
+    for i in 0..12 {
+        let key = format!("f{i}");
+        let (obj, etag) = s.put(&key, 400 << 10).await;
+        assert_eq!(
+            s.read_all(&key, &etag, 400 << 10, false).await,
+            (obj.clone(), 1)
+        );
+        files.push((key, obj, etag));
+    }
+    let (segments, bytes) = s.segments();
+    assert!(bytes <= 3 * MIB, "within the cache's size: {bytes}");
+    assert!(segments >= 2, "{segments}");
+    assert_eq!(s.on_disk(), bytes);
+    // The newest is still packed; the oldest went with its segment and is fetched again.
+    let (key, obj, etag) = &files[11];
+    assert_eq!(
+        s.read_all(key, etag, 400 << 10, false).await,
+        (obj.clone(), 0)
+    );
+    let (key, obj, etag) = &files[0];
+    assert_eq!(
+        s.read_all(key, etag, 400 << 10, false).await,
+        (obj.clone(), 1)
     );
 }
 

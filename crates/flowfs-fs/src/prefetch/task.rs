@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::cache::{Claimed, FetchLock, CHUNK};
+use crate::cache::{Claimed, Delivered, FetchLock, CHUNK};
 use crate::error::{FsError, Result};
 
 use super::{Object, Prefetcher};
@@ -81,6 +81,11 @@ impl Prefetcher {
             .await
             .map_err(|e| FsError::Internal(format!("GET permits: {e}")))?;
         let (pieces, mut stores) = (left.len(), Vec::with_capacity(left.len()));
+        // A small version fetched whole off the disk is packed once all of it is in, if
+        // it is admitted by then (cache/small.rs); not if a piece went to its files (the
+        // memory budget could not keep it). Its pieces' claims end after that.
+        let whole = off_disk && start == 0 && cuts[cuts.len() - 1] == obj.size;
+        let mut held = Vec::new();
         let mut sink = |i: usize, data: Bytes| {
             // Pieces arrive in order, each once: the next one is the first left.
             debug_assert_eq!(i, pieces - left.len());
@@ -88,6 +93,10 @@ impl Prefetcher {
                 return;
             };
             let delivered = self.cache.deliver(p, data, off_disk);
+            if delivered.in_memory_only() && whole {
+                held.push(delivered);
+                return;
+            }
             if delivered.in_memory_only() {
                 // Nothing to write: no hand-off to a blocking thread.
                 delivered.skip();
@@ -111,6 +120,11 @@ impl Prefetcher {
             .await;
         // The permit (and the lock) are held until the pieces are on disk: the permit
         // bounds the memory of downloaded bytes waiting for a slow cache disk too.
+        if got.is_ok() && held.len() == pieces && self.cache.packs(&obj.entry) {
+            stores.push(tokio::task::spawn_blocking(move || Delivered::pack(held)));
+        } else {
+            held.into_iter().for_each(Delivered::skip);
+        }
         for s in stores {
             s.await
                 .map_err(|e| FsError::Internal(format!("cache write task: {e}")))?;
