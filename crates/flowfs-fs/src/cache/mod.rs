@@ -307,6 +307,24 @@ impl DiskCache {
         }
     }
 
+    /// A fetch ahead of `e`, if it is a packed small version: its bytes are read from its
+    /// segment into memory now, when the memory budget has room for them beside `keep`,
+    /// so that its open finds the entry here (no second look in the index) and its reads
+    /// take them from memory. True if `e` is packed: nothing is fetched either way.
+    pub fn ahead_packed(&self, e: &CacheEntry, keep: u64) -> bool {
+        if !e.is_packed() {
+            return false;
+        }
+        if self.mem.promise(e.size, keep) {
+            if let Ok(Some(d)) = e.read_packed(0, e.size as usize) {
+                self.hits.fetch_add(d.len() as u64, Ordering::Relaxed);
+                self.mem.remember(e.mem(), 0, Bytes::from(d));
+            }
+            self.mem.unpromise(e.size);
+        }
+        true
+    }
+
     /// Gives back bytes `room_ahead` promised.
     pub fn unpromise(&self, n: u64) {
         self.mem.unpromise(n);

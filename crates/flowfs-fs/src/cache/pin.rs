@@ -25,7 +25,7 @@ use super::bitmap::present;
 use super::entry::CacheEntry;
 use super::persist::{self, Layout, PIN};
 use super::shared::{ofd_lock, reopen, Lock};
-use super::DiskCache;
+use super::{DiskCache, SMALL};
 
 /// A fully cached entry that no process's eviction punches or removes while this value
 /// lives: its data file, open read-only, holds exactly the object's bytes (its length is
@@ -66,7 +66,9 @@ impl DiskCache {
     /// cache). A few system calls (an open of the sidecar, a lock, one `pread` of the
     /// words, an open of the data file); no lock of this process is held across them.
     pub fn pin_complete(&self, e: &Arc<CacheEntry>) -> io::Result<Option<Pinned>> {
-        if e.size == 0 {
+        // A small version has no files unless this process found or made them: packed
+        // (small.rs) or read once, it is served through flowfs, without a look for them.
+        if e.size == 0 || e.is_packed() || (e.size <= SMALL && e.absent()) {
             return Ok(None);
         }
         let Ok(files) = e.files() else {

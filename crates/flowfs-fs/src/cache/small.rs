@@ -7,10 +7,11 @@
 //! Each process appends to a segment of its own, which it holds locked (flock) while it
 //! may still append. A record (header, identity, bytes) is written whole before the
 //! index's slot names it, and never changed: a slot never names bytes that are not there.
-//! The index is a hint, as the record of opens is (admit.rs): 2^18 slots of 32 bytes
-//! (8 MiB, sparse), one per version by its hash; a version whose slot another one took is
-//! no longer found, and is fetched again. A reader checks the record's header (hash,
-//! identity, size) before it uses its bytes.
+//! The index is a hint, as the record of opens is (admit.rs): 2^16 buckets of 8 slots of 32
+//! bytes (16 MiB, sparse), a bucket per version by its hash, read and written with one
+//! `pread` and one `pwrite`; a version pushed out of its bucket (by 8 others) is no longer
+//! found, and is fetched again. (One slot per version lost 16 of 2,000 to collisions.) A
+//! reader checks the record's header (hash, identity, size) before it uses its bytes.
 //!
 //! Eviction (evict.rs) takes whole segments, by their last write among the entries'
 //! blocks by their last use (first in, first out: reading a small version does not renew
@@ -36,9 +37,11 @@ const MAGIC: &[u8; 8] = b"FLOWFSS1";
 /// A record's header: magic, the version's hash (64 hex digits), its size, the length of
 /// its identity (which follows, then its bytes).
 const HEAD: usize = 8 + 64 + 8 + 4;
-const SLOTS: u64 = 1 << 18;
+const BUCKETS: u64 = 1 << 16;
+const WAYS: usize = 8;
 /// A slot: the version's tag (0: empty), its segment, the record's offset and length.
 const SLOT: usize = 32;
+const BUCKET: usize = WAYS * SLOT;
 /// A segment is as large as this at most (or one record), and a 64th of the cache: an
 /// eviction of one takes no more than that.
 const SEGMENT_MAX: u64 = 16 << 20;
@@ -102,8 +105,8 @@ impl Small {
         let index = fs::create_dir_all(&dir)
             .and_then(|()| open_private(&dir.join(INDEX), false))
             .and_then(|f| {
-                if f.metadata()?.len() != SLOTS * SLOT as u64 {
-                    f.set_len(SLOTS * SLOT as u64)?;
+                if f.metadata()?.len() != BUCKETS * BUCKET as u64 {
+                    f.set_len(BUCKETS * BUCKET as u64)?;
                 }
                 Ok(f)
             });
@@ -123,12 +126,9 @@ impl Small {
     /// a `pread` of its header.
     pub(super) fn find(&self, hash: &str, ident: &str, size: u64) -> Option<Packed> {
         let (tag, at) = place(hash);
-        let mut slot = [0u8; SLOT];
-        self.index.as_ref()?.read_exact_at(&mut slot, at).ok()?;
-        let [t, id, off, _len] = words(&slot);
-        if t != tag {
-            return None;
-        }
+        let mut bucket = [0u8; BUCKET];
+        self.index.as_ref()?.read_exact_at(&mut bucket, at).ok()?;
+        let [_, id, off, _len] = slots(&bucket).find(|s| s[0] == tag)?;
         let file = File::open(self.dir.join(segment_name(id))).ok()?;
         let mut head = vec![0u8; HEAD + ident.len()];
         file.read_exact_at(&mut head, off).ok()?;
@@ -176,12 +176,7 @@ impl Small {
             let _ = file.sync_data();
         }
         if let Some(index) = &self.index {
-            let (tag, slot) = place(hash);
-            let mut s = [0u8; SLOT];
-            for (i, w) in [tag, id, off, len].iter().enumerate() {
-                s[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-            }
-            index.write_all_at(&s, slot)?;
+            name(index, hash, [id, off, len])?;
         }
         let data = off + head.len() as u64;
         Ok((Packed { file, data, size }, len))
@@ -351,14 +346,35 @@ fn header(hash: &str, ident: &str, size: u64) -> Vec<u8> {
     h
 }
 
-fn words(slot: &[u8; SLOT]) -> [u64; 4] {
-    std::array::from_fn(|i| u64::from_le_bytes(slot[i * 8..i * 8 + 8].try_into().expect("8")))
+/// Names the record `[segment, offset, length]` of the version `hash` in its bucket of
+/// the index: in its own slot if it has one, else an empty one, else one of the 8 at
+/// random (a read, then a write of 32 bytes: two processes naming two versions of one
+/// bucket at once may both take one empty slot, and one of the two is fetched again).
+fn name(index: &File, hash: &str, record: [u64; 3]) -> io::Result<()> {
+    let (tag, at) = place(hash);
+    let mut bucket = [0u8; BUCKET];
+    index.read_exact_at(&mut bucket, at)?;
+    let way = (slots(&bucket).position(|s| s[0] == tag))
+        .or_else(|| slots(&bucket).position(|s| s[0] == 0))
+        .unwrap_or_else(|| rand::random::<usize>() % WAYS);
+    let mut slot = [0u8; SLOT];
+    for (i, w) in [tag, record[0], record[1], record[2]].iter().enumerate() {
+        slot[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    index.write_all_at(&slot, at + (way * SLOT) as u64)
 }
 
-/// The tag of a version (never 0, an empty slot) and its slot's offset in the index.
+/// The slots of a bucket, each as its four words.
+fn slots(bucket: &[u8; BUCKET]) -> impl Iterator<Item = [u64; 4]> + '_ {
+    bucket.chunks_exact(SLOT).map(|s| {
+        std::array::from_fn(|i| u64::from_le_bytes(s[i * 8..i * 8 + 8].try_into().expect("8")))
+    })
+}
+
+/// The tag of a version (never 0, an empty slot) and its bucket's offset in the index.
 fn place(hash: &str) -> (u64, u64) {
-    let (tag, slot) = super::admit::slot_of(hash, SLOTS);
-    (tag, slot * SLOT as u64)
+    let (tag, bucket) = super::admit::slot_of(hash, BUCKETS);
+    (tag, bucket * BUCKET as u64)
 }
 
 fn segment_name(id: u64) -> String {
@@ -375,4 +391,42 @@ fn open_private(path: &Path, new: bool) -> io::Result<File> {
         o.create(true).truncate(false);
     }
     o.open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(i: u32) -> String {
+        use sha2::{Digest, Sha256};
+        let d = Sha256::digest(i.to_le_bytes());
+        d.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn thousands_of_versions_are_all_found_and_only_as_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = Small::open(dir.path(), 1 << 30);
+        let n = 3000;
+        for i in 0..n {
+            let data = Bytes::from(vec![i as u8; 100 + i as usize % 7]);
+            small.put(&hash(i), &format!("b\0k{i}"), &[data]).unwrap();
+        }
+        // A new process on the directory.
+        let other = Small::open(dir.path(), 1 << 30);
+        for i in 0..n {
+            let (h, ident, size) = (hash(i), format!("b\0k{i}"), 100 + i as u64 % 7);
+            let p = other.find(&h, &ident, size).expect("found");
+            assert_eq!(p.read(0, 1000).unwrap(), vec![i as u8; size as usize]);
+            assert!(other.find(&h, &ident, size + 1).is_none(), "another size");
+            assert!(
+                other.find(&h, "b\0other", size).is_none(),
+                "another identity"
+            );
+        }
+        let mode = fs::metadata(dir.path().join(DIR).join(INDEX)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+        assert_eq!(records(dir.path()).len(), n as usize);
+    }
 }

@@ -14,6 +14,10 @@ impl Prefetcher {
     pub(crate) fn object(self: &Arc<Self>, key: String, etag: Option<String>, size: u64) {
         let obj = self.version(key, etag, size);
         self.cache.fetched_ahead(&obj.entry);
+        if self.cache.ahead_packed(&obj.entry, 2 * self.part_size) {
+            self.cache.release(&obj.entry);
+            return;
+        }
         // Bytes not admitted wait in memory only: none are fetched ahead beyond its
         // budget (pushed out unread, they were fetched again); its reader fetches it.
         let Some(promised) = self.cache.room_ahead(&obj.entry, 2 * self.part_size) else {
