@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build dist slurm-deps test-slurm lint test test-rust test-integration test-stores bench-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-passthrough workflow-deps test-workflows
+.PHONY: setup build dist slurm-deps test-slurm lint test test-rust test-integration test-stores bench-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-reuse bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -118,6 +118,12 @@ bench-stores: setup build
 # same tasks with a cache dir each.
 bench-shared: setup build
 	$(PYTHON) bench/shared_cache.py --size $(or $(SIZE),1G) $(if $(PRIVATE),--private)
+
+# Issue 48's benchmark of small files kept in the node cache (bench/reuse.py): 2,000 × 256 KiB
+# copied by three mounts in turn on one cache dir (read once, admitting, kept);
+# BASELINE=path/to/flowfs runs the build before alternately in the same run.
+bench-reuse: setup build
+	$(PYTHON) bench/reuse.py --runs $(or $(RUNS),3) $(if $(BASELINE),--base-bin $(BASELINE))
 
 # Issue 16's passthrough benchmark (bench/passthrough.py): a cached read after drop_caches,
 # a big write and small writes (their write phases) with --passthrough auto and off against

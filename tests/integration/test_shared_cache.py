@@ -362,10 +362,13 @@ def leftovers(pids: dict[str, int]) -> str:
 
 
 def allocated(cache) -> int:
-    """Bytes allocated by the entries in objects/ (sparse data files and their maps)."""
+    """Bytes allocated by the entries in objects/ (sparse data files and their maps) and the
+    segments of small files in objects/small/."""
     total = 0
-    for p in (cache / "objects").iterdir():
-        if p.suffix in (".bytes", ".map"):
+    small = cache / "objects" / "small"
+    segments = [p for p in small.iterdir() if p.name != "index"] if small.is_dir() else []
+    for p in list((cache / "objects").iterdir()) + segments:
+        if p.suffix in (".bytes", ".map") or p.parent == small:
             try:
                 total += p.stat().st_blocks * 512
             except FileNotFoundError:  # removed by an eviction meanwhile

@@ -69,7 +69,7 @@ fn a_fetch_in_another_process_is_waited_for_not_repeated() {
 #[test]
 fn an_adopted_file_is_read_by_every_process() {
     let dir = tempfile::tempdir().unwrap();
-    let data = pattern(3 * CHUNK + 5, 223);
+    let data = pattern(16 * CHUNK + 5, 223);
     let a = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let staged = dir.path().join("staged");
     fs::write(&staged, &data).unwrap();
@@ -81,7 +81,30 @@ fn an_adopted_file_is_read_by_every_process() {
     fs::write(&staged, &data).unwrap();
     assert!(!b.adopt("b", "k", "\"v1\"", data.len() as u64, &staged));
     assert_eq!(fs::read(&staged).unwrap(), data);
-    assert_eq!(b.used(), 4 * CHUNK);
+    assert_eq!(b.used(), 17 * CHUNK);
+}
+
+/// A small file adopted after its upload is packed (small.rs): no file of its own, read
+/// by every process; adopted again, refused.
+#[test]
+fn a_small_adopted_file_is_packed_and_read_by_every_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(3 * CHUNK + 5, 223);
+    let a = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+    let staged = dir.path().join("staged");
+    fs::write(&staged, &data).unwrap();
+    assert!(a.adopt("b", "k", "\"v1\"", data.len() as u64, &staged));
+    let objects = fs::read_dir(dir.path().join("objects")).unwrap();
+    let entries = (objects.flatten())
+        .filter(|f| f.file_name().to_string_lossy().ends_with(".map"))
+        .count();
+    assert_eq!(entries, 0, "no entry of two files");
+    let b = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
+    let e = b.entry("b", "k", "\"v1\"", data.len() as u64);
+    assert_eq!(b.read(&e, 0, data.len()).unwrap().unwrap(), data);
+    assert_eq!(b.read(&e, 5, 10).unwrap().unwrap(), data[5..15]);
+    assert!(!b.adopt("b", "k", "\"v1\"", data.len() as u64, &staged));
+    assert!(b.used() > data.len() as u64 && b.used() < data.len() as u64 + 512);
 }
 
 #[test]

@@ -439,6 +439,12 @@ impl DiskCache {
         if size == 0 || size > room / 2 {
             return false;
         }
+        if size <= SMALL {
+            // Copied into a record of a segment (small.rs): the staged file goes, and the
+            // version costs no inode of its own.
+            drop(open);
+            return self.adopt_small(&hash, &ident, size, src);
+        }
         match persist::adopt_file(&self.root, &hash, &ident, size, src) {
             Ok(true) => {
                 self.usage.add((size.div_ceil(CHUNK) * CHUNK) as i64);
@@ -447,6 +453,40 @@ impl DiskCache {
                 true
             }
             Ok(false) => false,
+            Err(err) => {
+                tracing::warn!("cannot adopt an uploaded file into the cache: {err}");
+                false
+            }
+        }
+    }
+
+    /// `adopt` of a small version: its bytes, read from `src`, appended to this process's
+    /// segment, unless it is packed already.
+    fn adopt_small(&self, hash: &str, ident: &str, size: u64, src: &Path) -> bool {
+        if self.small.find(hash, ident, size).is_some() {
+            return false;
+        }
+        let data = match fs::read(src) {
+            Ok(d) if d.len() as u64 == size => Bytes::from(d),
+            Ok(_) => return false,
+            Err(err) => {
+                tracing::warn!("cannot adopt an uploaded file into the cache: {err}");
+                return false;
+            }
+        };
+        let open = self.open.read_recursive();
+        if !*open {
+            return false;
+        }
+        self.changes.note(&self.usage, None);
+        let put = self.small.put(hash, ident, &[data]);
+        drop(open);
+        match put {
+            Ok((_, n)) => {
+                self.usage.add(n as i64);
+                self.evict();
+                true
+            }
             Err(err) => {
                 tracing::warn!("cannot adopt an uploaded file into the cache: {err}");
                 false

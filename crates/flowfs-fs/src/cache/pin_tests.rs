@@ -105,12 +105,13 @@ fn a_pin_needs_every_chunk() {
 }
 
 /// The data file is exactly the object's length from its creation on (a passthrough
-/// reader sees nothing past it), sparse until fetched, fetched or adopted.
+/// reader sees nothing past it), sparse until fetched, fetched or adopted. (Over 1 MiB:
+/// a smaller version is packed, small.rs.)
 #[test]
 fn the_data_file_is_the_objects_length() {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
-    let data = pattern(3 * CHUNK + 5, 223);
+    let data = pattern(16 * CHUNK + 5, 223);
     let size = data.len() as u64;
     let cache = DiskCache::open(dir.path(), 1 << 30, 0).unwrap();
     let e = cache.entry("b", "k", "\"v1\"", size);
