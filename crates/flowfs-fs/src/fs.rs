@@ -9,6 +9,7 @@
 //! `namespace` and `rename` the operations that change names, `ends` mount and unmount.
 
 mod attrs;
+mod batch;
 mod durable;
 mod ends;
 mod handles;
@@ -42,12 +43,12 @@ use crate::prefetch::Prefetcher;
 pub use crate::writeback::PendingState;
 use crate::writeback::{Staging, Uploader, WriteBack};
 pub use attrs::{Attr, AttrChanges, DirItem};
+use batch::batched;
 use flowfs_client::meta::{percent_encode, SYMLINK_META};
 use handles::{Handle, Handles};
 use names::Namespace;
 use passthrough::Access;
 pub use passthrough::{Backing, BackingKey};
-use remote::batched;
 pub use status::{Failure, PendingFile, Recovery, Status};
 pub use walk::{ReadAhead, WalkStats};
 

@@ -13,7 +13,7 @@ use flowfs_client::{ClientError, ListPage, ObjectClient};
 use crate::error::Result;
 use crate::inode::{Kind, Listing};
 
-use super::remote::batched;
+use super::batch::batched;
 use super::Fs;
 
 /// Keys in one page of a LIST (S3's maximum, and what SeaweedFS gives).

@@ -11,38 +11,11 @@ use std::sync::Arc;
 use flowfs_client::meta::percent_decode;
 use flowfs_client::{ClientError, ListPage, ObjectClient, ObjectInfo, ObjectMeta};
 
-use crate::error::{FsError, Result};
+use crate::error::Result;
 use crate::inode::{Entry, Kind, MetaHeads};
 use crate::meta::Posix;
 
-use super::{pages, valid_name, Fs, MAX_SYMLINK, RELIST_MAX, SYMLINK_META};
-
-/// Requests in flight at once for a batch of small ones (HEADs, copies, deletes).
-const BATCH: usize = 32;
-
-/// Sends `request(item)` for every item, `BATCH` at a time (a batch waits for its
-/// slowest), and hands each answer to `each` as it comes; the first error `each` returns
-/// ends it, and the requests still in flight are dropped.
-pub(super) async fn batched<I, T, Fut>(
-    items: &[I],
-    request: impl Fn(&I) -> Fut,
-    mut each: impl FnMut(T) -> Result<()>,
-) -> Result<()>
-where
-    Fut: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    for batch in items.chunks(BATCH) {
-        let mut set = tokio::task::JoinSet::new();
-        for item in batch {
-            set.spawn(request(item));
-        }
-        while let Some(r) = set.join_next().await {
-            each(r.map_err(|e| FsError::Internal(format!("a request task: {e}")))?)?;
-        }
-    }
-    Ok(())
-}
+use super::{batched, pages, valid_name, Fs, MAX_SYMLINK, RELIST_MAX, SYMLINK_META};
 
 /// Only small objects written as single-part multipart uploads can be flowfs symlinks
 /// (that is how flowfs writes them), so a listing needs a HEAD for those alone.

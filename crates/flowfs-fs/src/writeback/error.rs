@@ -4,8 +4,6 @@ use std::sync::Arc;
 
 use flowfs_client::ClientError;
 
-use crate::error::FsError;
-
 /// Why a staged file is not in the bucket: kept by `Phase::Failed` with its cause, and
 /// reported by fsync, close, `flowfs status` and the unmount as `KEY: reason`.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -21,8 +19,10 @@ pub enum UploadError {
     /// in the bucket, and whoever sees the marker may read the outputs.
     #[error("not uploaded because an output of its task failed: {source}")]
     Upstream {
+        /// The failure of that output (an `FsError`, kept whole: this module does not
+        /// name the crate's error, which wraps this one).
         #[source]
-        source: Arc<FsError>,
+        source: Arc<dyn std::error::Error + Send + Sync>,
     },
 }
 
