@@ -28,7 +28,6 @@ the end.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import os
@@ -172,10 +171,8 @@ def main(argv=None) -> int:
 
 
 def report(args, size: int, records: list[dict], in_use: dict) -> None:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"passthrough-{stamp}.json").write_text(
-        json.dumps({"args": vars(args), "size": size, "in_use": in_use, "records": records}, indent=1))
+    util.save_results(args.out, "passthrough", {"args": vars(args), "size": size, "in_use": in_use,
+                                                "records": records})
     med = {}
     for rec in records:
         med.setdefault((rec["op"], rec["case"]), []).append(rec["s"])

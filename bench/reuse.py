@@ -24,7 +24,6 @@ runs are printed as a markdown table; every copy is checked against the objects'
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import os
@@ -141,9 +140,7 @@ def main(argv=None) -> int:
     finally:
         util.cleanup_all()
         util.rm_rf(work)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"reuse-{stamp}.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    util.save_results(args.out, "reuse", {"args": vars(args), "rows": rows})
     what = "members of one tar" if args.archive else "objects"
     print(f"\n`cp -r` of {args.files} × {args.size} {what} by three mounts in turn on one cache dir "
           f"(medians of {args.runs})\n")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime as dt
 import json
 import os
 import statistics
@@ -161,9 +160,7 @@ def main(argv=None) -> int:
     finally:
         util.cleanup_all()
         util.rm_rf(work)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"scale-{stamp}.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    util.save_results(args.out, "scale", {"args": vars(args), "results": results})
     print(f"\n{args.files} files in {args.dirs} directories, {args.runs} re-listings each (median)\n")
     print("| build | find | RSS after find | re-list, big mount | re-list, small mount | ratio |")
     print("|---|---|---|---|---|---|")

@@ -18,7 +18,6 @@ checksum is compared with the object's; every mount and process is gone at the e
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import json
 import os
@@ -109,10 +108,7 @@ def main(argv=None) -> int:
     finally:
         util.cleanup_all()
         util.rm_rf(work)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"shared-cache-{stamp}.json").write_text(
-        json.dumps({"args": vars(args), "size": size, "results": results}, indent=1))
+    util.save_results(args.out, "shared-cache", {"args": vars(args), "size": size, "results": results})
     alone = results[0]["wall_s"]
     print(f"\n{args.tasks} `flowfs run` tasks reading one {args.size} object cold (sha256sum)\n")
     print("| case | tasks | wall | vs one alone | bytes from the server | vs the object | GETs |")

@@ -25,6 +25,17 @@ def log(msg: str) -> None:
     print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
 
 
+def save_results(out: str, name: str, payload: dict) -> Path:
+    """Writes `payload` as OUT/NAME-<date>-<time>.json (the record of a benchmark run); its path."""
+    import datetime as dt
+    import json
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    path = Path(out) / f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(payload, indent=1))
+    return path
+
+
 def parse_size(s: str) -> int:
     """A size as the benchmarks' options take it: 256M, 2G, 512K or plain bytes."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
