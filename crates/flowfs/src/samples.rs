@@ -4,8 +4,8 @@
 //! names them: the Prometheus endpoint (metrics.rs) and the OTLP push (otlp.rs) both
 //! encode this list.
 
-use flowfs_client::metrics::HistogramCounts;
-use flowfs_fs::OpStats;
+use flowfs_client::metrics::{HistogramCounts, StoreCounts};
+use flowfs_fs::{AheadStats, JournalCounts, OpStats, ReadStats, Status};
 
 use crate::stop::Ending;
 
@@ -63,147 +63,173 @@ fn secs(micros: u64) -> Value {
 
 /// Every metric of the mount of `ending`, whose FUSE requests `ops` counts.
 pub fn snapshot(ending: &Ending, ops: &OpStats) -> Vec<Sample> {
+    let mut out = Vec::new();
+    if let Some(client) = &ending.retries {
+        out.extend(store_samples(&client.metrics().snapshot()));
+    }
+    let fs = &ending.fs;
+    out.extend(cache_samples(&fs.read_stats()));
+    out.extend(ahead_samples(&fs.read_ahead().files));
+    out.extend(writeback_samples(&fs.status(), &fs.journal_counts()));
+    out.push(fuse_sample(ops));
+    out
+}
+
+/// The store's requests, bytes and retries.
+fn store_samples(c: &StoreCounts) -> Vec<Sample> {
     use Kind::*;
     use Unit::*;
     use Value::Int;
     let mut out = Vec::new();
-    if let Some(client) = &ending.retries {
-        let c = client.metrics().snapshot();
-        let mut requests = Vec::new();
-        let mut first_byte = Vec::new();
-        for op in &c.by_op {
-            for (o, n) in &op.outcomes {
-                let labels = vec![("op", op.op.clone()), ("outcome", o.name().to_string())];
-                requests.push((labels, Int(*n)));
-            }
-            first_byte.push((
-                vec![("op", op.op.clone())],
-                Value::Hist(op.first_byte.clone()),
-            ));
+    let mut requests = Vec::new();
+    let mut first_byte = Vec::new();
+    for op in &c.by_op {
+        for (o, n) in &op.outcomes {
+            let labels = vec![("op", op.op.clone()), ("outcome", o.name().to_string())];
+            requests.push((labels, Int(*n)));
         }
-        out.push(Sample {
-            name: "requests",
-            help: "HTTP requests sent to the store, retries included, by the store's name for them and how they ended",
-            kind: Counter,
-            unit: Count,
-            points: requests,
-        });
-        out.push(Sample {
-            name: "request_first_byte",
-            help: "Time from sending a request to its answer's head (a GET's first byte), by op",
-            kind: Histogram,
-            unit: Seconds,
-            points: first_byte,
-        });
-        out.push(one(
-            "store_read",
-            "Object bytes received from the store",
-            Counter,
-            Bytes,
-            Int(c.bytes_down),
-        ));
-        out.push(one(
-            "store_written",
-            "Object bytes sent to the store",
-            Counter,
-            Bytes,
-            Int(c.bytes_up),
-        ));
-        out.push(one(
-            "retries",
-            "Calls sent again after a retryable failure",
-            Counter,
-            Count,
-            Int(c.retries),
-        ));
-        out.push(one(
-            "retry_throttled",
-            "Retryable failures that were throttling",
-            Counter,
-            Count,
-            Int(c.throttled),
-        ));
-        out.push(one(
-            "retry_give_ups",
-            "Calls that failed although retryable: the retry budget or the attempts were spent",
-            Counter,
-            Count,
-            Int(c.gave_up),
-        ));
-        out.push(one(
-            "retry_backoff",
-            "Time the retry layer slept between attempts (the retry budget spent)",
-            Counter,
-            Seconds,
-            Value::Float(c.backoff_secs),
+        first_byte.push((
+            vec![("op", op.op.clone())],
+            Value::Hist(op.first_byte.clone()),
         ));
     }
-    let fs = &ending.fs;
-    let r = fs.read_stats();
+    out.push(Sample {
+        name: "requests",
+        help: "HTTP requests sent to the store, retries included, by the store's name for them and how they ended",
+        kind: Counter,
+        unit: Count,
+        points: requests,
+    });
+    out.push(Sample {
+        name: "request_first_byte",
+        help: "Time from sending a request to its answer's head (a GET's first byte), by op",
+        kind: Histogram,
+        unit: Seconds,
+        points: first_byte,
+    });
     out.push(one(
-        "cache_hits",
-        "Reads answered at once from the node cache or fetched-ahead memory",
-        Counter,
-        Count,
-        Int(r.hits),
-    ));
-    out.push(one(
-        "cache_hit",
-        "Bytes of reads answered at once from the node cache",
-        Counter,
-        Bytes,
-        Int(r.hit_bytes),
-    ));
-    out.push(one(
-        "cache_misses",
-        "Reads that waited for the store",
-        Counter,
-        Count,
-        Int(r.misses),
-    ));
-    out.push(one(
-        "cache_miss",
-        "Bytes of reads that waited for the store",
+        "store_read",
+        "Object bytes received from the store",
         Counter,
         Bytes,
-        Int(r.miss_bytes),
+        Int(c.bytes_down),
     ));
     out.push(one(
-        "read_wait",
-        "Time reads waited for the store, summed",
+        "store_written",
+        "Object bytes sent to the store",
+        Counter,
+        Bytes,
+        Int(c.bytes_up),
+    ));
+    out.push(one(
+        "retries",
+        "Calls sent again after a retryable failure",
+        Counter,
+        Count,
+        Int(c.retries),
+    ));
+    out.push(one(
+        "retry_throttled",
+        "Retryable failures that were throttling",
+        Counter,
+        Count,
+        Int(c.throttled),
+    ));
+    out.push(one(
+        "retry_give_ups",
+        "Calls that failed although retryable: the retry budget or the attempts were spent",
+        Counter,
+        Count,
+        Int(c.gave_up),
+    ));
+    out.push(one(
+        "retry_backoff",
+        "Time the retry layer slept between attempts (the retry budget spent)",
         Counter,
         Seconds,
-        secs(r.wait_micros),
+        Value::Float(c.backoff_secs),
     ));
-    out.push(one(
-        "cache_other_process_waits",
-        "GETs that waited for another process on the cache dir fetching their bytes",
-        Counter,
-        Count,
-        Int(r.other_process_waits),
-    ));
-    out.push(one(
-        "cache_evicted_blocks",
-        "Blocks of the node cache this mount evicted",
-        Counter,
-        Count,
-        Int(r.evicted_blocks),
-    ));
-    out.push(one(
-        "cache_evicted",
-        "Bytes of the node cache this mount evicted",
-        Counter,
-        Bytes,
-        Int(r.evicted_bytes),
-    ));
-    out.push(one(
-        "cache_not_admitted",
-        "Bytes fetched and served without being written to the node cache (--cache-admit)",
-        Counter,
-        Bytes,
-        Int(r.not_admitted_bytes),
-    ));
-    let a = fs.read_ahead().files;
+    out
+}
+
+/// How reads were answered, and what the node cache did for this mount.
+fn cache_samples(r: &ReadStats) -> Vec<Sample> {
+    use Kind::*;
+    use Unit::*;
+    use Value::Int;
+    vec![
+        one(
+            "cache_hits",
+            "Reads answered at once from the node cache or fetched-ahead memory",
+            Counter,
+            Count,
+            Int(r.hits),
+        ),
+        one(
+            "cache_hit",
+            "Bytes of reads answered at once from the node cache",
+            Counter,
+            Bytes,
+            Int(r.hit_bytes),
+        ),
+        one(
+            "cache_misses",
+            "Reads that waited for the store",
+            Counter,
+            Count,
+            Int(r.misses),
+        ),
+        one(
+            "cache_miss",
+            "Bytes of reads that waited for the store",
+            Counter,
+            Bytes,
+            Int(r.miss_bytes),
+        ),
+        one(
+            "read_wait",
+            "Time reads waited for the store, summed",
+            Counter,
+            Seconds,
+            secs(r.wait_micros),
+        ),
+        one(
+            "cache_other_process_waits",
+            "GETs that waited for another process on the cache dir fetching their bytes",
+            Counter,
+            Count,
+            Int(r.other_process_waits),
+        ),
+        one(
+            "cache_evicted_blocks",
+            "Blocks of the node cache this mount evicted",
+            Counter,
+            Count,
+            Int(r.evicted_blocks),
+        ),
+        one(
+            "cache_evicted",
+            "Bytes of the node cache this mount evicted",
+            Counter,
+            Bytes,
+            Int(r.evicted_bytes),
+        ),
+        one(
+            "cache_not_admitted",
+            "Bytes fetched and served without being written to the node cache (--cache-admit)",
+            Counter,
+            Bytes,
+            Int(r.not_admitted_bytes),
+        ),
+    ]
+}
+
+/// What was fetched ahead of readers of a directory's files.
+fn ahead_samples(a: &AheadStats) -> Vec<Sample> {
+    use Kind::*;
+    use Unit::*;
+    use Value::Int;
+    let mut out = Vec::new();
     out.push(one(
         "prefetch_files",
         "Small files fetched ahead of a reader of their directory",
@@ -226,7 +252,15 @@ pub fn snapshot(ending: &Ending, ops: &OpStats) -> Vec<Sample> {
         Bytes,
         Int(unread),
     ));
-    let s = fs.status();
+    out
+}
+
+/// What waits for upload, and the journal.
+fn writeback_samples(s: &Status, j: &JournalCounts) -> Vec<Sample> {
+    use Kind::*;
+    use Unit::*;
+    use Value::Int;
+    let mut out = Vec::new();
     let uploading = (s.pending.iter())
         .filter(|p| matches!(p.state, flowfs_fs::PendingState::Uploading))
         .count();
@@ -261,7 +295,6 @@ pub fn snapshot(ending: &Ending, ops: &OpStats) -> Vec<Sample> {
         Count,
         Int(uploading as u64),
     ));
-    let j = fs.journal_counts();
     out.push(one(
         "journal_records_written",
         "Journal records written (a file's first change after it was durable, a rename of one not yet)",
@@ -283,18 +316,24 @@ pub fn snapshot(ending: &Ending, ops: &OpStats) -> Vec<Sample> {
         Count,
         Int(s.failures.len() as u64),
     ));
+    out
+}
+
+/// The FUSE requests by operation.
+fn fuse_sample(ops: &OpStats) -> Sample {
+    use Kind::*;
+    use Unit::*;
     let fuse = ops.snapshot().into_iter().map(|c| {
         (
             vec![("op", c.op.name().to_string())],
             Value::Hist(c.latency),
         )
     });
-    out.push(Sample {
+    Sample {
         name: "fuse_request",
         help: "FUSE requests by operation: time from arrival to answer",
         kind: Histogram,
         unit: Seconds,
         points: fuse.collect(),
-    });
-    out
+    }
 }
