@@ -17,6 +17,21 @@ use crate::meta::Posix;
 
 use super::{batched, pages, valid_name, Fs, MAX_SYMLINK, RELIST_MAX, SYMLINK_META};
 
+/// A listing's entries, and which of them a HEAD may tell more of.
+#[derive(Default)]
+struct Listed {
+    entries: BTreeMap<String, Entry>,
+    /// Objects that may be flowfs symlinks (a HEAD each, always).
+    candidates: Vec<(String, String)>,
+    /// Objects that may carry attributes in their metadata, asked for only where
+    /// `--meta-heads` says: a listing of plain objects costs no HEAD.
+    others: Vec<(String, String)>,
+    /// The directory has its own marker (flowfs's mkdir, s3fs).
+    marked: bool,
+    /// Subdirectories whose markers are asked for their attributes (`always`).
+    dirs: Vec<(String, String)>,
+}
+
 /// Only small objects written as single-part multipart uploads can be flowfs symlinks
 /// (that is how flowfs writes them), so a listing needs a HEAD for those alone.
 fn maybe_symlink(info: &ObjectInfo) -> bool {
@@ -205,57 +220,13 @@ impl Fs {
             true => MetaHeads::Always,
             false => self.cfg.meta_heads,
         };
-        let mut entries = BTreeMap::new();
-        let mut candidates = Vec::new();
-        // Objects that may carry attributes in their metadata, asked for only where
-        // `--meta-heads` says: a listing of plain objects costs no HEAD.
-        let mut others = Vec::new();
-        let mut marked = false;
-        // Subdirectories whose markers are asked for their attributes (`always`).
-        let mut dirs = Vec::new();
-        // Objects of removed files still landing, deleted once they have: not shown.
-        let strays = self.up.keys().strays();
-        for page in &pages {
-            for p in &page.prefixes {
-                let name = &p[prefix.len()..p.len() - 1];
-                if valid_name(name).is_ok() {
-                    entries.insert(name.to_string(), Entry::dir(self.ns.started()));
-                    if heads == MetaHeads::Always {
-                        dirs.push((name.to_string(), p.clone()));
-                    }
-                }
-            }
-            for o in &page.objects {
-                let name = &o.key[prefix.len()..];
-                // The directory's own marker (flowfs's mkdir, s3fs): its objects may
-                // well carry attributes.
-                marked |= name.is_empty() && !prefix.is_empty();
-                if valid_name(name).is_err() || strays.contains(&o.key) {
-                    continue;
-                }
-                if entries
-                    .get(name)
-                    .is_some_and(|e: &Entry| e.kind == Kind::Dir)
-                {
-                    continue;
-                }
-                // The listing gave its metadata (Azure): all a HEAD would.
-                if let Some(m) = page.metadata.get(&o.key) {
-                    let meta = ObjectMeta {
-                        info: o.clone(),
-                        metadata: m.clone(),
-                    };
-                    entries.insert(name.to_string(), meta_entry(&meta));
-                    continue;
-                }
-                if maybe_symlink(o) {
-                    candidates.push((name.to_string(), o.key.clone()));
-                } else {
-                    others.push((name.to_string(), o.key.clone()));
-                }
-                entries.insert(name.to_string(), file_entry(o));
-            }
-        }
+        let Listed {
+            mut entries,
+            mut candidates,
+            others,
+            marked,
+            dirs,
+        } = self.entries_of(&prefix, &pages, heads);
         meta_candidates(heads, marked, &entries, &mut candidates, others);
         // The directory's own attributes, from its marker, unless known already.
         let known = {
@@ -283,6 +254,58 @@ impl Fs {
             }
         }
         Ok(Some((entries, marker?, marked)))
+    }
+
+    /// The entries of a listing's pages under `prefix` (a valid name each; a directory wins
+    /// over a file of its name; objects still landing for removed files left out), and
+    /// which of them a HEAD may tell more of (`heads`, `--meta-heads`).
+    fn entries_of(&self, prefix: &str, pages: &[ListPage], heads: MetaHeads) -> Listed {
+        let mut l = Listed::default();
+        // Objects of removed files still landing, deleted once they have: not shown.
+        let strays = self.up.keys().strays();
+        for page in pages {
+            for p in &page.prefixes {
+                let name = &p[prefix.len()..p.len() - 1];
+                if valid_name(name).is_ok() {
+                    l.entries
+                        .insert(name.to_string(), Entry::dir(self.ns.started()));
+                    if heads == MetaHeads::Always {
+                        l.dirs.push((name.to_string(), p.clone()));
+                    }
+                }
+            }
+            for o in &page.objects {
+                let name = &o.key[prefix.len()..];
+                // The directory's own marker (flowfs's mkdir, s3fs): its objects may
+                // well carry attributes.
+                l.marked |= name.is_empty() && !prefix.is_empty();
+                if valid_name(name).is_err() || strays.contains(&o.key) {
+                    continue;
+                }
+                if l.entries
+                    .get(name)
+                    .is_some_and(|e: &Entry| e.kind == Kind::Dir)
+                {
+                    continue;
+                }
+                // The listing gave its metadata (Azure): all a HEAD would.
+                if let Some(m) = page.metadata.get(&o.key) {
+                    let meta = ObjectMeta {
+                        info: o.clone(),
+                        metadata: m.clone(),
+                    };
+                    l.entries.insert(name.to_string(), meta_entry(&meta));
+                    continue;
+                }
+                if maybe_symlink(o) {
+                    l.candidates.push((name.to_string(), o.key.clone()));
+                } else {
+                    l.others.push((name.to_string(), o.key.clone()));
+                }
+                l.entries.insert(name.to_string(), file_entry(o));
+            }
+        }
+        l
     }
 
     /// The attributes of subdirectories `dirs` (name, marker key) of directory `ino`'s
