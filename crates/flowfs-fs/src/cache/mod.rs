@@ -348,29 +348,44 @@ impl DiskCache {
     /// this process's segment (small.rs): its later reads, and other processes' opens,
     /// find them there. A failure costs the cache only. Blocks on the disk.
     fn pack(&self, e: &CacheEntry, parts: &[Bytes]) {
-        let open = self.open.read_recursive();
-        if !*open || e.is_packed() {
+        if e.is_packed() {
             return;
         }
-        self.changes.note(&self.usage, None);
-        let packed = match self.small.put(&e.hash, e.ident(), parts) {
-            Ok((packed, n)) => {
-                // The directory's count is of its files' bytes; the fetched count, of
-                // the object's (as `flowfs cache stats` shows them).
-                self.usage.add(n as i64);
+        match self.put_small(&e.hash, e.ident(), parts) {
+            Some(Ok(packed)) => {
+                // The directory's count is of its files' bytes (`put_small`); the
+                // fetched count, of the object's (as `flowfs cache stats` shows them).
                 self.fetched.fetch_add(e.size, Ordering::Relaxed);
-                packed
+                // Last: whoever finds it packed finds its count done (its segment is
+                // this process's, which no eviction takes).
+                e.set_packed(packed);
             }
-            Err(err) => {
-                tracing::debug!("cannot pack a small file into the cache: {err}");
-                return;
-            }
-        };
+            Some(Err(err)) => tracing::debug!("cannot pack a small file into the cache: {err}"),
+            None => {}
+        }
+    }
+
+    /// Appends a small version (`parts`: all its bytes) to this process's segment and
+    /// counts its bytes, then evicts if the directory is over its limit; `None` once the
+    /// cache is closed. Blocks on the disk.
+    fn put_small(
+        &self,
+        hash: &str,
+        ident: &str,
+        parts: &[Bytes],
+    ) -> Option<io::Result<small::Packed>> {
+        let open = self.open.read_recursive();
+        if !*open {
+            return None;
+        }
+        self.changes.note(&self.usage, None);
+        let put = self.small.put(hash, ident, parts);
         drop(open);
-        self.evict();
-        // Last: whoever finds it packed finds its count done (its segment is this
-        // process's, which no eviction takes).
-        e.set_packed(packed);
+        Some(put.map(|(packed, n)| {
+            self.usage.add(n as i64);
+            self.evict();
+            packed
+        }))
     }
 
     /// Bytes of object data the directory holds, as its processes count them.
@@ -474,23 +489,13 @@ impl DiskCache {
                 return false;
             }
         };
-        let open = self.open.read_recursive();
-        if !*open {
-            return false;
-        }
-        self.changes.note(&self.usage, None);
-        let put = self.small.put(hash, ident, &[data]);
-        drop(open);
-        match put {
-            Ok((_, n)) => {
-                self.usage.add(n as i64);
-                self.evict();
-                true
-            }
-            Err(err) => {
+        match self.put_small(hash, ident, &[data]) {
+            Some(Ok(_)) => true,
+            Some(Err(err)) => {
                 tracing::warn!("cannot adopt an uploaded file into the cache: {err}");
                 false
             }
+            None => false,
         }
     }
 
