@@ -29,6 +29,7 @@ from emulators import AZURE_ACCOUNT, Azurite
 from faultproxy import FaultProxy
 from flowfs_mount import mount_args, start_mount
 from metrics_helpers import AZURE_GROUPS, report_matches_proxy
+from copy_helpers import check_cp_copies_on_the_server
 from s3proxy import CountingProxy
 from test_cache_cli import cli, stats
 from workflow_helpers import (
@@ -305,3 +306,8 @@ def test_a_part_size_above_azures_largest_block_is_refused(flowfs_binary, azurit
                                   extra=["--part-size", "4G"])
     assert rc == 1, line
     assert "--part-size" in line and "4000M" in line, line
+
+
+def test_cp_within_a_mount_is_a_copy_on_the_server(mount, bucket, s3, proxy):
+    """Issue 49: `cp` of 64 MiB within the mount moves no byte of it through the node."""
+    check_cp_copies_on_the_server(mount, bucket, s3, proxy, 64 * MiB)

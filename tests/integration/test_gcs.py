@@ -30,6 +30,7 @@ from flowfs_mount import is_mounted, mount_args, start_mount
 from gcs_store import GcsS3
 from helpers import MiB, payload, put_many, sha256
 from metrics_helpers import GCS_GROUPS, report_matches_proxy
+from copy_helpers import check_cp_copies_on_the_server
 from s3proxy import CountingProxy
 from test_cache_cli import cli, stats
 from workflow_helpers import (
@@ -367,3 +368,8 @@ def test_flowfs_run_with_a_gcs_mount(s3, bucket, work_dir, flowfs_binary, gcs):
         assert s3.get_object(Bucket=bucket, Key=f"work/t{code}/.exitcode")["Body"].read() == f"{code}\n".encode()
         assert not os.path.ismount(mnt)
     assert not [k for k in s3.all_keys(bucket) if k.startswith(PARTS)]
+
+
+def test_cp_within_a_mount_is_a_copy_on_the_server(mount, bucket, s3, proxy):
+    """Issue 49: `cp` of 64 MiB within the mount moves no byte of it through the node."""
+    check_cp_copies_on_the_server(mount, bucket, s3, proxy, 64 * MiB)

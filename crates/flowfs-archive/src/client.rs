@@ -563,7 +563,13 @@ impl ObjectClient for ArchiveClient {
         Ok(Vec::new())
     }
 
-    async fn copy(&self, _from: &str, to: &str) -> Result<PutResult> {
+    async fn copy(
+        &self,
+        _from: &str,
+        to: &str,
+        _etag: Option<&str>,
+        _metadata: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult> {
         Err(read_only(to))
     }
 

@@ -409,12 +409,18 @@ impl ObjectClient for ArchiveViews {
         self.inner.list_uploads(key).await
     }
 
-    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
+    async fn copy(
+        &self,
+        from: &str,
+        to: &str,
+        etag: Option<&str>,
+        metadata: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult> {
         if place(from).is_some() {
             return Err(Self::refused(from));
         }
         self.writing(to)?;
-        let r = self.inner.copy(from, to).await;
+        let r = self.inner.copy(from, to, etag, metadata).await;
         self.forget(to);
         r
     }

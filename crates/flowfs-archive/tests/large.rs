@@ -154,7 +154,13 @@ impl ObjectClient for Synthetic {
     async fn list_uploads(&self, _: &str) -> Result<Vec<UploadInfo>> {
         Ok(Vec::new())
     }
-    async fn copy(&self, _: &str, _: &str) -> Result<PutResult> {
+    async fn copy(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult> {
         Err(refused())
     }
     async fn replace_metadata(

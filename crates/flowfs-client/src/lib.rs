@@ -223,8 +223,17 @@ pub trait ObjectClient: Send + Sync + 'static {
     /// The multipart uploads open on exactly `key`: how an upload whose id never reached
     /// its creator (it died while CreateMultipartUpload was answered) is found again.
     async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>>;
-    /// Server-side copy of `from` to `to` (a rename is a copy and a delete).
-    async fn copy(&self, from: &str, to: &str) -> Result<PutResult>;
+    /// Server-side copy of `from` to `to` (a rename is a copy and a delete). With `etag`,
+    /// only of that version of `from`: `Precondition` (or `NotFound`, where the store
+    /// names an old version so) when `from` is another one now, and nothing is written.
+    /// With `metadata`, the copy has it instead of the source's.
+    async fn copy(
+        &self,
+        from: &str,
+        to: &str,
+        etag: Option<&str>,
+        metadata: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult>;
     /// Replaces the user metadata of `key` and keeps its body: a CopyObject onto itself
     /// with `MetadataDirective: REPLACE`, so no byte is sent again (chmod, chown, utimens
     /// of an object). With `etag`, fails with `Precondition` when the object is no longer

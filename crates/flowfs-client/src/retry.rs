@@ -325,8 +325,15 @@ impl ObjectClient for Retrying {
             .await
     }
 
-    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
-        self.retry("COPY", to, || self.inner.copy(from, to)).await
+    async fn copy(
+        &self,
+        from: &str,
+        to: &str,
+        etag: Option<&str>,
+        metadata: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult> {
+        self.retry("COPY", to, || self.inner.copy(from, to, etag, metadata))
+            .await
     }
 
     async fn replace_metadata(

@@ -10,6 +10,7 @@
 
 mod attrs;
 mod batch;
+mod copy;
 mod durable;
 mod ends;
 mod handles;
@@ -44,6 +45,7 @@ pub use crate::writeback::PendingState;
 use crate::writeback::{Staging, Uploader, WriteBack};
 pub use attrs::{Attr, AttrChanges, DirItem};
 use batch::batched;
+pub use copy::CopyRange;
 use flowfs_client::meta::{percent_encode, SYMLINK_META};
 use handles::{Handle, Handles};
 use names::Namespace;

@@ -22,8 +22,8 @@ pub use cache::{admin, disk_space, Admit, DiskSpace};
 pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
 pub use fs::{
-    Attr, AttrChanges, Backing, BackingKey, DirItem, Failure, Fs, OpenHints, OpenMode, PendingFile,
-    PendingState, ReadAhead, Recovery, Status, WalkStats,
+    Attr, AttrChanges, Backing, BackingKey, CopyRange, DirItem, Failure, Fs, OpenHints, OpenMode,
+    PendingFile, PendingState, ReadAhead, Recovery, Status, WalkStats,
 };
 pub use fuse::{FuseAdapter, FuseOpCounts, Op as FuseOp, OpStats};
 pub use inode::{Kind, ROOT};

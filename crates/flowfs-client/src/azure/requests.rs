@@ -362,8 +362,19 @@ impl ObjectClient for AzureClient {
         Ok(uploads::open_uploads(&blocks))
     }
 
-    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
-        let h = [("x-ms-copy-source", self.url(from, ""))];
+    async fn copy(
+        &self,
+        from: &str,
+        to: &str,
+        etag: Option<&str>,
+        metadata: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult> {
+        let mut cond = vec![("x-ms-copy-source", self.url(from, ""))];
+        if let Some(e) = etag {
+            cond.push(("x-ms-source-if-match", e.to_string()));
+        }
+        let meta = metadata.map(meta_headers).unwrap_or_default();
+        let h = with_meta(&cond, &meta);
         let what = format!("copy of {from} to {to}");
         let r = match self.put_body(to, "", &h, Bytes::new(), &what).await {
             // The service names the source's absence as such, or as a source it cannot

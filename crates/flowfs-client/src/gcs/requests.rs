@@ -593,9 +593,23 @@ impl ObjectClient for GcsClient {
     }
 
     /// `objects.rewrite`, called again with its token until done (a copy within a
-    /// location and storage class is done in one call).
-    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
-        let o = self.rewrite(from, None, to, None).await?;
+    /// location and storage class is done in one call). A version is a generation: an ETag
+    /// that names none matches no version.
+    async fn copy(
+        &self,
+        from: &str,
+        to: &str,
+        etag: Option<&str>,
+        metadata: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult> {
+        let generation = match etag {
+            Some(e) => Some(
+                generation_of(e)
+                    .ok_or_else(|| ClientError::Precondition(format!("{from}: version {e}")))?,
+            ),
+            None => None,
+        };
+        let o = self.rewrite(from, generation, to, metadata).await?;
         Ok(put_result(&o))
     }
 

@@ -295,14 +295,18 @@ impl ObjectClient for MockClient {
         Ok(out)
     }
 
-    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
+    async fn copy(
+        &self,
+        from: &str,
+        to: &str,
+        etag: Option<&str>,
+        metadata: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult> {
         self.enter(Op::Copy).await?;
-        let o = self
-            .objects
-            .lock()
-            .get(from)
-            .cloned()
-            .ok_or_else(|| ClientError::NotFound(from.to_string()))?;
+        let mut o = version(&mut self.objects.lock(), from, etag)?.clone();
+        if let Some(m) = metadata {
+            o.metadata = m.clone();
+        }
         // A single-part object's ETag is its bytes' MD5 on S3: the copy has it too (the
         // conformance suite pins it); a multipart one's copy is one part.
         let etag = match o.etag.contains('-') {

@@ -306,8 +306,20 @@ impl ObjectClient for S3Client {
         }
     }
 
-    async fn copy(&self, from: &str, to: &str) -> Result<PutResult> {
-        send_copy(self.copy_object(from, to), from).await
+    async fn copy(
+        &self,
+        from: &str,
+        to: &str,
+        etag: Option<&str>,
+        metadata: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult> {
+        let mut req = self.copy_object(from, to);
+        if let Some(m) = metadata {
+            req = req
+                .metadata_directive(MetadataDirective::Replace)
+                .set_metadata(Some(m.clone()));
+        }
+        send_copy(req.set_copy_source_if_match(etag.map(str::to_string)), from).await
     }
 
     async fn replace_metadata(

@@ -182,7 +182,7 @@ impl Fs {
                     .await?;
                 // Its other names (hard links) get it too, as after a live upload.
                 for link in &o.record.links {
-                    self.client.copy(&o.key, link).await?;
+                    self.client.copy(&o.key, link, None, None).await?;
                 }
                 Ok(())
             }

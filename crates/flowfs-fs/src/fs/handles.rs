@@ -108,6 +108,48 @@ impl Handles {
         }
     }
 
+    /// The reader of the object version `fh` reads from the bucket, if it reads one
+    /// (a reader, or a writer that has not staged it).
+    pub(super) fn bucket_reader(&self, fh: u64) -> Option<(u64, Arc<Reader>)> {
+        match self.files.lock().get(&fh) {
+            Some(Handle::Remote { ino, reader, .. } | Handle::Unstaged { ino, reader }) => {
+                Some((*ino, reader.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The inode and staged file `fh` writes through `write` calls (not passthrough).
+    pub(super) fn plain_writer(&self, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
+        match self.files.lock().get(&fh) {
+            Some(Handle::Local {
+                ino,
+                staged,
+                access: Access::Write,
+            }) => Some((*ino, staged.clone())),
+            _ => None,
+        }
+    }
+
+    /// Makes writer `fh` of `staged` a writer that reads the bucket through `reader`
+    /// until its next change (its staged file was replaced by a copy on the server).
+    pub(super) fn unstage(&self, fh: u64, staged: &Arc<StagedFile>, reader: Arc<Reader>) -> bool {
+        let mut files = self.files.lock();
+        match files.get_mut(&fh) {
+            Some(h @ Handle::Local { .. }) => {
+                let Handle::Local { ino, staged: s, .. } = h else {
+                    return false;
+                };
+                if !Arc::ptr_eq(s, staged) {
+                    return false;
+                }
+                *h = Handle::Unstaged { ino: *ino, reader };
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Makes unstaged writer `fh` a writer of `staged`; false if it is not an unstaged
     /// writer (any more).
     pub(super) fn staged(&self, fh: u64, ino: u64, staged: &Arc<StagedFile>) -> bool {

@@ -52,7 +52,9 @@ impl Fs {
         };
         let (id, etag) = self.link_id(ino, &from).await?;
         let _dest = self.up.keys().hold(&self.key(&to)).await;
-        self.client.copy(&self.key(&from), &self.key(&to)).await?;
+        self.client
+            .copy(&self.key(&from), &self.key(&to), None, None)
+            .await?;
         let mut t = self.ns.lock();
         let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
         if n.entry.etag.as_deref() != Some(&*etag) {
@@ -130,7 +132,7 @@ impl Fs {
     ) -> std::result::Result<(), ClientError> {
         let paths = self.ns.lock().extra_paths(ino);
         for path in paths {
-            self.client.copy(key, &self.key(&path)).await?;
+            self.client.copy(key, &self.key(&path), None, None).await?;
         }
         Ok(())
     }
@@ -190,7 +192,7 @@ impl Fs {
         let (old_key, new_key) = (self.key(&old), self.key(&new));
         {
             let _dest = self.up.keys().hold(&new_key).await;
-            self.client.copy(&old_key, &new_key).await?;
+            self.client.copy(&old_key, &new_key, None, None).await?;
         }
         self.client.delete(&old_key).await?;
         let mut t = self.ns.lock();

@@ -177,7 +177,7 @@ impl Fs {
             Some((true, false)) | None => {
                 let _dest = self.up.keys().hold(&self.key(new_path)).await;
                 let copy = (self.client)
-                    .copy(&self.key(old_path), &self.key(new_path))
+                    .copy(&self.key(old_path), &self.key(new_path), None, None)
                     .await?;
                 self.client.delete(&self.key(old_path)).await?;
                 Ok(vec![(String::new(), copy.etag)])
@@ -260,7 +260,7 @@ impl Fs {
                 let rel = k[from.len()..].to_string();
                 let nk = format!("{to}{rel}");
                 async move {
-                    let copy = client.copy(&k, &nk).await?;
+                    let copy = client.copy(&k, &nk, None, None).await?;
                     client.delete(&k).await?;
                     Ok::<_, ClientError>((rel, copy.etag))
                 }

@@ -26,7 +26,7 @@ use fuser::{
 };
 
 use crate::error::FsError;
-use crate::fs::{AttrChanges, Fs};
+use crate::fs::{AttrChanges, CopyRange, Fs};
 pub use adapter::FuseAdapter;
 pub use ops::{FuseOpCounts, Op, OpStats};
 use reply::{answer, done, to_fuse, utf8, About};
@@ -427,6 +427,40 @@ impl fuser::Filesystem for FuseAdapter {
             },
             done,
         );
+    }
+
+    /// A copy the server can make is made there (fs/copy.rs); any other is refused with
+    /// EOPNOTSUPP, on which the kernel copies the bytes itself through reads and writes
+    /// (ENOSYS would turn the call off for the whole mount).
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let span = self.req(Op::CopyFileRange, About::Handle(ino_in.0, fh_in.0));
+        let c = CopyRange {
+            from: (fh_in.0, offset_in),
+            to: (fh_out.0, offset_out),
+            len,
+        };
+        let op = |fs: Arc<Fs>| async move {
+            match fs.copy_range(c).await? {
+                // At most the kernel's cap of one call (4 GiB - 4 KiB), which fits.
+                Some(n) => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
+                None => Err(FsError::NotSupported(
+                    "copy_file_range other than a whole object",
+                )),
+            }
+        };
+        self.run(span, reply, op, |r, n| r.written(n));
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {

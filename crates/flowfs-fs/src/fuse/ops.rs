@@ -38,6 +38,7 @@ ops! {
     Release => "release", Fsync => "fsync", Opendir => "opendir", Readdir => "readdir",
     Readdirplus => "readdirplus", Releasedir => "releasedir", Fsyncdir => "fsyncdir",
     Statfs => "statfs", Access => "access", Fallocate => "fallocate",
+    CopyFileRange => "copy_file_range",
 }
 
 /// The upper bounds of the latency buckets, in seconds (a last bucket is above them): 10 µs

@@ -80,6 +80,14 @@ pub(crate) struct Reader {
     seq: Mutex<SeqState>,
 }
 
+impl Reader {
+    /// The object version it reads: key, ETag (if known) and size.
+    pub(crate) fn version(&self) -> (&str, Option<&str>, u64) {
+        let o = &self.obj;
+        (&o.key, o.etag.as_deref(), o.size)
+    }
+}
+
 impl Prefetcher {
     /// The prefetcher of a mount over `client`, caching in `cache`.
     pub(crate) fn new(

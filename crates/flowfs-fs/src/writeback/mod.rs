@@ -12,6 +12,7 @@
 //! decided under one lock and the new open counted under another.
 
 mod asks;
+mod copied;
 mod early;
 mod error;
 mod file;

@@ -5,6 +5,7 @@
 mod attrs;
 mod bodies;
 mod common;
+mod copies;
 mod core_ops;
 mod links;
 mod model;

@@ -79,6 +79,7 @@ pub fn all() -> Vec<Behaviour> {
         behaviour!(writes::copy_keeps_content_and_metadata),
         behaviour!(writes::a_copy_keeps_the_etag_of_a_single_part_object),
         behaviour!(writes::copy_of_missing_key_is_not_found),
+        behaviour!(writes::a_copy_of_a_version_copies_only_that_version),
         behaviour!(metadata::metadata_names_come_back_lower_case),
         behaviour!(metadata::replace_metadata_keeps_body_and_etag),
         behaviour!(metadata::replace_metadata_of_a_multipart_object),

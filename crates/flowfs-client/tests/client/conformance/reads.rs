@@ -194,7 +194,7 @@ pub async fn odd_key_characters(c: &dyn ObjectClient, p: &str) {
     let keys: Vec<_> = page.objects.iter().map(|o| o.key.as_str()).collect();
     assert_eq!(keys, vec![key.as_str()]);
     let copy = format!("{p}copy of ü+.txt");
-    c.copy(&key, &copy).await.expect("copy");
+    c.copy(&key, &copy, None, None).await.expect("copy");
     assert_eq!(
         c.get_range(&copy, 0, 10, None).await.expect("get"),
         data(10, 11)

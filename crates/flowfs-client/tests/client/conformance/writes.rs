@@ -162,7 +162,7 @@ pub async fn copy_keeps_content_and_metadata(c: &dyn ObjectClient, p: &str) {
     let (from, to) = (format!("{p}from"), format!("{p}to"));
     let m = meta(&[("flowfs-mode", "100755")]);
     c.put(&from, data(3000, 7), &m).await.expect("put");
-    let done = c.copy(&from, &to).await.expect("copy");
+    let done = c.copy(&from, &to, None, None).await.expect("copy");
     let h = c.head(&to).await.expect("head");
     assert_eq!(h.info.size, 3000);
     assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the copy's");
@@ -184,7 +184,7 @@ pub async fn a_copy_keeps_the_etag_of_a_single_part_object(c: &dyn ObjectClient,
         .put(&from, data(2000, 9), &HashMap::new())
         .await
         .expect("put");
-    let copy = c.copy(&from, &to).await.expect("copy");
+    let copy = c.copy(&from, &to, None, None).await.expect("copy");
     let head = c.head(&to).await.expect("head");
     assert_eq!(head.info.etag, copy.etag, "HEAD's ETag is the copy's");
     let store = c.key_rules().store;
@@ -196,9 +196,44 @@ pub async fn a_copy_keeps_the_etag_of_a_single_part_object(c: &dyn ObjectClient,
     }
 }
 
+/// A copy of one version (`copy_file_range` copies the version its source was opened at),
+/// with the destination's own metadata (its mode and time, not the source's):
+/// of the version the source is, done; of another, refused (`Precondition`, or
+/// `NotFound` on GCS, where an old generation is gone), and nothing written.
+pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, p: &str) {
+    let (from, to) = (format!("{p}from"), format!("{p}to"));
+    let old = put(c, &from, data(1500, 3)).await;
+    let new = put(c, &from, data(1700, 4)).await;
+    let refused = c.copy(&from, &to, Some(&old), None).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ClientError::Precondition(_)) | Err(ClientError::NotFound(_))
+        ),
+        "copy of a version the source no longer is: {refused:?}"
+    );
+    assert_not_found(c.head(&to).await, "no copy of an old version appears");
+    let m = meta(&[("flowfs-mode", "100600")]);
+    let done = c
+        .copy(&from, &to, Some(&new), Some(&m))
+        .await
+        .expect("copy");
+    let h = c.head(&to).await.expect("head");
+    assert_eq!(h.info.etag, done.etag);
+    assert_eq!(
+        h.metadata, m,
+        "the copy has the metadata given, not the source's"
+    );
+    assert_eq!(
+        c.get_range(&to, 0, 1700, None).await.expect("get"),
+        data(1700, 4)
+    );
+}
+
 pub async fn copy_of_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
     assert_not_found(
-        c.copy(&format!("{p}missing"), &format!("{p}to")).await,
+        c.copy(&format!("{p}missing"), &format!("{p}to"), None, None)
+            .await,
         "copy of a missing key",
     );
     assert_not_found(c.head(&format!("{p}to")).await, "no copy appears");

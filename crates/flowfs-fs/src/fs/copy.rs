@@ -1,0 +1,152 @@
+//! `copy_file_range` within one mount. A file just created (or emptied) whose first change
+//! is a copy of a whole object, from offset 0 and in one call (`cp`, the JDK's
+//! `Files.copy`, Nextflow's `publishDir mode: 'copy'` of files up to the kernel's 4 GiB
+//! per call), becomes a copy on the server: no byte of it passes through the node. The
+//! copy lands under the destination's key with the destination's own attributes, its
+//! staged file (empty) is given up, and the handle reads the bucket until a later change
+//! stages the copy as any object (unstaged.rs). Anything else — a source with staged
+//! changes, a range, a destination with bytes or other handles, a passthrough writer
+//! (the kernel would go on writing into the staged file) — answers `None`: the caller
+//! lets the kernel copy the bytes through reads and writes, as before.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use crate::error::Result;
+use crate::writeback::StagedFile;
+
+use super::Fs;
+
+/// One `copy_file_range` call: `(handle, offset)` of the source and of the destination,
+/// and the most bytes to copy.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyRange {
+    /// The source's handle and offset.
+    pub from: (u64, u64),
+    /// The destination's handle and offset.
+    pub to: (u64, u64),
+    /// The most bytes to copy.
+    pub len: u64,
+}
+
+/// A copy the server can make: the source's version, and the destination's staged file.
+struct ServerCopy {
+    key: String,
+    etag: String,
+    size: u64,
+    ino: u64,
+    staged: Arc<StagedFile>,
+}
+
+impl Fs {
+    /// Copies on the server when `c` is a whole object onto an empty file (see the module
+    /// header); returns the bytes copied, or `None`: the kernel is to copy the bytes.
+    pub async fn copy_range(self: &Arc<Self>, c: CopyRange) -> Result<Option<u64>> {
+        let Some(plan) = self.server_copy(&c) else {
+            return Ok(None);
+        };
+        let ServerCopy { ino, size, .. } = plan;
+        let _moves = self.up.hold_shared().await;
+        // A rename of the destination waits for the copy: it never lands under a name left.
+        let Some(_name) = self.wb.hold_name(ino).await else {
+            return Ok(None);
+        };
+        let Some((key, metadata, mtime)) = self.copy_target_attrs(ino) else {
+            return Ok(None);
+        };
+        // As an upload: no other upload or stray's delete on this key meanwhile.
+        let _key = self.up.keys().hold(&key).await;
+        if !self.wb.copy_target(ino, &plan.staged) {
+            return Ok(None);
+        }
+        let sent = (self.client)
+            .copy(&plan.key, &key, Some(&plan.etag), Some(&metadata))
+            .await;
+        let etag = match sent {
+            Ok(p) => p.etag,
+            Err(e) => {
+                tracing::info!(from = %plan.key, to = %key, "server-side copy refused, copying the bytes: {e}");
+                return Ok(None);
+            }
+        };
+        if !self.finish_copy(&plan, &etag, mtime) {
+            self.copy_given_up(&plan, &key).await;
+            return Ok(None);
+        }
+        let reader = self.open_reader(key, Some(etag.as_str().into()), size);
+        if !self.handles.unstage(c.to.0, &plan.staged, reader.clone()) {
+            self.prefetch.close(&reader);
+        }
+        plan.staged.discard();
+        Ok(Some(size))
+    }
+
+    /// The copy `c` asks for, if the server can make it.
+    fn server_copy(&self, c: &CopyRange) -> Option<ServerCopy> {
+        let (src, reader) = self.handles.bucket_reader(c.from.0)?;
+        // Staged by another handle: what it holds may differ from the bucket's.
+        if self.wb.stat(src).is_some() {
+            return None;
+        }
+        let (key, etag, size) = reader.version();
+        let whole = c.from.1 == 0 && c.to.1 == 0 && c.len >= size && size > 0;
+        let (ino, staged) = self.handles.plain_writer(c.to.0)?;
+        let etag = etag?.to_string();
+        let fits = whole && ino != src && self.wb.copy_target(ino, &staged);
+        fits.then(|| ServerCopy {
+            key: key.to_string(),
+            etag,
+            size,
+            ino,
+            staged,
+        })
+    }
+
+    /// The destination's key and the metadata its copy carries: its own attributes with
+    /// the time of the copy, as a write now would give it.
+    fn copy_target_attrs(&self, ino: u64) -> Option<(String, HashMap<String, String>, SystemTime)> {
+        let t = self.ns.lock();
+        let (n, path) = (t.get(ino)?, t.path(ino)?);
+        let now = SystemTime::now();
+        let mut posix = self.full_posix(&n.entry);
+        (posix.mtime, posix.ctime) = (Some(now), Some(now));
+        let mut metadata = HashMap::new();
+        posix.encode_into(&mut metadata);
+        Some((self.key(&path), metadata, now))
+    }
+
+    /// The copy is in the bucket: the staged file leaves the table and the node describes
+    /// the copy, in one step under the namespace lock. False: the file changed meanwhile.
+    fn finish_copy(&self, plan: &ServerCopy, etag: &str, mtime: SystemTime) -> bool {
+        let mut t = self.ns.lock();
+        if !self.wb.replace_by_copy(plan.ino, &plan.staged) {
+            return false;
+        }
+        if let Some(n) = t.get_mut(plan.ino) {
+            let etag: Arc<str> = etag.into();
+            n.entry.size = plan.size;
+            n.entry.etag = Some(etag.clone());
+            n.entry.mtime = mtime;
+            n.set_page_cache_etag(Some(etag));
+            n.confirm(Instant::now());
+            let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
+            Self::listing_put(&mut t, parent, &name, Some(e));
+        }
+        true
+    }
+
+    /// The destination changed while the server copied: if it was removed, the copy is a
+    /// stray and goes (its key is still held); otherwise its next upload replaces it.
+    async fn copy_given_up(&self, plan: &ServerCopy, key: &str) {
+        let kept = self
+            .wb
+            .file(plan.ino)
+            .is_some_and(|f| Arc::ptr_eq(&f, &plan.staged));
+        if !kept {
+            if let Err(e) = self.client.delete(key).await {
+                tracing::warn!(%key, "cannot delete the copy of a file removed while it was copied: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! `copy_file_range` within a mount over the in-memory store (issue 49): a whole object
+//! copied onto a file just created is one copy on the server and no byte through the node;
+//! anything else is left to the kernel (`None`), which copies the bytes.
+
+use std::sync::Arc;
+
+use flowfs_client::mock::{MockClient, Op};
+use flowfs_fs::{CopyRange, Fs, OpenMode, ROOT};
+
+use crate::common::*;
+
+/// The most one FUSE call copies (the kernel's `UINT_MAX & PAGE_MASK`).
+const CALL_MAX: u64 = (1 << 32) - 4096;
+
+/// The whole of `from` (open for reading) onto `to`, as `cp` asks for it.
+async fn copy_whole(fs: &Arc<Fs>, from: u64, to: u64) -> Option<u64> {
+    let c = CopyRange {
+        from: (from, 0),
+        to: (to, 0),
+        len: CALL_MAX,
+    };
+    fs.copy_range(c).await.expect("copy_range")
+}
+
+/// An object put by another client, and a reader's handle on it.
+async fn source(mock: &MockClient, fs: &Arc<Fs>, data: &[u8]) -> (u64, u64) {
+    let ino = remote(mock, fs, "src", data.to_vec()).await;
+    let (fh, _) = fs.open(ino, OpenMode::Read).await.expect("open");
+    (ino, fh)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_object_onto_a_new_file_is_one_server_side_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let bytes = data(3 << 20, 5);
+    let (_, src) = source(&mock, &fs, &bytes).await;
+    let (attr, dst) = fs.create(ROOT, "dst", 0o600).await.unwrap();
+    mock.reset_counts();
+    assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
+    assert_eq!(mock.count(Op::Copy), 1);
+    assert_eq!(
+        mock.get_bytes(),
+        0,
+        "no byte of the source came to the node"
+    );
+    assert_eq!(fs.getattr(attr.ino).await.unwrap().size, bytes.len() as u64);
+    fs.release(dst).unwrap();
+    fs.release(src).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.count(Op::Put), 0, "nothing uploaded after the copy");
+    assert_eq!(mock.object("dst").unwrap(), bytes);
+    // The copy has the destination's mode, not the source's.
+    let mode = mock.metadata("dst").unwrap().get("mode").cloned();
+    assert_eq!(mode.as_deref(), Some("33152"), "0o100600");
+    assert_eq!(read_all(&fs, attr.ino).await, bytes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_after_the_copy_changes_the_copy_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let bytes = data(100_000, 7);
+    let (_, src) = source(&mock, &fs, &bytes).await;
+    let (attr, dst) = fs.create(ROOT, "dst", 0o644).await.unwrap();
+    assert!(copy_whole(&fs, src, dst).await.is_some());
+    // The handle stages the copy at its first change, as any writer of an object.
+    assert!(fs.needs_stage(dst));
+    fs.write_staging(dst, 10, b"changed".to_vec())
+        .await
+        .unwrap();
+    fs.release(dst).unwrap();
+    fs.release(src).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    let mut want = bytes.clone();
+    want[10..17].copy_from_slice(b"changed");
+    assert_eq!(mock.object("dst").unwrap(), want);
+    assert_eq!(
+        mock.object("src").unwrap(),
+        bytes,
+        "the source is unchanged"
+    );
+    assert_eq!(read_all(&fs, attr.ino).await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_copies_are_left_to_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let bytes = data(50_000, 9);
+    let (src_ino, src) = source(&mock, &fs, &bytes).await;
+    let (_, dst) = fs.create(ROOT, "dst", 0o644).await.unwrap();
+    let part = |from: u64, to: u64, len: u64| CopyRange {
+        from: (src, from),
+        to: (dst, to),
+        len,
+    };
+    // A range: from an offset, to an offset, or not to the end.
+    for c in [part(1, 0, 1 << 20), part(0, 1, 1 << 20), part(0, 0, 49_999)] {
+        assert_eq!(fs.copy_range(c).await.unwrap(), None, "{c:?}");
+    }
+    // A destination with a byte in it.
+    fs.write(dst, 0, b"x").unwrap();
+    assert_eq!(copy_whole(&fs, src, dst).await, None);
+    // A second handle on the destination.
+    let (_, d2) = fs.create(ROOT, "d2", 0o644).await.unwrap();
+    let d2_ino = path_ino(&fs, "d2").await.unwrap();
+    let (other, _) = fs.open(d2_ino, OpenMode::Write).await.unwrap();
+    assert_eq!(copy_whole(&fs, src, d2).await, None);
+    fs.release(other).unwrap();
+    // A source with staged changes: what the bucket holds is not what it reads.
+    let (w, _) = fs.open(src_ino, OpenMode::Write).await.unwrap();
+    fs.write(w, 0, b"new").unwrap();
+    assert_eq!(copy_whole(&fs, src, d2).await, None);
+    assert_eq!(mock.count(Op::Copy), 0);
+    for fh in [w, src, dst, d2] {
+        fs.release(fh).unwrap();
+    }
+    assert!(fs.flush_all().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_changed_in_the_bucket_is_not_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (_, src) = source(&mock, &fs, &data(20_000, 1)).await;
+    // Another client replaces the object after the open: the handle reads the old version.
+    mock.insert("src", data(30_000, 2));
+    let (_, dst) = fs.create(ROOT, "dst", 0o644).await.unwrap();
+    assert_eq!(copy_whole(&fs, src, dst).await, None);
+    fs.release(dst).unwrap();
+    fs.release(src).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(
+        mock.object("dst").unwrap(),
+        Vec::<u8>::new(),
+        "the empty file, not a copy"
+    );
+}

@@ -1,0 +1,121 @@
+"""Copies within a mount (issue 49, docs/SEMANTICS.md "Copies within a mount"): `cp`, which
+calls `copy_file_range`, of an object onto a new file of the same mount is one copy on the
+server (CopyObject), with no byte of the file through the node; everything else (a passthrough
+writer, a range, a source still being written) is copied by the kernel through reads and
+writes, and is right too. Bytes through the node are counted by a proxy; objects are read with
+boto3 straight from the server and through a second mount with an empty cache."""
+
+from __future__ import annotations
+
+import os
+import pytest
+
+import s3proxy as P
+from copy_helpers import check_cp_copies_on_the_server, cp as _cp
+from helpers import MiB, payload
+from write_helpers import list_keys, object_bytes
+
+PT = ["off", "auto"]
+
+
+@pytest.mark.parametrize("size", [0, 64 * MiB, 300 * MiB], ids=["empty", "64MiB", "300MiB"])
+def test_cp_within_a_mount_is_a_copy_on_the_server(mount, bucket, s3, proxy, size):
+    """`cp` of an object to a new file: one CopyObject, at most 1 MiB of GET and PUT bodies
+    through the node, the copy's bytes in the bucket, its own time (not the source's), and
+    the same bytes through a remount with an empty cache."""
+    check_cp_copies_on_the_server(mount, bucket, s3, proxy, size)
+    assert proxy.count(P.COPY) == (0 if size == 0 else 1), proxy.stats.summary()
+    assert list_keys(s3, bucket) == {"in/src.bam": size, "out/": 0, "out/dst.bam": size}
+
+
+def test_cp_through_a_passthrough_writer_copies_the_bytes(mount, bucket, s3, seaweed):
+    """A destination the kernel writes itself (passthrough) cannot be a copy on the server:
+    the kernel would go on writing into the local file. The bytes are copied, and right."""
+    data = payload(8 * MiB + 5, "pt-src")
+    s3.put_object(Bucket=bucket, Key="src", Body=data)
+    proxy = P.CountingProxy(seaweed.endpoint).start()
+    try:
+        m = mount(bucket, proxy=proxy, extra=["--passthrough", "auto"])
+        r = _cp(m / "src", m / "dst")
+        assert r.returncode == 0, r.stderr
+        assert m.unmount().returncode == 0
+        assert proxy.count(P.COPY) == 0, proxy.stats.summary()
+    finally:
+        proxy.stop()
+    assert object_bytes(s3, bucket, "dst") == data
+
+
+@pytest.mark.parametrize("pt", PT)
+def test_a_write_into_the_copy_changes_the_copy_only(mount, bucket, s3, pt):
+    data = payload(3 * MiB, "w-src")
+    s3.put_object(Bucket=bucket, Key="src", Body=data)
+    m = mount(bucket, extra=["--passthrough", pt])
+    assert _cp(m / "src", m / "dst").returncode == 0
+    with open(m / "dst", "r+b") as f:
+        f.seek(MiB)
+        f.write(b"patched")
+    with open(m / "dst", "ab") as f:
+        f.write(b"tail")
+    want = data[:MiB] + b"patched" + data[MiB + 7:] + b"tail"
+    assert (m / "dst").read_bytes() == want
+    assert m.unmount().returncode == 0
+    assert object_bytes(s3, bucket, "dst") == want
+    assert object_bytes(s3, bucket, "src") == data
+
+
+@pytest.mark.parametrize("pt", PT)
+def test_a_copy_of_a_file_still_being_written_has_what_was_written(mount, bucket, s3, pt):
+    """The source's bytes are staged on the node, not in the bucket: the kernel copies them."""
+    m = mount(bucket, extra=["--passthrough", pt])
+    first = payload(5 * MiB, "being-written")
+    with open(m / "src", "wb") as w:
+        w.write(first)
+        w.flush()
+        assert _cp(m / "src", m / "dst").returncode == 0
+        w.write(b"more after the copy")
+    assert (m / "dst").read_bytes() == first
+    assert m.unmount().returncode == 0
+    assert object_bytes(s3, bucket, "dst") == first
+    assert object_bytes(s3, bucket, "src") == first + b"more after the copy"
+
+
+@pytest.mark.parametrize("pt", PT)
+def test_the_source_removed_and_the_copy_renamed_at_once(mount, bucket, s3, pt):
+    """`cp a b && rm a && mv b c`: the copy never depends on the source after `cp` returns,
+    and lands under its final name only."""
+    data = payload(2 * MiB + 3, "rm-src")
+    s3.put_object(Bucket=bucket, Key="a", Body=data)
+    m = mount(bucket, extra=["--passthrough", pt])
+    assert _cp(m / "a", m / "b").returncode == 0
+    os.unlink(m / "a")
+    os.rename(m / "b", m / "c")
+    assert (m / "c").read_bytes() == data
+    assert m.unmount().returncode == 0
+    assert list_keys(s3, bucket) == {"c": len(data)}
+    assert object_bytes(s3, bucket, "c") == data
+    m2 = mount(bucket)
+    assert sorted(os.listdir(m2)) == ["c"]
+    assert (m2 / "c").read_bytes() == data
+
+
+def test_ranges_and_reflinks_are_not_server_copies(mount, bucket, s3):
+    """A range from an offset is copied by the kernel; `cp --reflink=always` fails cleanly
+    (no clone in object storage) and leaves the source as it was."""
+    data = payload(MiB, "range-src")
+    s3.put_object(Bucket=bucket, Key="src", Body=data)
+    m = mount(bucket, extra=["--passthrough", "off"])
+    src = os.open(m / "src", os.O_RDONLY)
+    dst = os.open(m / "part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        n = os.copy_file_range(src, dst, 4 * MiB, 1000)
+    finally:
+        os.close(dst)
+        os.close(src)
+    assert n == MiB - 1000
+    assert (m / "part").read_bytes() == data[1000:]
+    r = _cp("--reflink=always", m / "src", m / "clone")
+    assert r.returncode != 0, r
+    assert (m / "src").read_bytes() == data
+    assert m.unmount().returncode == 0
+    assert object_bytes(s3, bucket, "part") == data[1000:]
+    assert object_bytes(s3, bucket, "src") == data
