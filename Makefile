@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build dist slurm-deps test-slurm lint test test-rust test-integration test-stores bench-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-reuse bench-passthrough workflow-deps test-workflows
+.PHONY: setup build dist slurm-deps test-slurm lint test test-rust test-integration test-stores bench-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-reuse bench-copy bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
@@ -124,6 +124,11 @@ bench-shared: setup build
 # BASELINE=path/to/flowfs runs the build before alternately in the same run.
 bench-reuse: setup build
 	$(PYTHON) bench/reuse.py --runs $(or $(RUNS),3) $(if $(BASELINE),--base-bin $(BASELINE))
+
+# Issue 49's benchmark of copies within a mount (bench/copies.py): `cp` of one SIZE object
+# onto a new file of the mount against `aws s3 cp` within the bucket, at 0 and 20 ms.
+bench-copy: setup build
+	$(PYTHON) bench/copies.py --runs $(or $(RUNS),3) --size $(or $(SIZE),2G)
 
 # Issue 16's passthrough benchmark (bench/passthrough.py): a cached read after drop_caches,
 # a big write and small writes (their write phases) with --passthrough auto and off against

@@ -104,10 +104,20 @@ impl Fs {
     }
 
     /// The destination's key and the metadata its copy carries: its own attributes with
-    /// the time of the copy, as a write now would give it.
+    /// the time of the copy, as a write now would give it. `None` for a file with other
+    /// names (each name's object must get the bytes: its upload copies them there) and for
+    /// a completion marker (its upload waits for the outputs beside it).
     fn copy_target_attrs(&self, ino: u64) -> Option<(String, HashMap<String, String>, SystemTime)> {
         let t = self.ns.lock();
         let (n, path) = (t.get(ino)?, t.path(ino)?);
+        let marker = self
+            .cfg
+            .completion_markers
+            .iter()
+            .any(|m| **m == **n.name());
+        if marker || !t.extra_paths(ino).is_empty() {
+            return None;
+        }
         let now = SystemTime::now();
         let mut posix = self.full_posix(&n.entry);
         (posix.mtime, posix.ctime) = (Some(now), Some(now));

@@ -137,3 +137,26 @@ async fn a_source_changed_in_the_bucket_is_not_copied() {
         "the empty file, not a copy"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linked_file_or_a_completion_marker_is_copied_by_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (_, src) = source(&mock, &fs, &data(10_000, 3)).await;
+    // Its upload waits for the outputs beside it; a copy would not.
+    let (_, marker) = fs.create(ROOT, ".exitcode", 0o644).await.unwrap();
+    // Every name of a linked file must get the bytes; a copy would reach one.
+    let (a, fh) = fs.create(ROOT, "a", 0o644).await.unwrap();
+    fs.write(fh, 0, b"x").unwrap();
+    fs.release(fh).unwrap();
+    fs.link(a.ino, ROOT, "b").await.unwrap();
+    let (emptied, _) = fs.open(a.ino, OpenMode::Truncate).await.unwrap();
+    mock.reset_counts();
+    assert_eq!(copy_whole(&fs, src, marker).await, None);
+    assert_eq!(copy_whole(&fs, src, emptied).await, None);
+    assert_eq!(mock.count(Op::Copy), 0);
+    for fh in [marker, emptied, src] {
+        fs.release(fh).unwrap();
+    }
+    assert!(fs.flush_all().await.is_empty());
+}
