@@ -8,6 +8,8 @@ boto3 straight from the server and through a second mount with an empty cache.""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import pytest
 
 import s3proxy as P
@@ -119,3 +121,47 @@ def test_ranges_and_reflinks_are_not_server_copies(mount, bucket, s3):
     assert m.unmount().returncode == 0
     assert object_bytes(s3, bucket, "part") == data[1000:]
     assert object_bytes(s3, bucket, "src") == data
+
+
+_COPY_IN_CALLS = """
+import os, sys
+src, dst, chunk, calls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+s = os.open(src, os.O_RDONLY)
+d = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+got = []
+while calls:
+    n = os.copy_file_range(s, d, chunk)
+    got.append(n)
+    calls -= 1
+    if n == 0:
+        break
+print(got, flush=True)
+os._exit(0)  # as a killed copy: the kernel closes the descriptors
+"""
+
+
+def _copy_in_calls(src, dst, chunk: int, calls: int = 1 << 30) -> list[int]:
+    r = subprocess.run([sys.executable, "-c", _COPY_IN_CALLS, str(src), str(dst), str(chunk), str(calls)],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    return eval(r.stdout)  # noqa: S307 - a list of ints this test printed
+
+
+def test_a_copy_asked_for_in_chunks_is_one_copy_on_the_server(mount, bucket, s3, proxy):
+    """The JDK asks for 2 GiB at a time and the kernel passes at most 4 GiB − 4 KiB per call
+    (lowered here with --copy-chunk): the first call copies the whole object on the server,
+    the next ones are answered at once; a copy cut short (the process gone after one call)
+    is what it was answered."""
+    data = payload(5 * MiB + 3, "chunks")
+    s3.put_object(Bucket=bucket, Key="src", Body=data)
+    m = mount(bucket, proxy=proxy, extra=["--passthrough", "off", "--copy-chunk", "1M"])
+    os.stat(m / "src")
+    proxy.reset()
+    assert _copy_in_calls(m / "src", m / "whole", MiB) == [MiB] * 5 + [3, 0]
+    assert proxy.count(P.COPY) == 1 and proxy.count(P.PUT, P.UPLOAD_PART) == 0, proxy.stats.summary()
+    assert _copy_in_calls(m / "src", m / "cut", MiB, calls=2) == [MiB, MiB]
+    assert os.stat(m / "cut").st_size == 2 * MiB
+    assert (m / "cut").read_bytes() == data[:2 * MiB]
+    assert m.unmount().returncode == 0
+    assert object_bytes(s3, bucket, "whole") == data
+    assert object_bytes(s3, bucket, "cut") == data[:2 * MiB]

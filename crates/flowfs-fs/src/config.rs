@@ -36,6 +36,10 @@ pub struct FsConfig {
     pub max_gets: usize,
     /// Upload parts (or small files) in flight at once, over all files.
     pub max_uploads: usize,
+    /// The smallest first `copy_file_range` call taken for the first of several that copy
+    /// one object whole (fs/copy.rs): `cp` asks for all (cut by the kernel to 4 GiB − 4 KiB),
+    /// the JDK for 0x7ffff000 bytes at a time. Lowered by tests.
+    pub copy_chunk: u64,
     /// Names of files (like Nextflow's `.exitcode`) uploaded only after every file
     /// closed before them in their directory tree is durable.
     pub completion_markers: Vec<String>,
@@ -78,6 +82,7 @@ impl FsConfig {
             max_readahead: 64 << 20,
             max_gets: 16,
             max_uploads: 16,
+            copy_chunk: 0x7fff_f000,
             completion_markers: vec![".exitcode".to_string()],
             // SAFETY: getuid/getgid cannot fail.
             uid: unsafe { libc::getuid() },

@@ -85,6 +85,7 @@ pub(crate) fn fs_config(opts: &MountOptions, bucket: &str, prefix: &str) -> Resu
     }
     cfg.read_only = opts.read_only;
     cfg.completion_markers = opts.completion_markers.clone();
+    cfg.copy_chunk = parse_size(&opts.copy_chunk).map_err(|e| anyhow!("--copy-chunk: {e}"))?;
     cfg.max_gets = opts.max_concurrency.max(1);
     cfg.max_uploads = opts.max_upload_concurrency.max(1);
     cfg.file_mode = u16::from_str_radix(&opts.file_mode, 8)

@@ -1,13 +1,21 @@
 //! `copy_file_range` within one mount. A file just created (or emptied) whose first change
-//! is a copy of a whole object, from offset 0 and in one call (`cp`, the JDK's
-//! `Files.copy`, Nextflow's `publishDir mode: 'copy'` of files up to the kernel's 4 GiB
-//! per call), becomes a copy on the server: no byte of it passes through the node. The
-//! copy lands under the destination's key with the destination's own attributes, its
-//! staged file (empty) is given up, and the handle reads the bucket until a later change
-//! stages the copy as any object (unstaged.rs). Anything else — a source with staged
-//! changes, a range, a destination with bytes or other handles, a passthrough writer
-//! (the kernel would go on writing into the staged file) — answers `None`: the caller
-//! lets the kernel copy the bytes through reads and writes, as before.
+//! is a copy of a whole object from offset 0 (`cp`, the JDK's `Files.copy`, Nextflow's
+//! `publishDir mode: 'copy'`) becomes a copy on the server: no byte of it passes through
+//! the node. The copy lands under the destination's key with the destination's own
+//! attributes, its staged file (empty) is given up, and the handle reads the bucket until
+//! a later change stages the copy as any object (unstaged.rs).
+//!
+//! One call copies at most 4 GiB − 4 KiB through FUSE, and the JDK asks for 2 GiB at a
+//! time: a first call that asks for that much is taken for the first of several, and the
+//! whole object is copied then (`Ahead`); the calls that follow with the next bytes of the
+//! same version are answered at once. Until they have asked for all of it, the file is what
+//! they were answered (its size, and what a change stages); a close, fsync or other call
+//! before that cuts the copy to it (staged, uploaded as any change).
+//!
+//! Anything else — a source with staged changes, a range, a destination with bytes or
+//! other handles, a passthrough writer (the kernel would go on writing into the staged
+//! file) — answers `None`: the caller lets the kernel copy the bytes through reads and
+//! writes, as before.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,6 +24,7 @@ use std::time::{Instant, SystemTime};
 use crate::error::Result;
 use crate::writeback::StagedFile;
 
+use super::handles::Ahead;
 use super::Fs;
 
 /// One `copy_file_range` call: `(handle, offset)` of the source and of the destination,
@@ -30,11 +39,13 @@ pub struct CopyRange {
     pub len: u64,
 }
 
-/// A copy the server can make: the source's version, and the destination's staged file.
+/// A copy the server can make: the source's version, and the destination's staged file;
+/// `acked`: what the call is answered (`size`, or less for the first of several).
 struct ServerCopy {
     key: String,
     etag: String,
     size: u64,
+    acked: u64,
     ino: u64,
     staged: Arc<StagedFile>,
 }
@@ -43,10 +54,15 @@ impl Fs {
     /// Copies on the server when `c` is a whole object onto an empty file (see the module
     /// header); returns the bytes copied, or `None`: the kernel is to copy the bytes.
     pub async fn copy_range(self: &Arc<Self>, c: CopyRange) -> Result<Option<u64>> {
+        if let Some((ino, ahead)) = self.handles.ahead(c.to.0) {
+            return self.copy_on(c, ino, ahead).await;
+        }
         let Some(plan) = self.server_copy(&c) else {
             return Ok(None);
         };
-        let ServerCopy { ino, size, .. } = plan;
+        let ServerCopy {
+            ino, size, acked, ..
+        } = plan;
         let _moves = self.up.hold_shared().await;
         // A rename of the destination waits for the copy: it never lands under a name left.
         let Some(_name) = self.wb.hold_name(ino).await else {
@@ -75,11 +91,70 @@ impl Fs {
             return Ok(None);
         }
         let reader = self.open_reader(key, Some(etag.as_str().into()), size);
-        if !self.handles.unstage(c.to.0, &plan.staged, reader.clone()) {
+        let ahead = (acked < size).then(|| Ahead {
+            key: plan.key.clone(),
+            etag: plan.etag.clone(),
+            acked,
+            size,
+        });
+        if !self
+            .handles
+            .unstage(c.to.0, &plan.staged, reader.clone(), ahead)
+        {
             self.prefetch.close(&reader);
         }
         plan.staged.discard();
-        Ok(Some(size))
+        Ok(Some(acked))
+    }
+
+    /// A call after the first of a copy made ahead (`a`): the next bytes of the same
+    /// version are answered at once; anything else first cuts the file to what was
+    /// answered, and is left to the kernel.
+    async fn copy_on(self: &Arc<Self>, c: CopyRange, ino: u64, a: Ahead) -> Result<Option<u64>> {
+        let same = self.handles.bucket_reader(c.from.0).is_some_and(|(_, r)| {
+            let (key, etag, _) = r.version();
+            key == a.key && etag == Some(a.etag.as_str())
+        });
+        if !same || c.from.1 != a.acked || c.to.1 != a.acked {
+            self.stage(c.to.0, u64::MAX).await?;
+            return Ok(None);
+        }
+        let n = c.len.min(a.size - a.acked);
+        let acked = self
+            .handles
+            .advance(c.to.0, n)
+            .map_or(a.acked, |now| now.acked);
+        let mut t = self.ns.lock();
+        if let Some(node) = t.get_mut(ino) {
+            node.entry.size = acked;
+            if acked == a.size {
+                // Whole: the file is the object in the bucket again.
+                node.confirm(Instant::now());
+                let (parent, name, e) = (node.parent(), node.name().clone(), node.entry.clone());
+                Self::listing_put(&mut t, parent, &name, Some(e));
+            }
+        }
+        Ok(Some(n))
+    }
+
+    /// Whether closing `fh` must first cut a copy made ahead to what was answered.
+    pub fn needs_settle(&self, fh: u64) -> bool {
+        self.handles.ahead(fh).is_some()
+    }
+
+    /// The close of `fh` (`flush`) once a copy made ahead that its calls did not ask for
+    /// whole is cut to what they were answered: staged, and uploaded at the release. A
+    /// file removed meanwhile has nothing to cut.
+    pub async fn settle(self: &Arc<Self>, fh: u64) -> Result<()> {
+        if let Some((ino, _)) = self.handles.ahead(fh) {
+            if let Err(e) = self.stage(fh, u64::MAX).await {
+                let gone = self.ns.lock().get(ino).is_none_or(|n| n.is_unlinked());
+                if !gone {
+                    return Err(e);
+                }
+            }
+        }
+        self.flush(fh)
     }
 
     /// The copy `c` asks for, if the server can make it.
@@ -90,7 +165,8 @@ impl Fs {
             return None;
         }
         let (key, etag, size) = reader.version();
-        let whole = c.from.1 == 0 && c.to.1 == 0 && c.len >= size && size > 0;
+        let asks_all = c.len >= size || c.len >= self.cfg.copy_chunk;
+        let whole = c.from.1 == 0 && c.to.1 == 0 && asks_all && size > 0;
         let (ino, staged) = self.handles.plain_writer(c.to.0)?;
         let etag = etag?.to_string();
         let fits = whole && ino != src && self.wb.copy_target(ino, &staged);
@@ -98,6 +174,7 @@ impl Fs {
             key: key.to_string(),
             etag,
             size,
+            acked: c.len.min(size),
             ino,
             staged,
         })
@@ -135,11 +212,16 @@ impl Fs {
         }
         if let Some(n) = t.get_mut(plan.ino) {
             let etag: Arc<str> = etag.into();
-            n.entry.size = plan.size;
+            n.entry.size = plan.acked;
             n.entry.etag = Some(etag.clone());
             n.entry.mtime = mtime;
             n.set_page_cache_etag(Some(etag));
-            n.confirm(Instant::now());
+            if plan.acked == plan.size {
+                n.confirm(Instant::now());
+            } else {
+                // No listing or lookup shows the copy's size until the calls asked for all.
+                n.own();
+            }
             let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
             Self::listing_put(&mut t, parent, &name, Some(e));
         }

@@ -16,7 +16,10 @@ impl Fs {
         let (ino, staged) = match self.handle(fh)? {
             Handle::Local { ino, staged, .. } => (ino, staged),
             // The file was staged through another handle: fsync is of the file.
-            Handle::Unstaged { ino, .. } if self.wb.stat(ino).is_some() => {
+            // Or the object holds more than the file (a copy made ahead, cut short).
+            Handle::Unstaged { ino, ahead, .. }
+                if ahead.is_some() || self.wb.stat(ino).is_some() =>
+            {
                 (ino, self.stage(fh, u64::MAX).await?)
             }
             // Nothing changed through it: nothing of it to make durable.

@@ -28,13 +28,30 @@ pub(super) enum Handle {
     Empty { ino: u64 },
     /// A writer of an object not staged yet (opened without O_TRUNC): it reads the
     /// bucket through `reader` until its first change stages the object (unstaged.rs).
-    Unstaged { ino: u64, reader: Arc<Reader> },
+    /// `ahead`: the object is a copy made on the server ahead of the calls that ask for it.
+    Unstaged {
+        ino: u64,
+        reader: Arc<Reader>,
+        ahead: Option<Ahead>,
+    },
     /// A file whose content is staged on local disk.
     Local {
         ino: u64,
         staged: Arc<StagedFile>,
         access: Access,
     },
+}
+
+/// A whole object copied on the server at the first of the `copy_file_range` calls that ask
+/// for it, when that call asked for less than all (the kernel's cap, the JDK's 2 GiB
+/// chunks; fs/copy.rs): `acked` of its `size` bytes answered so far, from version `etag`
+/// of `key`. Until `acked` reaches `size`, the file is its first `acked` bytes.
+#[derive(Clone, Debug)]
+pub(super) struct Ahead {
+    pub(super) key: String,
+    pub(super) etag: String,
+    pub(super) acked: u64,
+    pub(super) size: u64,
 }
 
 /// A directory's entries in listing order, indexed by readdir's offset.
@@ -112,7 +129,7 @@ impl Handles {
     /// (a reader, or a writer that has not staged it).
     pub(super) fn bucket_reader(&self, fh: u64) -> Option<(u64, Arc<Reader>)> {
         match self.files.lock().get(&fh) {
-            Some(Handle::Remote { ino, reader, .. } | Handle::Unstaged { ino, reader }) => {
+            Some(Handle::Remote { ino, reader, .. } | Handle::Unstaged { ino, reader, .. }) => {
                 Some((*ino, reader.clone()))
             }
             _ => None,
@@ -133,7 +150,13 @@ impl Handles {
 
     /// Makes writer `fh` of `staged` a writer that reads the bucket through `reader`
     /// until its next change (its staged file was replaced by a copy on the server).
-    pub(super) fn unstage(&self, fh: u64, staged: &Arc<StagedFile>, reader: Arc<Reader>) -> bool {
+    pub(super) fn unstage(
+        &self,
+        fh: u64,
+        staged: &Arc<StagedFile>,
+        reader: Arc<Reader>,
+        ahead: Option<Ahead>,
+    ) -> bool {
         let mut files = self.files.lock();
         match files.get_mut(&fh) {
             Some(h @ Handle::Local { .. }) => {
@@ -143,11 +166,43 @@ impl Handles {
                 if !Arc::ptr_eq(s, staged) {
                     return false;
                 }
-                *h = Handle::Unstaged { ino: *ino, reader };
+                *h = Handle::Unstaged {
+                    ino: *ino,
+                    reader,
+                    ahead,
+                };
                 true
             }
             _ => false,
         }
+    }
+
+    /// The inode and copy made ahead of unstaged writer `fh`, if it has one.
+    pub(super) fn ahead(&self, fh: u64) -> Option<(u64, Ahead)> {
+        match self.files.lock().get(&fh) {
+            Some(Handle::Unstaged {
+                ino,
+                ahead: Some(a),
+                ..
+            }) => Some((*ino, a.clone())),
+            _ => None,
+        }
+    }
+
+    /// `n` more bytes of `fh`'s copy made ahead are answered; the copy as it stands now
+    /// (`None` once whole: the handle has none any more).
+    pub(super) fn advance(&self, fh: u64, n: u64) -> Option<Ahead> {
+        let mut files = self.files.lock();
+        let Some(Handle::Unstaged { ahead, .. }) = files.get_mut(&fh) else {
+            return None;
+        };
+        let a = ahead.as_mut()?;
+        a.acked = (a.acked + n).min(a.size);
+        let now = a.clone();
+        if a.acked == a.size {
+            *ahead = None;
+        }
+        Some(now)
     }
 
     /// Makes unstaged writer `fh` a writer of `staged`; false if it is not an unstaged

@@ -203,7 +203,7 @@ impl Fs {
     pub fn release(self: &Arc<Self>, fh: u64) -> Result<()> {
         let h = self.handles.take(fh)?;
         match h {
-            Handle::Remote { ino, reader, .. } | Handle::Unstaged { ino, reader } => {
+            Handle::Remote { ino, reader, .. } | Handle::Unstaged { ino, reader, .. } => {
                 self.prefetch.close(&reader);
                 self.close_node(ino);
             }

@@ -32,7 +32,12 @@ impl Fs {
             (self.key(&path), etag, n.entry.size)
         };
         let reader = self.open_reader(key, etag, size);
-        Ok(Some(self.handles.add(Handle::Unstaged { ino, reader })))
+        let h = Handle::Unstaged {
+            ino,
+            reader,
+            ahead: None,
+        };
+        Ok(Some(self.handles.add(h)))
     }
 
     /// Whether `fh` is a writer that must stage its object before a write.
@@ -41,14 +46,25 @@ impl Fs {
     }
 
     /// Stages the object of writer `fh` with its first `keep` bytes (`u64::MAX`: all),
-    /// unless it is staged already, and makes `fh` a writer of the staged file.
+    /// unless it is staged already, and makes `fh` a writer of the staged file. A copy made
+    /// ahead of the calls that asked for it (fs/copy.rs) keeps only what they were
+    /// answered, and that is a change the bucket lacks: the object holds more.
     pub async fn stage(self: &Arc<Self>, fh: u64, keep: u64) -> Result<Arc<StagedFile>> {
-        let (ino, reader) = match self.handle(fh)? {
-            Handle::Unstaged { ino, reader } => (ino, reader),
+        let (ino, reader, ahead) = match self.handle(fh)? {
+            Handle::Unstaged { ino, reader, ahead } => (ino, reader, ahead),
             Handle::Local { staged, .. } => return Ok(staged),
             Handle::Remote { .. } | Handle::Empty { .. } => return Err(FsError::BadHandle),
         };
+        let keep = ahead.as_ref().map_or(keep, |a| keep.min(a.acked));
         let staged = self.open_staged(ino, true, keep).await?;
+        if ahead.is_some() {
+            self.wb.changed(ino);
+            if let Err(e) = self.journal(ino) {
+                let extra = self.open_local(ino, staged, Access::Write);
+                self.release(extra)?;
+                return Err(e);
+            }
+        }
         if self.handles.staged(fh, ino, &staged) {
             self.prefetch.close(&reader);
             return Ok(staged);

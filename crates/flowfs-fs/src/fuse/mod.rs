@@ -104,6 +104,11 @@ impl fuser::Filesystem for FuseAdapter {
         _lo: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.fs.needs_settle(fh.0) {
+            // A copy made ahead of calls that stopped short: cut to what they got.
+            let span = self.req(Op::Flush, About::Handle(ino.0, fh.0));
+            return self.run(span, reply, |fs| async move { fs.settle(fh.0).await }, done);
+        }
         let _span = self.req(Op::Flush, About::Handle(ino.0, fh.0)).entered();
         // close() learns here that an earlier upload of this file failed.
         answer(reply, self.fs.flush(fh.0), done);

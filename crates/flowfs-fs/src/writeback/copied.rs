@@ -31,6 +31,16 @@ impl WriteBack {
     }
 }
 
+impl WriteBack {
+    /// The bucket's object of `ino` is not its staged content, though no byte of that
+    /// changed: it was staged from a copy made ahead that holds more (fs/copy.rs).
+    pub fn changed(&self, ino: u64) {
+        if let Some(f) = self.table.lock().files.get_mut(&ino) {
+            f.gen += 1;
+        }
+    }
+}
+
 fn replaceable(f: &FileWb, file: &Arc<StagedFile>) -> bool {
     let no_early = match &f.early {
         EarlyState::Off => true,

@@ -160,3 +160,90 @@ async fn a_linked_file_or_a_completion_marker_is_copied_by_the_kernel() {
     }
     assert!(fs.flush_all().await.is_empty());
 }
+
+/// A mount whose first `copy_file_range` call of `chunk` bytes or more is taken for the
+/// first of several (the kernel's 4 GiB − 4 KiB, the JDK's 2 GiB; small here).
+fn chunked(dir: &std::path::Path, chunk: u64) -> (Arc<MockClient>, Arc<Fs>) {
+    setup_with(dir, "", |cfg| {
+        cfg.part_size = 1 << 20;
+        cfg.copy_chunk = chunk;
+    })
+}
+
+fn call(src: u64, dst: u64, off: u64, len: u64) -> CopyRange {
+    CopyRange {
+        from: (src, off),
+        to: (dst, off),
+        len,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_asked_for_in_chunks_is_one_copy_on_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = chunked(dir.path(), 1000);
+    let bytes = data(2500, 4);
+    let (_, src) = source(&mock, &fs, &bytes).await;
+    let (attr, dst) = fs.create(ROOT, "dst", 0o644).await.unwrap();
+    mock.reset_counts();
+    for (off, want) in [(0, 1000), (1000, 1000), (2000, 500)] {
+        let got = fs.copy_range(call(src, dst, off, 1000)).await.unwrap();
+        assert_eq!(got, Some(want), "call at {off}");
+        // The file is what the calls were answered, not the whole copy.
+        assert_eq!(fs.getattr(attr.ino).await.unwrap().size, off + want);
+    }
+    assert_eq!(mock.count(Op::Copy), 1);
+    assert!(
+        !fs.needs_settle(dst),
+        "asked for whole: nothing to cut at close"
+    );
+    fs.settle(dst).await.unwrap();
+    fs.release(dst).unwrap();
+    fs.release(src).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.count(Op::Put), 0);
+    assert_eq!(mock.object("dst").unwrap(), bytes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_made_ahead_and_cut_short_is_what_was_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = chunked(dir.path(), 1000);
+    let bytes = data(2500, 6);
+    let (_, src) = source(&mock, &fs, &bytes).await;
+    // Closed after the first call (a killed `cp`): the file is its first 1000 bytes.
+    let (_, a) = fs.create(ROOT, "a", 0o644).await.unwrap();
+    assert_eq!(
+        fs.copy_range(call(src, a, 0, 1000)).await.unwrap(),
+        Some(1000)
+    );
+    assert!(fs.needs_settle(a));
+    fs.settle(a).await.unwrap();
+    fs.release(a).unwrap();
+    // A call out of order: cut, then left to the kernel.
+    let (_, b) = fs.create(ROOT, "b", 0o644).await.unwrap();
+    assert_eq!(
+        fs.copy_range(call(src, b, 0, 1000)).await.unwrap(),
+        Some(1000)
+    );
+    assert_eq!(fs.copy_range(call(src, b, 1500, 1000)).await.unwrap(), None);
+    assert!(!fs.needs_settle(b));
+    fs.release(b).unwrap();
+    // A write after the first call: on top of what was answered.
+    let (_, c) = fs.create(ROOT, "c", 0o644).await.unwrap();
+    assert_eq!(
+        fs.copy_range(call(src, c, 0, 1000)).await.unwrap(),
+        Some(1000)
+    );
+    assert!(fs.needs_stage(c));
+    fs.write_staging(c, 1000, b"tail".to_vec()).await.unwrap();
+    fs.release(c).unwrap();
+    fs.release(src).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("a").unwrap(), bytes[..1000].to_vec());
+    assert_eq!(mock.object("b").unwrap(), bytes[..1000].to_vec());
+    assert_eq!(
+        mock.object("c").unwrap(),
+        [&bytes[..1000], b"tail"].concat()
+    );
+}

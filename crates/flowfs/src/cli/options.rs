@@ -211,6 +211,15 @@ pub struct MountOptions {
     )]
     pub retry_budget: f64,
 
+    /// The smallest first `copy_file_range` call taken for the first of several that copy
+    /// one object (the JDK asks for 2 GiB − 4 KiB at a time); tests lower it
+    #[arg(
+        long = "copy-chunk",
+        value_name = "SIZE",
+        default_value = "2147479552",
+        hide = true
+    )]
+    pub copy_chunk: String,
     /// File name uploaded only after every file closed before it in its directory tree
     /// is durable (repeatable)
     #[arg(
