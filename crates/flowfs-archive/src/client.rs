@@ -5,6 +5,7 @@
 //! archive is conditional on the ETag the index was built from: a changed archive is an
 //! error (the next mount builds a new index), never another version's bytes.
 
+use flowfs_client::{Metadata, Version};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -565,10 +566,9 @@ impl ObjectClient for ArchiveClient {
 
     async fn copy(
         &self,
-        _from: &str,
+        _src: Version<'_>,
         to: &str,
-        _etag: Option<&str>,
-        _metadata: Option<&HashMap<String, String>>,
+        _meta: Option<&Metadata>,
     ) -> Result<PutResult> {
         Err(read_only(to))
     }

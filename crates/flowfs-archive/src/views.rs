@@ -7,6 +7,7 @@
 //! order (a view that sorts past the end of a page is carried to the next one in its
 //! token), so the file system above lists, looks up and walks views as any directory.
 
+use flowfs_client::{Metadata, Version};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -409,18 +410,12 @@ impl ObjectClient for ArchiveViews {
         self.inner.list_uploads(key).await
     }
 
-    async fn copy(
-        &self,
-        from: &str,
-        to: &str,
-        etag: Option<&str>,
-        metadata: Option<&HashMap<String, String>>,
-    ) -> Result<PutResult> {
-        if place(from).is_some() {
-            return Err(Self::refused(from));
+    async fn copy(&self, src: Version<'_>, to: &str, meta: Option<&Metadata>) -> Result<PutResult> {
+        if place(src.key).is_some() {
+            return Err(Self::refused(src.key));
         }
         self.writing(to)?;
-        let r = self.inner.copy(from, to, etag, metadata).await;
+        let r = self.inner.copy(src, to, meta).await;
         self.forget(to);
         r
     }

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use flowfs_client::{Metadata, Version};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -154,13 +155,7 @@ impl ObjectClient for Synthetic {
     async fn list_uploads(&self, _: &str) -> Result<Vec<UploadInfo>> {
         Ok(Vec::new())
     }
-    async fn copy(
-        &self,
-        _: &str,
-        _: &str,
-        _: Option<&str>,
-        _: Option<&HashMap<String, String>>,
-    ) -> Result<PutResult> {
+    async fn copy(&self, _: Version<'_>, _: &str, _: Option<&Metadata>) -> Result<PutResult> {
         Err(refused())
     }
     async fn replace_metadata(

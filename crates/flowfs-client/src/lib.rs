@@ -127,6 +127,26 @@ pub struct CompletedPart {
     pub etag: String,
 }
 
+/// An object's user metadata: names (without the store's prefix) to values.
+pub type Metadata = HashMap<String, String>;
+
+/// One version of an object as a copy reads it: its key and, when given, the ETag it must
+/// still have.
+#[derive(Debug, Clone, Copy)]
+pub struct Version<'a> {
+    /// The object's key.
+    pub key: &'a str,
+    /// The ETag it must still have (`None`: whatever it holds).
+    pub etag: Option<&'a str>,
+}
+
+impl<'a> Version<'a> {
+    /// Whatever version `key` holds.
+    pub fn any(key: &'a str) -> Version<'a> {
+        Version { key, etag: None }
+    }
+}
+
 /// The operations flowfs needs from an object store; every backend (S3, the mock, the retry
 /// layer) implements them with the same semantics, checked by the conformance suite.
 #[async_trait]
@@ -223,17 +243,11 @@ pub trait ObjectClient: Send + Sync + 'static {
     /// The multipart uploads open on exactly `key`: how an upload whose id never reached
     /// its creator (it died while CreateMultipartUpload was answered) is found again.
     async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>>;
-    /// Server-side copy of `from` to `to` (a rename is a copy and a delete). With `etag`,
-    /// only of that version of `from`: `Precondition` (or `NotFound`, where the store
-    /// names an old version so) when `from` is another one now, and nothing is written.
-    /// With `metadata`, the copy has it instead of the source's.
-    async fn copy(
-        &self,
-        from: &str,
-        to: &str,
-        etag: Option<&str>,
-        metadata: Option<&HashMap<String, String>>,
-    ) -> Result<PutResult>;
+    /// Server-side copy of `src` to `to` (a rename is a copy and a delete). With an ETag,
+    /// only of that version: `Precondition` (or `NotFound`, where the store names an old
+    /// version so) when `src` is another one now, and nothing is written. With `meta`,
+    /// the copy has it instead of the source's metadata.
+    async fn copy(&self, src: Version<'_>, to: &str, meta: Option<&Metadata>) -> Result<PutResult>;
     /// Replaces the user metadata of `key` and keeps its body: a CopyObject onto itself
     /// with `MetadataDirective: REPLACE`, so no byte is sent again (chmod, chown, utimens
     /// of an object). With `etag`, fails with `Precondition` when the object is no longer

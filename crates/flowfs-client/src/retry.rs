@@ -7,6 +7,7 @@
 //!
 //! The SDK underneath makes one attempt per call: one policy, here, decides them all.
 
+use crate::{Metadata, Version};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -325,14 +326,8 @@ impl ObjectClient for Retrying {
             .await
     }
 
-    async fn copy(
-        &self,
-        from: &str,
-        to: &str,
-        etag: Option<&str>,
-        metadata: Option<&HashMap<String, String>>,
-    ) -> Result<PutResult> {
-        self.retry("COPY", to, || self.inner.copy(from, to, etag, metadata))
+    async fn copy(&self, src: Version<'_>, to: &str, meta: Option<&Metadata>) -> Result<PutResult> {
+        self.retry("COPY", to, || self.inner.copy(src, to, meta))
             .await
     }
 

@@ -1,6 +1,7 @@
 //! `impl ObjectClient for AzureClient`: each method is the Azure Blob REST call of
 //! docs/STORES.md's table (multipart uploads: uploads.rs).
 
+use crate::{Metadata, Version};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -362,18 +363,13 @@ impl ObjectClient for AzureClient {
         Ok(uploads::open_uploads(&blocks))
     }
 
-    async fn copy(
-        &self,
-        from: &str,
-        to: &str,
-        etag: Option<&str>,
-        metadata: Option<&HashMap<String, String>>,
-    ) -> Result<PutResult> {
+    async fn copy(&self, src: Version<'_>, to: &str, meta: Option<&Metadata>) -> Result<PutResult> {
+        let Version { key: from, etag } = src;
         let mut cond = vec![("x-ms-copy-source", self.url(from, ""))];
         if let Some(e) = etag {
             cond.push(("x-ms-source-if-match", e.to_string()));
         }
-        let meta = metadata.map(meta_headers).unwrap_or_default();
+        let meta = meta.map(meta_headers).unwrap_or_default();
         let h = with_meta(&cond, &meta);
         let what = format!("copy of {from} to {to}");
         let r = match self.put_body(to, "", &h, Bytes::new(), &what).await {

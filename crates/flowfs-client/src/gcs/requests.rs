@@ -1,6 +1,7 @@
 //! `impl ObjectClient for GcsClient`: each method is the GCS JSON API call of
 //! docs/STORES.md's table (multipart uploads as composed part objects: uploads.rs).
 
+use crate::{Metadata, Version};
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
@@ -595,13 +596,8 @@ impl ObjectClient for GcsClient {
     /// `objects.rewrite`, called again with its token until done (a copy within a
     /// location and storage class is done in one call). A version is a generation: an ETag
     /// that names none matches no version.
-    async fn copy(
-        &self,
-        from: &str,
-        to: &str,
-        etag: Option<&str>,
-        metadata: Option<&HashMap<String, String>>,
-    ) -> Result<PutResult> {
+    async fn copy(&self, src: Version<'_>, to: &str, meta: Option<&Metadata>) -> Result<PutResult> {
+        let Version { key: from, etag } = src;
         let generation = match etag {
             Some(e) => Some(
                 generation_of(e)
@@ -609,7 +605,7 @@ impl ObjectClient for GcsClient {
             ),
             None => None,
         };
-        let o = self.rewrite(from, generation, to, metadata).await?;
+        let o = self.rewrite(from, generation, to, meta).await?;
         Ok(put_result(&o))
     }
 

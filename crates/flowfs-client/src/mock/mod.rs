@@ -5,6 +5,7 @@
 //! sets and reads besides requests is in harness.rs, the listing in listing.rs, and the
 //! writes to the object table in objects.rs.
 
+use crate::{Metadata, Version};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -295,16 +296,10 @@ impl ObjectClient for MockClient {
         Ok(out)
     }
 
-    async fn copy(
-        &self,
-        from: &str,
-        to: &str,
-        etag: Option<&str>,
-        metadata: Option<&HashMap<String, String>>,
-    ) -> Result<PutResult> {
+    async fn copy(&self, src: Version<'_>, to: &str, meta: Option<&Metadata>) -> Result<PutResult> {
         self.enter(Op::Copy).await?;
-        let mut o = version(&mut self.objects.lock(), from, etag)?.clone();
-        if let Some(m) = metadata {
+        let mut o = version(&mut self.objects.lock(), src.key, src.etag)?.clone();
+        if let Some(m) = meta {
             o.metadata = m.clone();
         }
         // A single-part object's ETag is its bytes' MD5 on S3: the copy has it too (the

@@ -2,6 +2,7 @@
 //! listing.rs, the piece-by-piece reading of a GET body in body.rs), with the bucket
 //! filled in and the SDK's failure turned into a `ClientError` (errors.rs).
 
+use crate::{Metadata, Version};
 use std::collections::HashMap;
 
 use async_trait::async_trait;
@@ -306,20 +307,15 @@ impl ObjectClient for S3Client {
         }
     }
 
-    async fn copy(
-        &self,
-        from: &str,
-        to: &str,
-        etag: Option<&str>,
-        metadata: Option<&HashMap<String, String>>,
-    ) -> Result<PutResult> {
-        let mut req = self.copy_object(from, to);
-        if let Some(m) = metadata {
+    async fn copy(&self, src: Version<'_>, to: &str, meta: Option<&Metadata>) -> Result<PutResult> {
+        let mut req = self.copy_object(src.key, to);
+        if let Some(m) = meta {
             req = req
                 .metadata_directive(MetadataDirective::Replace)
                 .set_metadata(Some(m.clone()));
         }
-        send_copy(req.set_copy_source_if_match(etag.map(str::to_string)), from).await
+        let req = req.set_copy_source_if_match(src.etag.map(str::to_string));
+        send_copy(req, src.key).await
     }
 
     async fn replace_metadata(

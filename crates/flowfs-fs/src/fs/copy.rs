@@ -17,6 +17,7 @@
 //! file) — answers `None`: the caller lets the kernel copy the bytes through reads and
 //! writes, as before.
 
+use flowfs_client::Version;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -77,7 +78,14 @@ impl Fs {
             return Ok(None);
         }
         let sent = (self.client)
-            .copy(&plan.key, &key, Some(&plan.etag), Some(&metadata))
+            .copy(
+                Version {
+                    key: &plan.key,
+                    etag: Some(&plan.etag),
+                },
+                &key,
+                Some(&metadata),
+            )
             .await;
         let etag = match sent {
             Ok(p) => p.etag,

@@ -2,6 +2,7 @@
 //! uploaded, or named with why it is not, within `--unmount-timeout`) and `recover` at
 //! start (a dead mount's journal uploaded, its open multipart uploads aborted).
 
+use flowfs_client::Version;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -182,7 +183,7 @@ impl Fs {
                     .await?;
                 // Its other names (hard links) get it too, as after a live upload.
                 for link in &o.record.links {
-                    self.client.copy(&o.key, link, None, None).await?;
+                    self.client.copy(Version::any(&o.key), link, None).await?;
                 }
                 Ok(())
             }

@@ -5,6 +5,7 @@
 //! object carries the link id (`Posix::link`), so that a mount that sees two names with
 //! the same id and ETag shows them as one file again. See SEMANTICS.md, "Hard links".
 
+use flowfs_client::Version;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -53,7 +54,7 @@ impl Fs {
         let (id, etag) = self.link_id(ino, &from).await?;
         let _dest = self.up.keys().hold(&self.key(&to)).await;
         self.client
-            .copy(&self.key(&from), &self.key(&to), None, None)
+            .copy(Version::any(&self.key(&from)), &self.key(&to), None)
             .await?;
         let mut t = self.ns.lock();
         let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
@@ -132,7 +133,9 @@ impl Fs {
     ) -> std::result::Result<(), ClientError> {
         let paths = self.ns.lock().extra_paths(ino);
         for path in paths {
-            self.client.copy(key, &self.key(&path), None, None).await?;
+            self.client
+                .copy(Version::any(key), &self.key(&path), None)
+                .await?;
         }
         Ok(())
     }
@@ -192,7 +195,9 @@ impl Fs {
         let (old_key, new_key) = (self.key(&old), self.key(&new));
         {
             let _dest = self.up.keys().hold(&new_key).await;
-            self.client.copy(&old_key, &new_key, None, None).await?;
+            self.client
+                .copy(Version::any(&old_key), &new_key, None)
+                .await?;
         }
         self.client.delete(&old_key).await?;
         let mut t = self.ns.lock();

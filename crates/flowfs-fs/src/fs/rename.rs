@@ -1,6 +1,7 @@
 //! Rename: a file is copied and deleted (S3 has no rename), a directory moves every key
 //! below it; the namespace and the staged files below follow.
 
+use flowfs_client::Version;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -177,7 +178,7 @@ impl Fs {
             Some((true, false)) | None => {
                 let _dest = self.up.keys().hold(&self.key(new_path)).await;
                 let copy = (self.client)
-                    .copy(&self.key(old_path), &self.key(new_path), None, None)
+                    .copy(Version::any(&self.key(old_path)), &self.key(new_path), None)
                     .await?;
                 self.client.delete(&self.key(old_path)).await?;
                 Ok(vec![(String::new(), copy.etag)])
@@ -260,7 +261,7 @@ impl Fs {
                 let rel = k[from.len()..].to_string();
                 let nk = format!("{to}{rel}");
                 async move {
-                    let copy = client.copy(&k, &nk, None, None).await?;
+                    let copy = client.copy(Version::any(&k), &nk, None).await?;
                     client.delete(&k).await?;
                     Ok::<_, ClientError>((rel, copy.etag))
                 }

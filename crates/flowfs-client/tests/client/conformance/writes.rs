@@ -1,5 +1,6 @@
 //! DELETE, multipart uploads, COPY.
 
+use flowfs_client::Version;
 use std::collections::HashMap;
 
 use bytes::Bytes;
@@ -162,7 +163,7 @@ pub async fn copy_keeps_content_and_metadata(c: &dyn ObjectClient, p: &str) {
     let (from, to) = (format!("{p}from"), format!("{p}to"));
     let m = meta(&[("flowfs-mode", "100755")]);
     c.put(&from, data(3000, 7), &m).await.expect("put");
-    let done = c.copy(&from, &to, None, None).await.expect("copy");
+    let done = c.copy(Version::any(&from), &to, None).await.expect("copy");
     let h = c.head(&to).await.expect("head");
     assert_eq!(h.info.size, 3000);
     assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the copy's");
@@ -184,7 +185,7 @@ pub async fn a_copy_keeps_the_etag_of_a_single_part_object(c: &dyn ObjectClient,
         .put(&from, data(2000, 9), &HashMap::new())
         .await
         .expect("put");
-    let copy = c.copy(&from, &to, None, None).await.expect("copy");
+    let copy = c.copy(Version::any(&from), &to, None).await.expect("copy");
     let head = c.head(&to).await.expect("head");
     assert_eq!(head.info.etag, copy.etag, "HEAD's ETag is the copy's");
     let store = c.key_rules().store;
@@ -204,7 +205,16 @@ pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, 
     let (from, to) = (format!("{p}from"), format!("{p}to"));
     let old = put(c, &from, data(1500, 3)).await;
     let new = put(c, &from, data(1700, 4)).await;
-    let refused = c.copy(&from, &to, Some(&old), None).await;
+    let refused = c
+        .copy(
+            Version {
+                key: &from,
+                etag: Some(&old),
+            },
+            &to,
+            None,
+        )
+        .await;
     assert!(
         matches!(
             refused,
@@ -215,7 +225,14 @@ pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, 
     assert_not_found(c.head(&to).await, "no copy of an old version appears");
     let m = meta(&[("flowfs-mode", "100600")]);
     let done = c
-        .copy(&from, &to, Some(&new), Some(&m))
+        .copy(
+            Version {
+                key: &from,
+                etag: Some(&new),
+            },
+            &to,
+            Some(&m),
+        )
         .await
         .expect("copy");
     let h = c.head(&to).await.expect("head");
@@ -232,8 +249,12 @@ pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, 
 
 pub async fn copy_of_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
     assert_not_found(
-        c.copy(&format!("{p}missing"), &format!("{p}to"), None, None)
-            .await,
+        c.copy(
+            Version::any(&format!("{p}missing")),
+            &format!("{p}to"),
+            None,
+        )
+        .await,
         "copy of a missing key",
     );
     assert_not_found(c.head(&format!("{p}to")).await, "no copy appears");
