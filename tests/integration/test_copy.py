@@ -8,6 +8,7 @@ boto3 straight from the server and through a second mount with an empty cache.""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import pytest
@@ -15,7 +16,8 @@ import pytest
 import s3proxy as P
 from copy_helpers import check_cp_copies_on_the_server, cp as _cp
 from helpers import MiB, payload
-from write_helpers import list_keys, object_bytes
+from flowfs_mount import wait_killed
+from write_helpers import delaying_proxy, list_keys, object_bytes, wait_object
 
 PT = ["off", "auto"]
 
@@ -165,3 +167,30 @@ def test_a_copy_asked_for_in_chunks_is_one_copy_on_the_server(mount, bucket, s3,
     assert m.unmount().returncode == 0
     assert object_bytes(s3, bucket, "whole") == data
     assert object_bytes(s3, bucket, "cut") == data[:2 * MiB]
+
+
+def test_kill_9_during_a_copy_leaves_it_whole_or_absent(mount, bucket, s3, seaweed):
+    """The mount killed while its CopyObject is on its way (held 3 s in a proxy, then sent on
+    to the server): after a remount with the same cache directory (its journal recovered) the
+    destination is the whole copy, never the empty file `cp` had created (whose journal record
+    a recovery would upload over it)."""
+    data = payload(8 * MiB, "kill-copy")
+    s3.put_object(Bucket=bucket, Key="src", Body=data)
+    proxy = delaying_proxy(seaweed.endpoint).start()
+    try:
+        m = mount(bucket, proxy=proxy, extra=["--passthrough", "off"])
+        os.stat(m / "src")
+        proxy.delay(P.COPY, "dst", 3)
+        cp = subprocess.Popen(["cp", str(m / "src"), str(m / "dst")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+        assert proxy.wait_held(P.COPY, "dst", 30), "no copy request reached the proxy"
+        pid = m.daemon_pid()
+        os.kill(pid, signal.SIGKILL)
+        wait_killed(m, pid, "kill -9 during a copy")
+        assert cp.wait(timeout=60) != 0, "cp succeeded on a dead mount"
+        assert wait_object(s3, bucket, "dst", timeout=30) is not None, "the held copy never landed"
+        m2 = mount(bucket, cache_dir=m.cache_dir)  # recovery runs before this returns
+        assert object_bytes(s3, bucket, "dst") == data, "the copy was replaced after the crash"
+        assert (m2 / "dst").read_bytes() == data
+    finally:
+        proxy.stop()

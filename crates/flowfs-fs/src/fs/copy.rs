@@ -74,8 +74,13 @@ impl Fs {
         };
         // As an upload: no other upload or stray's delete on this key meanwhile.
         let _key = self.up.keys().hold(&key).await;
-        if !self.wb.copy_target(ino, &plan.staged) {
+        if !self.wb.begin_copy(ino, &plan.staged) {
             return Ok(None);
+        }
+        // The empty file's record goes: a crash from here leaves the copy or nothing.
+        if let Err(e) = self.journal(ino) {
+            self.copy_not_taken(&plan);
+            return Err(e);
         }
         let sent = (self.client)
             .copy(
@@ -91,10 +96,12 @@ impl Fs {
             Ok(p) => p.etag,
             Err(e) => {
                 tracing::info!(from = %plan.key, to = %key, "server-side copy refused, copying the bytes: {e}");
+                self.copy_not_taken(&plan);
                 return Ok(None);
             }
         };
         if !self.finish_copy(&plan, &etag, mtime) {
+            self.copy_not_taken(&plan);
             self.copy_given_up(&plan, &key).await;
             return Ok(None);
         }
@@ -234,6 +241,14 @@ impl Fs {
             Self::listing_put(&mut t, parent, &name, Some(e));
         }
         true
+    }
+
+    /// The copy was not made or not taken: the file is staged as before, its record back.
+    fn copy_not_taken(&self, plan: &ServerCopy) {
+        self.wb.end_copy(plan.ino, &plan.staged);
+        if let Err(e) = self.journal(plan.ino) {
+            tracing::warn!(ino = plan.ino, "cannot write the journal record back: {e}");
+        }
     }
 
     /// The destination changed while the server copied: if it was removed, the copy is a

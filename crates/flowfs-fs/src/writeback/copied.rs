@@ -1,6 +1,7 @@
 //! A staged file replaced by a server-side copy (`copy_file_range`, fs/copy.rs): a file
 //! just created or emptied whose first change is a copy of a whole object is not staged
-//! at all; the bucket holds the copy under its key, and the file leaves the table.
+//! at all; the bucket holds the copy under its key, and the file leaves the table. While
+//! the copy is made the file is `Phase::Copying`, with no journal record.
 
 use std::sync::Arc;
 
@@ -13,15 +14,50 @@ impl WriteBack {
     /// kernel would write on into the staged file), no upload queued, in flight or early.
     pub fn copy_target(&self, ino: u64, file: &Arc<StagedFile>) -> bool {
         let t = self.table.lock();
-        t.files.get(&ino).is_some_and(|f| replaceable(f, file))
+        t.files
+            .get(&ino)
+            .is_some_and(|f| matches!(f.phase, Phase::Idle) && replaceable(f, file))
+    }
+
+    /// The copy is about to be sent: `Copying`, if `copy_target` still holds. The caller
+    /// then syncs the journal (the record goes).
+    pub fn begin_copy(&self, ino: u64, file: &Arc<StagedFile>) -> bool {
+        let mut t = self.table.lock();
+        let Some(f) = t.files.get_mut(&ino) else {
+            return false;
+        };
+        let ok = matches!(f.phase, Phase::Idle) && replaceable(f, file);
+        if ok {
+            f.phase = Phase::Copying;
+        }
+        ok
+    }
+
+    /// The copy was not made, or not taken: `Idle` again (unless given up meanwhile). The
+    /// caller then syncs the journal (the record comes back).
+    pub fn end_copy(&self, ino: u64, file: &Arc<StagedFile>) {
+        let mut t = self.table.lock();
+        let Some(f) = t.files.get_mut(&ino).filter(|f| Arc::ptr_eq(&f.file, file)) else {
+            return;
+        };
+        if matches!(f.phase, Phase::Copying) {
+            f.phase = Phase::Idle;
+        }
+        drop(t);
+        file.done.notify_waiters();
     }
 
     /// The bucket holds a copy at `ino`'s key now: its staged file leaves the table, if it
-    /// still may (`copy_target`); the caller discards it. False: it stays, and its next
-    /// upload replaces the copy (or, given up meanwhile, the copy is a stray).
+    /// still may (`Copying`, and nothing else opened or changed it); the caller discards
+    /// it. False: it stays, and its next upload replaces the copy (or, given up
+    /// meanwhile, the copy is a stray).
     pub fn replace_by_copy(&self, ino: u64, file: &Arc<StagedFile>) -> bool {
         let mut t = self.table.lock();
-        if !t.files.get(&ino).is_some_and(|f| replaceable(f, file)) {
+        let taken = t
+            .files
+            .get(&ino)
+            .is_some_and(|f| matches!(f.phase, Phase::Copying) && replaceable(f, file));
+        if !taken {
             return false;
         }
         t.files.remove(&ino);
@@ -50,7 +86,6 @@ fn replaceable(f: &FileWb, file: &Arc<StagedFile>) -> bool {
         && f.size == 0
         && f.writers == 1
         && f.readers == 0
-        && matches!(f.phase, Phase::Idle)
         && f.passthrough == KernelWrites::None
         && no_early
 }

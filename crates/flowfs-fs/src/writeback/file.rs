@@ -30,6 +30,10 @@ pub enum Phase {
     },
     /// Its name was removed or replaced: never uploaded again.
     Retired,
+    /// Empty, and being replaced by a copy on the server (fs/copy.rs): it has no journal
+    /// record meanwhile, so that a crash leaves the copy or nothing, never the empty file
+    /// over it. Idle again if the copy is not taken.
+    Copying,
 }
 
 #[derive(Debug)]

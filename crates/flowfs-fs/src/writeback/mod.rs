@@ -220,7 +220,7 @@ impl WriteBack {
             .is_some_and(|f| match f.phase {
                 Phase::Queued | Phase::Uploading { .. } => true,
                 Phase::Retired => false,
-                Phase::Idle | Phase::Failed { .. } => f.dirty(),
+                Phase::Idle | Phase::Failed { .. } | Phase::Copying => f.dirty(),
             })
     }
 
@@ -325,7 +325,8 @@ impl WriteBack {
             };
             // A passthrough writer's changes are unseen: journaled while it is open.
             let open_passthrough = f.passthrough != KernelWrites::None;
-            let want = ((f.dirty() || open_passthrough) && !matches!(f.phase, Phase::Retired))
+            let kept = !matches!(f.phase, Phase::Retired | Phase::Copying);
+            let want = ((f.dirty() || open_passthrough) && kept)
                 .then(|| key.map(str::to_string).or_else(|| f.journaled.clone()))
                 .flatten();
             (want, f.journaled.clone())

@@ -46,7 +46,7 @@ impl WriteBack {
                 .map(|(ino, f)| {
                     let state = match &f.phase {
                         Phase::Queued => PendingState::Queued,
-                        Phase::Uploading { .. } => PendingState::Uploading,
+                        Phase::Uploading { .. } | Phase::Copying => PendingState::Uploading,
                         Phase::Failed { error, .. } => PendingState::Failed(error.to_string()),
                         Phase::Idle | Phase::Retired => PendingState::Waiting,
                     };
