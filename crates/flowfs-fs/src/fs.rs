@@ -206,6 +206,12 @@ impl Fs {
         }
     }
 
+    /// Whether `name` is a completion marker (`--completion-marker`): its upload waits
+    /// for the outputs beside it.
+    fn is_marker(&self, name: &str) -> bool {
+        self.cfg.completion_markers.iter().any(|m| m == name)
+    }
+
     fn key(&self, path: &str) -> String {
         format!("{}{}", self.cfg.prefix, path)
     }

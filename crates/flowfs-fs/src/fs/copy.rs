@@ -202,12 +202,7 @@ impl Fs {
     fn copy_target_attrs(&self, ino: u64) -> Option<(String, HashMap<String, String>, SystemTime)> {
         let t = self.ns.lock();
         let (n, path) = (t.get(ino)?, t.path(ino)?);
-        let marker = self
-            .cfg
-            .completion_markers
-            .iter()
-            .any(|m| **m == **n.name());
-        if marker || !t.extra_paths(ino).is_empty() {
+        if self.is_marker(n.name()) || !t.extra_paths(ino).is_empty() {
             return None;
         }
         let now = SystemTime::now();

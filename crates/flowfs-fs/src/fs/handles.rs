@@ -158,23 +158,15 @@ impl Handles {
         ahead: Option<Ahead>,
     ) -> bool {
         let mut files = self.files.lock();
-        match files.get_mut(&fh) {
-            Some(h @ Handle::Local { .. }) => {
-                let Handle::Local { ino, staged: s, .. } = h else {
-                    return false;
-                };
-                if !Arc::ptr_eq(s, staged) {
-                    return false;
-                }
-                *h = Handle::Unstaged {
-                    ino: *ino,
-                    reader,
-                    ahead,
-                };
-                true
-            }
-            _ => false,
-        }
+        let Some(h) = files.get_mut(&fh) else {
+            return false;
+        };
+        let ino = match h {
+            Handle::Local { ino, staged: s, .. } if Arc::ptr_eq(s, staged) => *ino,
+            _ => return false,
+        };
+        *h = Handle::Unstaged { ino, reader, ahead };
+        true
     }
 
     /// The inode and copy made ahead of unstaged writer `fh`, if it has one.

@@ -62,12 +62,7 @@ impl Fs {
         let marker = {
             let t = self.ns.lock();
             t.get(ino)
-                .filter(|n| {
-                    self.cfg
-                        .completion_markers
-                        .iter()
-                        .any(|m| **m == **n.name())
-                })
+                .filter(|n| self.is_marker(n.name()))
                 .map(|n| n.parent())
         };
         if let Some(dir) = marker {
