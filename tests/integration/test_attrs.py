@@ -80,14 +80,16 @@ S3FS = shutil.which("s3fs")
 
 
 @contextlib.contextmanager
-def s3fs_mount(seaweed, bucket: str, work_dir: Path):
-    """s3fs-fuse (apt) in the foreground on `bucket`, always unmounted and stopped."""
+def s3fs_mount(seaweed, bucket: str, work_dir: Path, options: list[str] = ()):
+    """s3fs-fuse (apt) in the foreground on `bucket` with `options` (`-o`) beside the
+    server's, always unmounted and stopped."""
     passwd = work_dir / "s3fs.passwd"
     passwd.write_text(f"{seaweed.creds.access_key}:{seaweed.creds.secret_key}\n")
     passwd.chmod(0o600)
     mp = work_dir / f"s3fs-{bucket[-8:]}"
     mp.mkdir()
-    opts = f"passwd_file={passwd},url={seaweed.endpoint},use_path_request_style,dbglevel=warn"
+    opts = ",".join([f"passwd_file={passwd},url={seaweed.endpoint},use_path_request_style,dbglevel=warn",
+                     *options])
     proc = subprocess.Popen([S3FS, bucket, str(mp), "-f", "-o", opts], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -273,3 +275,33 @@ def test_a_file_uploaded_while_written_carries_its_last_write_time_and_ctime(mou
     again = mount(bucket, "early")
     st = os.stat(again / "big.bin")
     assert st.st_mtime_ns == mtime_ns and st.st_size == 20 << 20
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="switching to user nobody needs root and setpriv (util-linux)")
+def test_a_write_by_another_user_drops_setuid_as_on_a_disk(mount, bucket, open_dir):
+    """flowfs drops setuid/setgid itself (FUSE_HANDLE_KILLPRIV_V2, which spares a getxattr
+    round trip per write): a write or truncation by a user without CAP_FSETID and a chown
+    drop them; root's write keeps them; setgid without group execute stays."""
+    mp = open_dir / "m"
+    mp.mkdir(mode=0o755)
+    m = mount(bucket, "kill", extra=["--allow-other"], mountpoint=mp)
+    f = m / "f"
+    f.write_text("x\n")
+    modes = {}
+    for case, mode, how in [("write", 0o6777, "write"), ("sgid-no-x", 0o2767, "write"),
+                            ("truncate", 0o6777, "truncate")]:
+        os.chmod(f, mode)
+        code = (f"open({str(f)!r}, 'a').write('y')" if how == "write"
+                else f"os.truncate({str(f)!r}, 1)")
+        r = as_nobody(f"import os\n{code}")
+        assert r.returncode == 0, r.stderr
+        modes[case] = stat.S_IMODE(os.stat(f).st_mode)
+    os.chmod(f, 0o6777)
+    with open(f, "a") as w:
+        w.write("root")
+    modes["root-write"] = stat.S_IMODE(os.stat(f).st_mode)
+    os.chown(f, 0, 0)
+    modes["chown"] = stat.S_IMODE(os.stat(f).st_mode)
+    assert modes == {"write": 0o777, "sgid-no-x": 0o2767, "truncate": 0o777,
+                     "root-write": 0o6777, "chown": 0o777}

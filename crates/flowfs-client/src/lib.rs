@@ -15,10 +15,12 @@ mod limiter;
 pub mod meta;
 pub mod metrics;
 pub mod mock;
+mod percent;
 mod rest;
 pub mod retry;
 mod rules;
 pub mod s3;
+pub mod xattr;
 
 use std::collections::HashMap;
 use std::time::SystemTime;

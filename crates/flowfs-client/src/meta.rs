@@ -11,9 +11,14 @@
 //! | `atime`, `ctime` | only when set explicitly, as `mtime` | as `mtime` |
 //! | `rdev` | special files only, decimal | decimal |
 //! | `flowfs-link` | names made by `link`: 16 hex digits, the same on every name of the file | hex |
+//! | `xattr` | extended attributes, as s3fs's `use_xattr` writes them (xattr.rs) | the same |
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use crate::percent::{percent_decode, percent_encode};
+use crate::xattr::{self, Xattrs, XATTR};
 
 /// Metadata names without the `x-amz-meta-` prefix (S3 hands them back in lower case):
 /// `st_mode`.
@@ -46,7 +51,7 @@ pub const S_IFREG: u32 = 0o100_000;
 
 /// What an object's metadata says of its POSIX attributes; `None` where it says nothing
 /// (an object written by a tool that keeps none shows the mount's defaults there).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Posix {
     /// `st_mode`: file type bits and permission bits.
     pub mode: Option<u32>,
@@ -64,6 +69,11 @@ pub struct Posix {
     pub rdev: Option<u32>,
     /// The hard-link group of the file (`LINK`): set once a second name was linked.
     pub link: Option<u64>,
+    /// Its extended attributes (`XATTR`); `None` where the metadata was not read (a
+    /// node this mount made, or changed before it knew them), which a rewrite of the
+    /// metadata leaves as the object has them. Shared: a node's attributes are
+    /// cloned for every upload and comparison, its xattrs seldom change.
+    pub xattrs: Option<Arc<Xattrs>>,
 }
 
 impl Posix {
@@ -85,6 +95,7 @@ impl Posix {
             ctime: get(CTIME).and_then(parse_time),
             rdev: get(RDEV).and_then(|v| v.parse().ok()),
             link: get(LINK).and_then(|v| u64::from_str_radix(v, 16).ok()),
+            xattrs: Some(xattr::read(get(XATTR))),
         }
     }
 
@@ -105,6 +116,12 @@ impl Posix {
         put(CTIME, self.ctime.map(format_time));
         put(RDEV, self.rdev.map(|r| r.to_string()));
         put(LINK, self.link.map(|l| format!("{l:016x}")));
+        if let Some(x) = &self.xattrs {
+            metadata.retain(|k, _| !k.eq_ignore_ascii_case(XATTR));
+            if !x.is_empty() {
+                metadata.insert(XATTR.to_string(), xattr::encode(x));
+            }
+        }
     }
 
     /// What a directory shows when its marker says `self` and this mount knew `old`: the
@@ -124,6 +141,7 @@ impl Posix {
             ctime: later(self.ctime, old.ctime),
             rdev: self.rdev.or(old.rdev),
             link: self.link.or(old.link),
+            xattrs: self.xattrs.or(old.xattrs),
         }
     }
 
@@ -182,46 +200,6 @@ pub fn parse_time(s: &str) -> Option<SystemTime> {
     };
     let secs: u64 = secs.parse().ok()?;
     UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
-}
-
-/// The inverse of `percent_encode` (a `%` not followed by two hex digits is kept).
-pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A metadata value any store keeps as it is: S3 user metadata is ASCII, so a symlink's
-/// target (any bytes but NUL) is written with `%XX` for `%`, spaces, controls and
-/// non-ASCII bytes.
-pub fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    percent_escape(&mut out, s, |b| (0x21..0x7f).contains(&b) && b != b'%');
-    out
-}
-
-/// Appends `s` to `out`, each byte `keep` refuses as `%XX`: what every percent-encoding
-/// of the crate (metadata values, copy sources) shares.
-pub(crate) fn percent_escape(out: &mut String, s: &str, keep: impl Fn(u8) -> bool) {
-    for b in s.bytes() {
-        if keep(b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
 }
 
 #[cfg(test)]
@@ -303,8 +281,9 @@ mod tests {
             ctime: Some(at(1_000_000_001, 0)),
             rdev: None,
             link: Some(0xab),
+            xattrs: Some(Arc::new([("user.a".to_string(), b"hi".to_vec())].into())),
         };
-        let mut m = map(&[("flowfs-symlink", "t"), ("MODE", "1")]);
+        let mut m = map(&[("flowfs-symlink", "t"), ("MODE", "1"), ("XATTR", "old")]);
         p.encode_into(&mut m);
         assert_eq!(
             m,
@@ -316,10 +295,24 @@ mod tests {
                 ("mtime", "1000000000.000000123"),
                 ("ctime", "1000000001"),
                 ("flowfs-link", "00000000000000ab"),
+                ("xattr", "%7B%22user.a%22%3A%22aGk%3D%22%7D"),
             ])
         );
         assert_eq!(Posix::decode(&m), p);
         assert_eq!(p.perm(), Some(0o755));
+        // Unknown xattrs leave the object's as they are; known and none removes them.
+        let unknown = Posix {
+            xattrs: None,
+            ..p.clone()
+        };
+        unknown.encode_into(&mut m);
+        assert!(m.contains_key("xattr"));
+        let none = Posix {
+            xattrs: Some(Arc::default()),
+            ..p
+        };
+        none.encode_into(&mut m);
+        assert!(!m.contains_key("xattr"));
     }
 
     #[test]
@@ -328,6 +321,10 @@ mod tests {
         assert_eq!(p.mode, Some(0o100_644));
         assert_eq!(p.uid, None);
         assert_eq!(p.mtime, Some(at(12, 0)));
-        assert_eq!(Posix::decode(&HashMap::new()), Posix::default());
+        let none = Posix {
+            xattrs: Some(Arc::default()),
+            ..Posix::default()
+        };
+        assert_eq!(Posix::decode(&HashMap::new()), none);
     }
 }

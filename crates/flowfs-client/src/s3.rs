@@ -140,7 +140,7 @@ fn encode_copy_source(bucket: &str, key: &str) -> String {
     let mut out = String::with_capacity(bucket.len() + key.len() + 1);
     out.push_str(bucket);
     out.push('/');
-    crate::meta::percent_escape(&mut out, key, |b| {
+    crate::percent::percent_escape(&mut out, key, |b| {
         b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/')
     });
     out

@@ -50,6 +50,15 @@ pub enum FsError {
         /// The rule the name breaks.
         rule: flowfs_client::KeyRule,
     },
+    /// ENODATA: no extended attribute of that name.
+    #[error("no such attribute")]
+    NoAttr,
+    /// E2BIG: extended attributes beyond what the object's metadata can hold.
+    #[error("attributes too big for the object's metadata: {0}")]
+    AttrsTooBig(String),
+    /// ERANGE: the caller's buffer is smaller than the answer (getxattr, listxattr).
+    #[error("result larger than the buffer given")]
+    Range,
     /// ENAMETOOLONG: the key would exceed S3's limit.
     #[error("file name too long")]
     NameTooLong,
@@ -115,6 +124,9 @@ impl FsError {
             FsError::TooManyLinks => libc::EMLINK,
             FsError::NotSupported(_) => libc::ENOTSUP,
             FsError::Invalid(_) | FsError::KeyRefused { .. } => libc::EINVAL,
+            FsError::NoAttr => libc::ENODATA,
+            FsError::AttrsTooBig(_) => libc::E2BIG,
+            FsError::Range => libc::ERANGE,
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::BadHandle => libc::EBADF,
             FsError::Busy(_) => libc::EBUSY,

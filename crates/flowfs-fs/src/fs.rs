@@ -30,6 +30,7 @@ mod status;
 mod unstaged;
 mod upload;
 mod walk;
+mod xattrs;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -53,6 +54,7 @@ use passthrough::Access;
 pub use passthrough::{Backing, BackingKey};
 pub use status::{Failure, PendingFile, Recovery, Status};
 pub use walk::{ReadAhead, WalkStats};
+pub use xattrs::XattrMode;
 
 /// What an open of a file asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,7 +23,7 @@ pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
 pub use fs::{
     Attr, AttrChanges, Backing, BackingKey, CopyRange, DirItem, Failure, Fs, OpenHints, OpenMode,
-    PendingFile, PendingState, ReadAhead, Recovery, Status, WalkStats,
+    PendingFile, PendingState, ReadAhead, Recovery, Status, WalkStats, XattrMode,
 };
 pub use fuse::{FuseAdapter, FuseOpCounts, Op as FuseOp, OpStats};
 pub use inode::{Kind, ROOT};

@@ -122,7 +122,7 @@ impl AzureClient {
         u.push_str(&self.base);
         if !key.is_empty() {
             u.push('/');
-            crate::meta::percent_escape(&mut u, key, unreserved_or_slash);
+            crate::percent::percent_escape(&mut u, key, unreserved_or_slash);
         }
         if !query.is_empty() {
             u.push('?');
@@ -194,7 +194,7 @@ fn unreserved_or_slash(b: u8) -> bool {
 /// A query value, percent-encoded.
 fn query_value(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
-    crate::meta::percent_escape(&mut out, v, |b| {
+    crate::percent::percent_escape(&mut out, v, |b| {
         b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
     });
     out

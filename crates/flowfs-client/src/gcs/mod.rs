@@ -117,7 +117,7 @@ impl GcsClient {
         let mut u = format!("{}/storage/v1/b/{}/o", self.endpoint, self.bucket);
         if !key.is_empty() {
             u.push('/');
-            crate::meta::percent_escape(&mut u, key, unreserved);
+            crate::percent::percent_escape(&mut u, key, unreserved);
         }
         if !query.is_empty() {
             u.push('?');
@@ -194,7 +194,7 @@ fn unreserved(b: u8) -> bool {
 /// A query value, percent-encoded.
 fn query_value(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
-    crate::meta::percent_escape(&mut out, v, unreserved);
+    crate::percent::percent_escape(&mut out, v, unreserved);
     out
 }
 

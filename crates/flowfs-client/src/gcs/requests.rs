@@ -197,7 +197,7 @@ impl GcsClient {
             self.object_url(from, ""),
             self.bucket
         );
-        crate::meta::percent_escape(&mut to_url, to, super::unreserved);
+        crate::percent::percent_escape(&mut to_url, to, super::unreserved);
         let what = format!("copy of {from} to {to}");
         let body = match metadata {
             Some(m) => serde_json::json!({ "metadata": json::metadata_out(m) }).to_string(),

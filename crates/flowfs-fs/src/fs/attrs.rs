@@ -75,12 +75,26 @@ pub struct AttrChanges {
     pub atime: Option<SystemTime>,
     /// New modification time.
     pub mtime: Option<SystemTime>,
+    /// Drop setuid, and setgid where the group may execute (a file's, not a directory's),
+    /// as the kernel asks of a file system that handles it (`FUSE_HANDLE_KILLPRIV_V2`):
+    /// on chown, and on a truncation or a write by a caller without `CAP_FSETID`.
+    pub kill_suidgid: bool,
 }
 
 impl AttrChanges {
     fn any(&self) -> bool {
         *self != AttrChanges::default()
     }
+}
+
+/// `mode` without the setuid and setgid bits a change of its file drops (setgid stays
+/// where the group may not execute: it marks mandatory locking there).
+fn without_privs(mode: u32) -> u32 {
+    let mut m = mode & !libc::S_ISUID;
+    if m & libc::S_IXGRP != 0 {
+        m &= !libc::S_ISGID;
+    }
+    m
 }
 
 impl Fs {
@@ -118,9 +132,8 @@ impl Fs {
         }
     }
 
-    /// chmod, chown, utimens: the node takes them at once, and its ctime is now. A staged
-    /// file's upload carries them; an object already in the bucket, or a directory's
-    /// marker, has its metadata rewritten in the background.
+    /// chmod, chown, utimens: the node takes them at once, and its ctime is now
+    /// (`change_posix`).
     pub(super) fn change_attrs(self: &Arc<Self>, ino: u64, c: AttrChanges) -> Result<()> {
         if !c.any() {
             return Ok(());
@@ -132,19 +145,58 @@ impl Fs {
             self.refresh_passthrough(Some(ino));
             self.wb.set_mtime(ino, m);
         }
-        let rewrite = {
-            let mut t = self.ns.lock();
-            let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
-            let mut p = n.entry.posix().unwrap_or_default();
+        self.change_posix(ino, |p| {
             if let Some(m) = c.mode {
                 p.mode = Some(p.mode.unwrap_or(0) & S_IFMT | m & 0o7777);
             }
             p.uid = c.uid.or(p.uid);
             p.gid = c.gid.or(p.gid);
             p.atime = c.atime.or(p.atime);
-            if let Some(m) = c.mtime {
-                p.mtime = Some(m);
+            p.mtime = c.mtime.or(p.mtime);
+            if let Some(m) = p
+                .mode
+                .filter(|m| c.kill_suidgid && m & S_IFMT != libc::S_IFDIR)
+            {
+                p.mode = Some(without_privs(m));
             }
+            Ok(())
+        })
+    }
+
+    /// Whether a change that drops setuid and setgid (`kill_suidgid`) would change `ino`.
+    fn has_privs(&self, ino: u64) -> bool {
+        let t = self.ns.lock();
+        let mode = t.get(ino).and_then(|n| n.entry.posix.as_ref()?.mode);
+        mode.is_some_and(|m| m & S_IFMT != libc::S_IFDIR && without_privs(m) != m)
+    }
+
+    /// A write by a caller without `CAP_FSETID` (the kernel's `FUSE_WRITE_KILL_SUIDGID`):
+    /// a file's setuid and setgid bits go, as a local file system drops them. One look
+    /// under the namespace lock when it has none (the common case).
+    pub fn kill_privs(self: &Arc<Self>, ino: u64) -> Result<()> {
+        if !self.has_privs(ino) {
+            return Ok(());
+        }
+        let c = AttrChanges {
+            kill_suidgid: true,
+            ..AttrChanges::default()
+        };
+        self.change_attrs(ino, c)
+    }
+
+    /// Changes the attributes of `ino` by `change` (nothing changes where it fails) and
+    /// makes its ctime now. A staged file's upload carries them; an object already in the
+    /// bucket, or a directory's marker, has its metadata rewritten in the background.
+    pub(super) fn change_posix(
+        self: &Arc<Self>,
+        ino: u64,
+        change: impl FnOnce(&mut Posix) -> Result<()>,
+    ) -> Result<()> {
+        let rewrite = {
+            let mut t = self.ns.lock();
+            let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
+            let mut p = n.entry.posix().unwrap_or_default();
+            change(&mut p)?;
             p.ctime = Some(SystemTime::now());
             n.entry.set_posix(Some(p));
             let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
@@ -295,9 +347,10 @@ impl Fs {
         self: &Arc<Self>,
         ino: u64,
         size: Option<u64>,
-        c: AttrChanges,
+        mut c: AttrChanges,
         fh: Option<u64>,
     ) -> Result<Attr> {
+        c.kill_suidgid &= self.has_privs(ino);
         if size.is_some() || c.any() {
             self.check_writable(ino)?;
         }

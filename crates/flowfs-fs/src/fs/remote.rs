@@ -50,7 +50,7 @@ fn file_entry(info: &ObjectInfo) -> Entry {
 }
 
 /// ETags compared without the quotes some servers and SDKs keep around them.
-fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
+pub(super) fn same_etag(a: Option<&str>, b: Option<&str>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => a.trim_matches('"') == b.trim_matches('"'),
         _ => false,
@@ -78,8 +78,9 @@ fn head_entry(head: std::result::Result<ObjectMeta, ClientError>) -> Result<Opti
 pub(super) fn meta_entry(meta: &ObjectMeta) -> Entry {
     let mut e = file_entry(&meta.info);
     let posix = Posix::decode(&meta.metadata);
+    let mode = posix.mode;
     e.set_posix(Some(posix));
-    if let Some(bits) = posix.mode.map(|m| m & crate::meta::S_IFMT) {
+    if let Some(bits) = mode.map(|m| m & crate::meta::S_IFMT) {
         if [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK].contains(&bits) {
             e.kind = Kind::Special(bits);
         }

@@ -14,6 +14,7 @@ mod opens;
 mod ops;
 mod passthrough;
 mod reply;
+mod xattrs;
 
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use std::time::SystemTime;
 use fuser::{
     FileHandle, FopenFlags, INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, Request,
+    ReplyWrite, ReplyXattr, Request,
 };
 
 use crate::error::FsError;
@@ -196,7 +197,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -218,6 +219,19 @@ impl fuser::Filesystem for FuseAdapter {
             gid,
             atime: dirs::time(atime),
             mtime: dirs::time(mtime),
+            kill_suidgid: false,
+        };
+        // What the kernel's FATTR_KILL_SUIDGID says (fuser does not pass it on): a chown,
+        // or a truncation by a caller other than root (for CAP_FSETID). A setattr of
+        // nothing is the kernel dropping them before a write by such a caller (seen:
+        // the write itself does not carry FUSE_WRITE_KILL_SUIDGID) or for `chown -1 -1`.
+        let nothing = c == AttrChanges::default() && size.is_none();
+        let c = AttrChanges {
+            kill_suidgid: uid.is_some()
+                || gid.is_some()
+                || (size.is_some() && req.uid() != 0)
+                || nothing,
+            ..c
         };
         let (fh, ttl) = (fh.map(|f| f.0), self.ttl);
         self.run(
@@ -348,11 +362,18 @@ impl fuser::Filesystem for FuseAdapter {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _wf: fuser::WriteFlags,
+        wf: fuser::WriteFlags,
         _flags: OpenFlags,
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if wf.contains(fuser::WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            let _rt = self.rt.enter();
+            if let Err(e) = self.fs.kill_privs(ino.0) {
+                let _span = self.req(Op::Write, About::Handle(ino.0, fh.0)).entered();
+                return answer(reply, Err(e), |r, n| r.written(n));
+            }
+        }
         if self.fs.needs_stage(fh.0) {
             // The writer's first change: its object is staged first (a download).
             let (data, span) = (
@@ -466,6 +487,31 @@ impl fuser::Filesystem for FuseAdapter {
             }
         };
         self.run(span, reply, op, |r, n| r.written(n));
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.set_xattr(ino, name, value, flags, reply);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.get_xattr(ino, name, size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.list_xattr(ino, size, reply);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.remove_xattr(ino, name, reply);
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {

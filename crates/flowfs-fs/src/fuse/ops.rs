@@ -38,7 +38,8 @@ ops! {
     Release => "release", Fsync => "fsync", Opendir => "opendir", Readdir => "readdir",
     Readdirplus => "readdirplus", Releasedir => "releasedir", Fsyncdir => "fsyncdir",
     Statfs => "statfs", Access => "access", Fallocate => "fallocate",
-    CopyFileRange => "copy_file_range",
+    CopyFileRange => "copy_file_range", Getxattr => "getxattr", Listxattr => "listxattr",
+    Setxattr => "setxattr", Removexattr => "removexattr",
 }
 
 /// The upper bounds of the latency buckets, in seconds (a last bucket is above them): 10 µs

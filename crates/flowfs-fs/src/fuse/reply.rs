@@ -7,7 +7,7 @@ use std::fmt;
 
 use fuser::{
     Errno, FileAttr, FileType, FopenFlags, INodeNo, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, ReplyXattr,
 };
 use tracing::Span;
 
@@ -68,7 +68,8 @@ replies!(
     ReplyEmpty,
     ReplyEntry,
     ReplyOpen,
-    ReplyWrite
+    ReplyWrite,
+    ReplyXattr
 );
 
 /// Answers `reply` with the outcome of its operation: a value goes to `ok`; an error is

@@ -53,7 +53,7 @@ impl Entry {
         if new.kind == Kind::Dir {
             self.mtime = mtime;
             if let Some(p) = new.posix() {
-                self.set_posix(Some(p.merged_over(posix.as_deref().copied())));
+                self.set_posix(Some(p.merged_over(posix.as_deref().cloned())));
             } else {
                 self.posix = posix;
             }
@@ -69,7 +69,7 @@ impl Entry {
 
     /// Its attributes, if known.
     pub fn posix(&self) -> Option<Posix> {
-        self.posix.as_deref().copied()
+        self.posix.as_deref().cloned()
     }
 
     /// Sets (or forgets) its attributes.

@@ -23,3 +23,4 @@ mod symlinks;
 mod times;
 mod walks;
 mod writeback;
+mod xattrs;
