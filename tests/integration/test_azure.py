@@ -311,3 +311,15 @@ def test_a_part_size_above_azures_largest_block_is_refused(flowfs_binary, azurit
 def test_cp_within_a_mount_is_a_copy_on_the_server(mount, bucket, s3, proxy):
     """Issue 49: `cp` of 64 MiB within the mount moves no byte of it through the node."""
     check_cp_copies_on_the_server(mount, bucket, s3, proxy, 64 * MiB)
+
+
+def test_extended_attributes_survive_a_rename_and_a_remount(mount, bucket):
+    """Issue 49: `user.*` attributes live in the object's metadata on this store too."""
+    m = mount(bucket)
+    (m / "a").write_bytes(b"x" * 1000)
+    os.setxattr(m / "a", "user.sha", b"\x00abc\xff")
+    os.rename(m / "a", m / "b")
+    assert m.unmount().returncode == 0
+    again = mount(bucket)
+    assert os.listxattr(again / "b") == ["user.sha"]
+    assert os.getxattr(again / "b", "user.sha") == b"\x00abc\xff"

@@ -10,6 +10,7 @@
 
 mod attrs;
 mod batch;
+mod changes;
 mod copy;
 mod durable;
 mod ends;

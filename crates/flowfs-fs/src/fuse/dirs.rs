@@ -1,12 +1,46 @@
-//! Directory listings and times in fuser's types: how the core's `DirItem`s fill a
-//! readdir or readdirplus answer, and how a setattr's "now" becomes a time.
+//! Directories in fuser's types: how the core's `DirItem`s fill a readdir or readdirplus
+//! answer, a rename's flags, and how a setattr's "now" becomes a time.
 
+use std::ffi::OsStr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use fuser::{Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus, TimeOrNow};
+use fuser::{
+    Generation, INodeNo, RenameFlags, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, TimeOrNow,
+};
 
-use super::reply::{file_type, to_fuse};
+use super::reply::{done, file_type, to_fuse, utf8, About};
+use super::{FuseAdapter, Op};
+use crate::error::FsError;
 use crate::fs::{DirItem, Fs};
+
+impl FuseAdapter {
+    /// rename of `from` (parent, name) to `to`: `RENAME_NOREPLACE` is kept; exchange and
+    /// whiteout are refused (EINVAL).
+    pub(super) fn rename_entry(
+        &self,
+        (parent, name): (INodeNo, &OsStr),
+        (newparent, newname): (INodeNo, &OsStr),
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let about = About::Rename(parent.0, name, newparent.0, newname);
+        let span = self.req(Op::Rename, about);
+        let (name, newname) = (utf8(name), utf8(newname));
+        let exchange =
+            flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT);
+        let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let op = |fs: Arc<Fs>| async move {
+            let (name, newname) = (name?, newname?);
+            if exchange {
+                return Err(FsError::Invalid("RENAME_EXCHANGE and RENAME_WHITEOUT"));
+            }
+            fs.rename(parent.0, &name, newparent.0, &newname, noreplace)
+                .await
+        };
+        self.run(span, reply, op, done);
+    }
+}
 
 /// Fills a readdir answer until the kernel's buffer is full.
 pub(super) fn fill(mut r: ReplyDirectory, items: Vec<DirItem>) {

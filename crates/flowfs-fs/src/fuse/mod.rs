@@ -14,6 +14,7 @@ mod opens;
 mod ops;
 mod passthrough;
 mod reply;
+mod writes;
 mod xattrs;
 
 use std::ffi::OsStr;
@@ -26,7 +27,6 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request,
 };
 
-use crate::error::FsError;
 use crate::fs::{AttrChanges, CopyRange, Fs};
 pub use adapter::FuseAdapter;
 pub use ops::{FuseOpCounts, Op, OpStats};
@@ -221,25 +221,7 @@ impl fuser::Filesystem for FuseAdapter {
             mtime: dirs::time(mtime),
             kill_suidgid: false,
         };
-        // What the kernel's FATTR_KILL_SUIDGID says (fuser does not pass it on): a chown,
-        // or a truncation by a caller other than root (for CAP_FSETID). A setattr of
-        // nothing is the kernel dropping them before a write by such a caller (seen:
-        // the write itself does not carry FUSE_WRITE_KILL_SUIDGID) or for `chown -1 -1`.
-        let nothing = c == AttrChanges::default() && size.is_none();
-        let c = AttrChanges {
-            kill_suidgid: uid.is_some()
-                || gid.is_some()
-                || (size.is_some() && req.uid() != 0)
-                || nothing,
-            ..c
-        };
-        let (fh, ttl) = (fh.map(|f| f.0), self.ttl);
-        self.run(
-            self.req(Op::Setattr, About::Ino(ino.0)),
-            reply,
-            |fs| async move { fs.setattr_with(ino.0, size, c, fh).await },
-            move |r, a| r.attr(&ttl, &to_fuse(&a)),
-        );
+        self.set_attr(ino, (c, size), fh, req.uid() == 0, reply);
     }
 
     fn mknod(
@@ -317,27 +299,7 @@ impl fuser::Filesystem for FuseAdapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let span = self.req(
-            Op::Rename,
-            About::Rename(parent.0, name, newparent.0, newname),
-        );
-        let (name, newname) = (utf8(name), utf8(newname));
-        let refused = fuser::RenameFlags::RENAME_EXCHANGE | fuser::RenameFlags::RENAME_WHITEOUT;
-        let exchange = flags.intersects(refused);
-        let noreplace = flags.contains(fuser::RenameFlags::RENAME_NOREPLACE);
-        self.run(
-            span,
-            reply,
-            |fs| async move {
-                let (name, newname) = (name?, newname?);
-                if exchange {
-                    return Err(FsError::Invalid("RENAME_EXCHANGE and RENAME_WHITEOUT"));
-                }
-                fs.rename(parent.0, &name, newparent.0, &newname, noreplace)
-                    .await
-            },
-            done,
-        );
+        self.rename_entry((parent, name), (newparent, newname), flags, reply);
     }
 
     fn link(
@@ -367,29 +329,7 @@ impl fuser::Filesystem for FuseAdapter {
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        if wf.contains(fuser::WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            let _rt = self.rt.enter();
-            if let Err(e) = self.fs.kill_privs(ino.0) {
-                let _span = self.req(Op::Write, About::Handle(ino.0, fh.0)).entered();
-                return answer(reply, Err(e), |r, n| r.written(n));
-            }
-        }
-        if self.fs.needs_stage(fh.0) {
-            // The writer's first change: its object is staged first (a download).
-            let (data, span) = (
-                data.to_vec(),
-                self.req(Op::Write, About::Handle(ino.0, fh.0)),
-            );
-            let op = |fs: Arc<Fs>| async move { fs.write_staging(fh.0, offset, data).await };
-            return self.run(span, reply, op, |r, n| r.written(n));
-        }
-        let _span = self.req(Op::Write, About::Handle(ino.0, fh.0)).entered();
-        // Local disk only: answered on this thread. It may start the early upload of
-        // parts the writer has left behind, which runs on the runtime.
-        let _rt = self.rt.enter();
-        answer(reply, self.fs.write(fh.0, offset, data), |r, n| {
-            r.written(n)
-        });
+        self.write_data(ino, fh, offset, data, wf, reply);
     }
 
     fn fsync(
@@ -441,18 +381,7 @@ impl fuser::Filesystem for FuseAdapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.run(
-            self.req(Op::Fallocate, About::Handle(ino.0, fh.0)),
-            reply,
-            |fs| async move {
-                if mode != 0 {
-                    // Punching holes, zeroing and collapsing ranges: not in objects.
-                    return Err(FsError::NotSupported("fallocate modes"));
-                }
-                fs.fallocate(fh.0, offset, length).await
-            },
-            done,
-        );
+        self.allocate(ino, fh, (offset, length), mode, reply);
     }
 
     /// A copy the server can make is made there (fs/copy.rs); any other is refused with
@@ -471,22 +400,12 @@ impl fuser::Filesystem for FuseAdapter {
         _flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let span = self.req(Op::CopyFileRange, About::Handle(ino_in.0, fh_in.0));
         let c = CopyRange {
             from: (fh_in.0, offset_in),
             to: (fh_out.0, offset_out),
             len,
         };
-        let op = |fs: Arc<Fs>| async move {
-            match fs.copy_range(c).await? {
-                // At most the kernel's cap of one call (4 GiB - 4 KiB), which fits.
-                Some(n) => Ok(u32::try_from(n).unwrap_or(u32::MAX)),
-                None => Err(FsError::NotSupported(
-                    "copy_file_range other than a whole object",
-                )),
-            }
-        };
-        self.run(span, reply, op, |r, n| r.written(n));
+        self.copy_range(ino_in, c, reply);
     }
 
     fn setxattr(
