@@ -194,3 +194,24 @@ def test_kill_9_during_a_copy_leaves_it_whole_or_absent(mount, bucket, s3, seawe
         assert (m2 / "dst").read_bytes() == data
     finally:
         proxy.stop()
+
+
+def test_a_file_just_written_is_published_by_a_copy_on_the_server(mount, bucket, s3, proxy):
+    """A task's output, closed and still uploading, copied at once (Nextflow's publishDir,
+    `cp out results/`): the copy waits for that upload and copies the object on the server;
+    its bytes go up once, not twice, and none comes back down."""
+    data = payload(64 * MiB, "published")
+    m = mount(bucket, proxy=proxy, extra=["--passthrough", "off"])
+    os.mkdir(m / "work")
+    os.mkdir(m / "results")
+    proxy.reset()
+    (m / "work/out.bam").write_bytes(data)
+    r = _cp(m / "work/out.bam", m / "results/out.bam")
+    assert r.returncode == 0, r.stderr
+    assert m.unmount().returncode == 0
+    s = proxy.stats.snapshot()
+    assert s["put_bytes"] <= len(data) + MiB, proxy.stats.summary()
+    assert s["get_bytes"] <= MiB, proxy.stats.summary()
+    assert proxy.count(P.COPY) >= 1, proxy.stats.summary()
+    assert object_bytes(s3, bucket, "results/out.bam") == data
+    assert (mount(bucket) / "results/out.bam").read_bytes() == data

@@ -12,7 +12,11 @@
 //! they were answered (its size, and what a change stages); a close, fsync or other call
 //! before that cuts the copy to it (staged, uploaded as any change).
 //!
-//! Anything else — a source with staged changes, a range, a destination with bytes or
+//! A source written on this node and closed (a task's output, published as soon as the
+//! task ends) is still being uploaded: the copy waits for that upload, then copies the
+//! object it landed as (`settled_source`). Copying its bytes instead sent them up twice.
+//!
+//! Anything else — a source still open for writing, a range, a destination with bytes or
 //! other handles, a passthrough writer (the kernel would go on writing into the staged
 //! file) — answers `None`: the caller lets the kernel copy the bytes through reads and
 //! writes, as before.
@@ -57,6 +61,9 @@ impl Fs {
     pub async fn copy_range(self: &Arc<Self>, c: CopyRange) -> Result<Option<u64>> {
         if let Some((ino, ahead)) = self.handles.ahead(c.to.0) {
             return self.copy_on(c, ino, ahead).await;
+        }
+        if !self.settled_source(c.from.0).await {
+            return Ok(None);
         }
         let Some(plan) = self.server_copy(&c) else {
             return Ok(None);
@@ -126,10 +133,8 @@ impl Fs {
     /// version are answered at once; anything else first cuts the file to what was
     /// answered, and is left to the kernel.
     async fn copy_on(self: &Arc<Self>, c: CopyRange, ino: u64, a: Ahead) -> Result<Option<u64>> {
-        let same = self.handles.bucket_reader(c.from.0).is_some_and(|(_, r)| {
-            let (key, etag, _) = r.version();
-            key == a.key && etag == Some(a.etag.as_str())
-        });
+        let source = self.source_version(c.from.0);
+        let same = source.is_some_and(|(_, key, etag, _)| key == a.key && etag == a.etag);
         if !same || c.from.1 != a.acked || c.to.1 != a.acked {
             self.stage(c.to.0, u64::MAX).await?;
             return Ok(None);
@@ -172,21 +177,49 @@ impl Fs {
         self.flush(fh)
     }
 
+    /// False where the source `fh` is a staged file still open for writing, or whose
+    /// upload failed; otherwise, once a closed staged file's upload has landed (at once
+    /// for a source read from the bucket).
+    async fn settled_source(self: &Arc<Self>, fh: u64) -> bool {
+        let Some((src, staged)) = self.handles.staged_reader(fh) else {
+            return true;
+        };
+        if !self.wb.closed_source(src, &staged) {
+            return false;
+        }
+        // A failure is the source's own to report (its fsync, its close); this copy
+        // leaves the bytes to the kernel.
+        self.wait_durable(src, &staged).await.is_ok()
+    }
+
+    /// The object `fh` reads, as (inode, key, ETag, size): a reader of the bucket, or of
+    /// a staged file the bucket holds as it is (`settled_source`).
+    fn source_version(&self, fh: u64) -> Option<(u64, String, String, u64)> {
+        if let Some((src, reader)) = self.handles.bucket_reader(fh) {
+            // Staged by another handle: what it holds may differ from the bucket's.
+            if self.wb.stat(src).is_some() {
+                return None;
+            }
+            let (key, etag, size) = reader.version();
+            return Some((src, key.to_string(), etag?.to_string(), size));
+        }
+        let (src, staged) = self.handles.staged_reader(fh)?;
+        let t = self.ns.lock();
+        let (n, path) = (t.get(src)?, t.path(src)?);
+        let etag = n.entry.etag.as_deref()?.to_string();
+        let durable = self.wb.durable_source(src, &staged) && !n.is_unlinked();
+        durable.then(|| (src, self.key(&path), etag, n.entry.size))
+    }
+
     /// The copy `c` asks for, if the server can make it.
     fn server_copy(&self, c: &CopyRange) -> Option<ServerCopy> {
-        let (src, reader) = self.handles.bucket_reader(c.from.0)?;
-        // Staged by another handle: what it holds may differ from the bucket's.
-        if self.wb.stat(src).is_some() {
-            return None;
-        }
-        let (key, etag, size) = reader.version();
+        let (src, key, etag, size) = self.source_version(c.from.0)?;
         let asks_all = c.len >= size || c.len >= self.cfg.copy_chunk;
         let whole = c.from.1 == 0 && c.to.1 == 0 && asks_all && size > 0;
         let (ino, staged) = self.handles.plain_writer(c.to.0)?;
-        let etag = etag?.to_string();
         let fits = whole && ino != src && self.wb.copy_target(ino, &staged);
         fits.then(|| ServerCopy {
-            key: key.to_string(),
+            key,
             etag,
             size,
             acked: c.len.min(size),

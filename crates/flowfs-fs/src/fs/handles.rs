@@ -136,6 +136,18 @@ impl Handles {
         }
     }
 
+    /// The inode and staged file `fh` reads (a reader of a file written on this node).
+    pub(super) fn staged_reader(&self, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
+        match self.files.lock().get(&fh) {
+            Some(Handle::Local {
+                ino,
+                staged,
+                access: Access::Read,
+            }) => Some((*ino, staged.clone())),
+            _ => None,
+        }
+    }
+
     /// The inode and staged file `fh` writes through `write` calls (not passthrough).
     pub(super) fn plain_writer(&self, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
         match self.files.lock().get(&fh) {

@@ -9,6 +9,30 @@ use super::file::{EarlyState, FileWb, KernelWrites, Phase};
 use super::{StagedFile, WriteBack};
 
 impl WriteBack {
+    /// Whether `file`, `ino`'s staged file, is a closed copy source: no writer (its
+    /// content stays as it is until one opens), not given up. Its upload is then waited
+    /// for, and the copy made from the object it lands as.
+    pub fn closed_source(&self, ino: u64, file: &Arc<StagedFile>) -> bool {
+        let t = self.table.lock();
+        t.files.get(&ino).is_some_and(|f| {
+            Arc::ptr_eq(&f.file, file)
+                && f.writers == 0
+                && f.passthrough == KernelWrites::None
+                && !matches!(f.phase, Phase::Retired | Phase::Copying)
+        })
+    }
+
+    /// Whether the bucket holds `file`'s content as it is now, and nothing writes it.
+    pub fn durable_source(&self, ino: u64, file: &Arc<StagedFile>) -> bool {
+        let t = self.table.lock();
+        t.files.get(&ino).is_some_and(|f| {
+            Arc::ptr_eq(&f.file, file)
+                && f.writers == 0
+                && matches!(f.phase, Phase::Idle)
+                && f.durable_gen == f.gen
+        })
+    }
+
     /// Whether `file`, `ino`'s staged file, may be replaced by a copy made on the server:
     /// empty, its one writer the caller's handle, no reader, no passthrough writer (the
     /// kernel would write on into the staged file), no upload queued, in flight or early.

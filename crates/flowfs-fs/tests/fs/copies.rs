@@ -247,3 +247,47 @@ async fn a_copy_made_ahead_and_cut_short_is_what_was_answered() {
         [&bytes[..1000], b"tail"].concat()
     );
 }
+
+/// A task's output, closed and still being uploaded, published at once (`publishDir`): the
+/// copy waits for the upload, then copies the object on the server; the bytes go up once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_file_still_uploading_is_copied_once_it_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let bytes = data(3 << 20, 3);
+    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
+    fs.write(w, 0, &bytes).unwrap();
+    mock.set_latency_of(Op::Put, std::time::Duration::from_millis(300));
+    mock.set_latency_of(Op::CompleteMultipart, std::time::Duration::from_millis(300));
+    fs.release(w).unwrap();
+    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let (pub_attr, dst) = fs.create(ROOT, "pub", 0o644).await.unwrap();
+    // (The upload's own copies, an early upload's metadata stamp, are counted too.)
+    assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
+    for fh in [src, dst] {
+        fs.release(fh).unwrap();
+    }
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.object("pub").unwrap(), bytes);
+    assert_eq!(mock.object("out").unwrap(), bytes);
+    let parts = mock.count(Op::UploadPart) + mock.count(Op::Put);
+    assert_eq!(parts, 3, "the bytes went up once: 3 parts of 1 MiB");
+    assert_eq!(read_all(&fs, pub_attr.ino).await, bytes);
+}
+
+/// A source still open for writing is copied by the kernel, from what it holds now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_still_open_for_writing_is_copied_by_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
+    fs.write(w, 0, &data(100_000, 4)).unwrap();
+    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let (_, dst) = fs.create(ROOT, "pub", 0o644).await.unwrap();
+    assert_eq!(copy_whole(&fs, src, dst).await, None);
+    assert_eq!(mock.count(Op::Copy), 0);
+    for fh in [w, src, dst] {
+        fs.release(fh).unwrap();
+    }
+    assert!(fs.flush_all().await.is_empty());
+}
