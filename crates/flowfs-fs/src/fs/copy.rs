@@ -16,10 +16,12 @@
 //! task ends) is still being uploaded: the copy waits for that upload, then copies the
 //! object it landed as (`settled_source`). Copying its bytes instead sent them up twice.
 //!
+//! A passthrough writer (the kernel reads and writes its staged file itself) is filled on
+//! local disk instead, its upload a copy on the server (copy_fill.rs).
+//!
 //! Anything else — a source still open for writing, a range, a destination with bytes or
-//! other handles, a passthrough writer (the kernel would go on writing into the staged
-//! file) — answers `None`: the caller lets the kernel copy the bytes through reads and
-//! writes, as before.
+//! other handles — answers `None`: the caller lets the kernel copy the bytes through reads
+//! and writes, as before.
 
 use flowfs_client::Version;
 use std::collections::HashMap;
@@ -66,7 +68,7 @@ impl Fs {
             return Ok(None);
         }
         let Some(plan) = self.server_copy(&c) else {
-            return Ok(None);
+            return self.fill_copy(&c).await;
         };
         let ServerCopy {
             ino, size, acked, ..
@@ -194,7 +196,7 @@ impl Fs {
 
     /// The object `fh` reads, as (inode, key, ETag, size): a reader of the bucket, or of
     /// a staged file the bucket holds as it is (`settled_source`).
-    fn source_version(&self, fh: u64) -> Option<(u64, String, String, u64)> {
+    pub(super) fn source_version(&self, fh: u64) -> Option<(u64, String, String, u64)> {
         if let Some((src, reader)) = self.handles.bucket_reader(fh) {
             // Staged by another handle: what it holds may differ from the bucket's.
             if self.wb.stat(src).is_some() {
@@ -232,7 +234,10 @@ impl Fs {
     /// the time of the copy, as a write now would give it. `None` for a file with other
     /// names (each name's object must get the bytes: its upload copies them there) and for
     /// a completion marker (its upload waits for the outputs beside it).
-    fn copy_target_attrs(&self, ino: u64) -> Option<(String, HashMap<String, String>, SystemTime)> {
+    pub(super) fn copy_target_attrs(
+        &self,
+        ino: u64,
+    ) -> Option<(String, HashMap<String, String>, SystemTime)> {
         let t = self.ns.lock();
         let (n, path) = (t.get(ino)?, t.path(ino)?);
         if self.is_marker(n.name()) || !t.extra_paths(ino).is_empty() {

@@ -148,6 +148,18 @@ impl Handles {
         }
     }
 
+    /// The inode and staged file `fh` writes through the kernel (FUSE passthrough).
+    pub(super) fn passthrough_writer(&self, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
+        match self.files.lock().get(&fh) {
+            Some(Handle::Local {
+                ino,
+                staged,
+                access: Access::Passthrough,
+            }) => Some((*ino, staged.clone())),
+            _ => None,
+        }
+    }
+
     /// The inode and staged file `fh` writes through `write` calls (not passthrough).
     pub(super) fn plain_writer(&self, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
         match self.files.lock().get(&fh) {

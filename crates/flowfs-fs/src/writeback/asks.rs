@@ -66,6 +66,17 @@ pub enum Durability {
     Stalled,
 }
 
+/// An object the bucket holds that has, byte for byte, what a staged file holds: its
+/// upload is a copy of it on the server (a passthrough writer's `copy_file_range`, whose
+/// bytes were also copied into the staged file for the kernel; fs/copy.rs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopySource {
+    /// The object's key.
+    pub key: String,
+    /// Its version, which the copy asks for (a source changed since is not copied).
+    pub etag: String,
+}
+
 /// One upload to run, taken by `begin_upload`.
 pub struct UploadJob {
     pub file: Arc<StagedFile>,
@@ -75,6 +86,9 @@ pub struct UploadJob {
     /// Goes up as a single-part multipart upload, whose `-1` ETag tells a listing that
     /// it may be a symlink: a symlink outside a marked directory (set by the caller).
     pub one_part: bool,
+    /// The bucket already holds these bytes as this object: the upload copies it there,
+    /// and sends the bytes only if the store refuses the copy.
+    pub copy_of: Option<CopySource>,
 }
 
 /// What the end of an upload asks its caller to do.

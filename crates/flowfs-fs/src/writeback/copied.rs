@@ -5,8 +5,12 @@
 
 use std::sync::Arc;
 
+use std::io;
+use std::time::SystemTime;
+
 use super::file::{EarlyState, FileWb, KernelWrites, Phase};
-use super::{StagedFile, WriteBack};
+use super::passthrough::disk_stat;
+use super::{CopySource, StagedFile, WriteBack};
 
 impl WriteBack {
     /// Whether `file`, `ino`'s staged file, is a closed copy source: no writer (its
@@ -31,6 +35,43 @@ impl WriteBack {
                 && matches!(f.phase, Phase::Idle)
                 && f.durable_gen == f.gen
         })
+    }
+
+    /// Whether `file`, `ino`'s staged file, may be filled by a copy (`filled_by_copy`):
+    /// empty, idle, its one writer the caller's passthrough handle, no reader.
+    pub fn fill_target(&self, ino: u64, file: &Arc<StagedFile>) -> bool {
+        let t = self.table.lock();
+        t.files.get(&ino).is_some_and(|f| {
+            let one = matches!(f.passthrough, KernelWrites::Writing { writers: 1, .. });
+            one && matches!(f.phase, Phase::Idle) && lone_empty(f, file)
+        })
+    }
+
+    /// `file` now holds `size` bytes, those of `source` (copied on local disk by the
+    /// caller): a change as the kernel's writes are, whose upload is a copy of `source` on
+    /// the server (`UploadJob::copy_of`). What the kernel writes from now on is seen
+    /// against the file as it is now.
+    pub fn filled_by_copy(
+        &self,
+        ino: u64,
+        file: &Arc<StagedFile>,
+        size: u64,
+        source: CopySource,
+    ) -> io::Result<()> {
+        let st = disk_stat(file)?;
+        let mut t = self.table.lock();
+        let Some(f) = t.files.get_mut(&ino).filter(|f| Arc::ptr_eq(&f.file, file)) else {
+            return Ok(());
+        };
+        if let KernelWrites::Writing { writers, .. } = f.passthrough {
+            f.passthrough = KernelWrites::Writing { writers, seen: st };
+        }
+        f.size = size;
+        f.gen += 1;
+        f.mtime = SystemTime::now();
+        f.ctime = f.mtime;
+        f.copy_of = Some((source, f.gen));
+        Ok(())
     }
 
     /// Whether `file`, `ino`'s staged file, may be replaced by a copy made on the server:
@@ -102,14 +143,14 @@ impl WriteBack {
 }
 
 fn replaceable(f: &FileWb, file: &Arc<StagedFile>) -> bool {
+    lone_empty(f, file) && f.passthrough == KernelWrites::None
+}
+
+/// `file` is `f`'s, empty, with one writer (the caller's), no reader and no early upload.
+fn lone_empty(f: &FileWb, file: &Arc<StagedFile>) -> bool {
     let no_early = match &f.early {
         EarlyState::Off => true,
         EarlyState::On { sent, upload } => *sent == 0 && upload.is_none(),
     };
-    Arc::ptr_eq(&f.file, file)
-        && f.size == 0
-        && f.writers == 1
-        && f.readers == 0
-        && f.passthrough == KernelWrites::None
-        && no_early
+    Arc::ptr_eq(&f.file, file) && f.size == 0 && f.writers == 1 && f.readers == 0 && no_early
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::{Early, StagedFile, UploadError};
+use super::{CopySource, Early, StagedFile, UploadError};
 
 /// Where a staged file stands on its way to the bucket.
 #[derive(Debug, Clone)]
@@ -70,6 +70,8 @@ pub(super) struct FileWb {
     pub(super) shadows: bool,
     pub(super) early: EarlyState,
     pub(super) passthrough: KernelWrites,
+    /// The content of generation `.1` is the object `.0` (`WriteBack::filled_by_copy`).
+    pub(super) copy_of: Option<(CopySource, u64)>,
 }
 
 /// What the staging file showed (`fstat`) when flowfs last looked: the changes of a
@@ -114,6 +116,7 @@ impl FileWb {
             shadows: false,
             early: EarlyState::Off,
             passthrough: KernelWrites::None,
+            copy_of: None,
         }
     }
 

@@ -84,12 +84,14 @@ impl WriteBack {
             } if e.key == key => Some(e),
             _ => None,
         };
+        let copy_of = f.copy_of.clone().filter(|(_, gen)| *gen == f.gen);
         Some(UploadJob {
             file: f.file.clone(),
             gen: f.gen,
             size: f.size,
             early,
             one_part: false,
+            copy_of: copy_of.map(|(source, _)| source),
         })
     }
 

@@ -33,7 +33,8 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 pub use asks::{
-    Durability, Finished, NameHold, NewFile, Released, Retired, StagedStat, UploadJob, Written,
+    CopySource, Durability, Finished, NameHold, NewFile, Released, Retired, StagedStat, UploadJob,
+    Written,
 };
 pub use early::{Aborts, Early};
 pub use error::UploadError;

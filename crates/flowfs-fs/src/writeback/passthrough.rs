@@ -138,7 +138,7 @@ impl WriteBack {
     }
 }
 
-fn disk_stat(file: &StagedFile) -> io::Result<DiskStat> {
+pub(super) fn disk_stat(file: &StagedFile) -> io::Result<DiskStat> {
     use std::os::unix::fs::MetadataExt;
     let m = file.file.metadata()?;
     Ok(DiskStat {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use flowfs_client::{ClientError, ObjectClient};
+use flowfs_client::{ClientError, ObjectClient, Version};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -103,6 +103,9 @@ impl Uploader {
         key: &str,
         metadata: &HashMap<String, String>,
     ) -> Sent {
+        if let Some(sent) = self.send_copy(job, key, metadata).await {
+            return sent;
+        }
         let ps = self.part_size;
         if let Some(e) = &job.early {
             if let Some(r) = e.finish(&job.file, job.size, ps, &self.slots.parts).await {
@@ -123,6 +126,32 @@ impl Uploader {
         Sent {
             result,
             stamped: true,
+        }
+    }
+
+    /// A job whose bytes the bucket already holds (`UploadJob::copy_of`) copied there on
+    /// the server; `None` (the bytes are sent) where the store refuses the copy: the source
+    /// was replaced or removed since, or it is too big for one copy.
+    async fn send_copy(
+        &self,
+        job: &UploadJob,
+        key: &str,
+        metadata: &HashMap<String, String>,
+    ) -> Option<Sent> {
+        let src = job.copy_of.as_ref().filter(|_| job.early.is_none())?;
+        let from = Version {
+            key: &src.key,
+            etag: Some(&src.etag),
+        };
+        match self.client.copy(from, key, Some(metadata)).await {
+            Ok(put) => Some(Sent {
+                result: Ok(put.etag),
+                stamped: true,
+            }),
+            Err(e) => {
+                tracing::info!(from = %src.key, to = %key, "copy refused, sending the bytes: {e}");
+                None
+            }
         }
     }
 

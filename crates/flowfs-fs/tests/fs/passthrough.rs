@@ -318,3 +318,70 @@ async fn fsync_of_an_unstaged_writer_makes_the_file_durable() {
     fs.release(lazy).unwrap();
     assert!(fs.flush_all().await.is_empty());
 }
+
+/// `copy_file_range` of a file written on this node onto a passthrough writer (`cp` as
+/// root publishing a task's output): the staged file gets the bytes on local disk, for the
+/// kernel, and the upload at the close is a copy on the server: no byte goes up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_onto_a_passthrough_writer_is_filled_locally_and_copied_on_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let bytes = data(3 << 20, 8);
+    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
+    fs.write(w, 0, &bytes).unwrap();
+    fs.release(w).unwrap();
+    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let (d, dst, hints) = created(&fs, "pub").await;
+    let c = flowfs_fs::CopyRange {
+        from: (src, 0),
+        to: (dst, 0),
+        len: 1 << 30,
+    };
+    assert_eq!(fs.copy_range(c).await.unwrap(), Some(bytes.len() as u64));
+    let mut local = vec![0u8; bytes.len()];
+    backing_file(&hints.backing)
+        .read_exact_at(&mut local, 0)
+        .unwrap();
+    assert!(
+        local == bytes,
+        "the kernel reads the copy's bytes from the staged file"
+    );
+    assert_eq!(fs.getattr(d.ino).await.unwrap().size, bytes.len() as u64);
+    let sent = mock.count(Op::UploadPart) + mock.count(Op::Put);
+    fs.release(dst).unwrap();
+    fs.release(src).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(
+        mock.count(Op::UploadPart) + mock.count(Op::Put),
+        sent,
+        "no byte went up again"
+    );
+    assert!(mock.object("pub").unwrap() == bytes);
+}
+
+/// The source removed before the copy's upload: the store refuses the copy, and the bytes
+/// staged for the kernel are sent instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filled_copy_whose_source_is_gone_sends_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let bytes = data(200_000, 9);
+    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
+    fs.write(w, 0, &bytes).unwrap();
+    fs.release(w).unwrap();
+    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let (_, dst, _hints) = created(&fs, "pub").await;
+    let c = flowfs_fs::CopyRange {
+        from: (src, 0),
+        to: (dst, 0),
+        len: 1 << 30,
+    };
+    assert_eq!(fs.copy_range(c).await.unwrap(), Some(bytes.len() as u64));
+    fs.release(src).unwrap();
+    fs.unlink(ROOT, "out").await.unwrap();
+    assert!(fs.flush_all().await.is_empty(), "out's delete done");
+    fs.release(dst).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert!(mock.object("pub").unwrap() == bytes);
+    assert!(mock.object("out").is_none());
+}

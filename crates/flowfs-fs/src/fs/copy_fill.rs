@@ -1,0 +1,85 @@
+//! `copy_file_range` onto a writer the kernel serves itself (FUSE passthrough, the default
+//! as root): the kernel reads and writes that file's staged file directly, so the copy's
+//! bytes must be there. A source written on this node, whose staged file the bucket holds
+//! as it is (`settled_source`: a task's output being published), is copied into it on local
+//! disk (`copy_file_range` between two local files: no network), and the destination's
+//! upload at its close is a copy of the source's object on the server
+//! (`UploadJob::copy_of`); the bytes are sent only if the store refuses that copy (the
+//! source removed or replaced by then). A source read from the bucket is left to the kernel:
+//! its bytes would have to come down.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use crate::error::{FsError, Result};
+use crate::writeback::CopySource;
+
+use super::{CopyRange, Fs};
+
+impl Fs {
+    /// The copy `c` onto a passthrough writer, if it is a whole source written on this
+    /// node onto an empty file: its bytes, or `None` (the kernel copies them).
+    pub(super) async fn fill_copy(self: &Arc<Self>, c: &CopyRange) -> Result<Option<u64>> {
+        let Some((src, src_staged)) = self.handles.staged_reader(c.from.0) else {
+            return Ok(None);
+        };
+        let Some((_, key, etag, size)) = self.source_version(c.from.0) else {
+            return Ok(None);
+        };
+        let Some((ino, staged)) = self.handles.passthrough_writer(c.to.0) else {
+            return Ok(None);
+        };
+        let whole = c.from.1 == 0 && c.to.1 == 0 && c.len >= size && size > 0;
+        let fits = whole && ino != src && self.wb.fill_target(ino, &staged);
+        // Not a file with other names, nor a completion marker (copy.rs).
+        if !fits || self.copy_target_attrs(ino).is_none() {
+            return Ok(None);
+        }
+        let (from, to) = (src_staged.clone(), staged.clone());
+        let copied = tokio::task::spawn_blocking(move || copy_local(&from.file, &to.file, size))
+            .await
+            .map_err(|e| FsError::Internal(format!("local copy task: {e}")))?;
+        if let Err(e) = copied {
+            tracing::info!(ino, "local copy failed, the kernel copies the bytes: {e}");
+            // Empty again, as the kernel's copy expects it.
+            staged.file.set_len(0)?;
+            return Ok(None);
+        }
+        self.wb
+            .filled_by_copy(ino, &staged, size, CopySource { key, etag })?;
+        Ok(Some(size))
+    }
+}
+
+/// The first `size` bytes of `from` into `to` from offset 0, in the kernel (no copy through
+/// user space; a reflink where the file system shares extents).
+fn copy_local(from: &File, to: &File, size: u64) -> io::Result<()> {
+    let (mut off_in, mut off_out): (i64, i64) = (0, 0);
+    while (off_in as u64) < size {
+        let left = usize::try_from(size - off_in as u64).unwrap_or(usize::MAX);
+        // SAFETY: two open descriptors and offsets this frame owns.
+        let n = unsafe {
+            libc::copy_file_range(
+                from.as_raw_fd(),
+                &mut off_in,
+                to.as_raw_fd(),
+                &mut off_out,
+                left,
+                0,
+            )
+        };
+        match n {
+            n if n < 0 => return Err(io::Error::last_os_error()),
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "source shorter than its size",
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
