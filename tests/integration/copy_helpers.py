@@ -1,5 +1,6 @@
-"""The check every store's tests share for copies within a mount (issue 49): `cp` of an
-object onto a new file of the same mount moves no byte of it through the node."""
+"""The checks every store's tests share for copies within a mount and what they keep (issue
+49): `cp` of an object onto a new file of the same mount moves no byte of it through the
+node; extended attributes survive a rename (a copy on the server) and a remount."""
 
 from __future__ import annotations
 
@@ -45,3 +46,16 @@ def check_cp_copies_on_the_server(mount, bucket, s3, proxy: P.CountingProxy, siz
     assert st.st_size == size and st.st_mtime >= int(started) - 1, (st, started)
     assert st.st_mtime > os.stat(m2 / "in/src.bam").st_mtime
     assert (m2 / "out/dst.bam").read_bytes() == data
+
+
+def check_xattrs_survive_a_rename_and_a_remount(mount, bucket) -> None:
+    """`user.*` attributes set through one mount, the file renamed, read by a remount with an
+    empty cache: kept in the object's metadata on the store behind `mount`."""
+    m = mount(bucket)
+    (m / "a").write_bytes(b"x" * 1000)
+    os.setxattr(m / "a", "user.sha", b"\x00abc\xff")
+    os.rename(m / "a", m / "b")
+    assert m.unmount().returncode == 0
+    again = mount(bucket)
+    assert os.listxattr(again / "b") == ["user.sha"]
+    assert os.getxattr(again / "b", "user.sha") == b"\x00abc\xff"

@@ -30,7 +30,7 @@ from flowfs_mount import is_mounted, mount_args, start_mount
 from gcs_store import GcsS3
 from helpers import MiB, payload, put_many, sha256
 from metrics_helpers import GCS_GROUPS, report_matches_proxy
-from copy_helpers import check_cp_copies_on_the_server
+from copy_helpers import check_cp_copies_on_the_server, check_xattrs_survive_a_rename_and_a_remount
 from s3proxy import CountingProxy
 from test_cache_cli import cli, stats
 from workflow_helpers import (
@@ -377,11 +377,4 @@ def test_cp_within_a_mount_is_a_copy_on_the_server(mount, bucket, s3, proxy):
 
 def test_extended_attributes_survive_a_rename_and_a_remount(mount, bucket):
     """Issue 49: `user.*` attributes live in the object's metadata on this store too."""
-    m = mount(bucket)
-    (m / "a").write_bytes(b"x" * 1000)
-    os.setxattr(m / "a", "user.sha", b"\x00abc\xff")
-    os.rename(m / "a", m / "b")
-    assert m.unmount().returncode == 0
-    again = mount(bucket)
-    assert os.listxattr(again / "b") == ["user.sha"]
-    assert os.getxattr(again / "b", "user.sha") == b"\x00abc\xff"
+    check_xattrs_survive_a_rename_and_a_remount(mount, bucket)

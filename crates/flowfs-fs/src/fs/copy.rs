@@ -32,6 +32,7 @@ use crate::error::Result;
 use crate::writeback::StagedFile;
 
 use super::handles::Ahead;
+use super::passthrough::Access;
 use super::Fs;
 
 /// One `copy_file_range` call: `(handle, offset)` of the source and of the destination,
@@ -183,7 +184,7 @@ impl Fs {
     /// upload failed; otherwise, once a closed staged file's upload has landed (at once
     /// for a source read from the bucket).
     async fn settled_source(self: &Arc<Self>, fh: u64) -> bool {
-        let Some((src, staged)) = self.handles.staged_reader(fh) else {
+        let Some((src, staged)) = self.handles.local(Access::Read, fh) else {
             return true;
         };
         if !self.wb.closed_source(src, &staged) {
@@ -205,7 +206,7 @@ impl Fs {
             let (key, etag, size) = reader.version();
             return Some((src, key.to_string(), etag?.to_string(), size));
         }
-        let (src, staged) = self.handles.staged_reader(fh)?;
+        let (src, staged) = self.handles.local(Access::Read, fh)?;
         let t = self.ns.lock();
         let (n, path) = (t.get(src)?, t.path(src)?);
         let etag = n.entry.etag.as_deref()?.to_string();
@@ -218,7 +219,7 @@ impl Fs {
         let (src, key, etag, size) = self.source_version(c.from.0)?;
         let asks_all = c.len >= size || c.len >= self.cfg.copy_chunk;
         let whole = c.from.1 == 0 && c.to.1 == 0 && asks_all && size > 0;
-        let (ino, staged) = self.handles.plain_writer(c.to.0)?;
+        let (ino, staged) = self.handles.local(Access::Write, c.to.0)?;
         let fits = whole && ino != src && self.wb.copy_target(ino, &staged);
         fits.then(|| ServerCopy {
             key,

@@ -16,19 +16,19 @@ use std::sync::Arc;
 use crate::error::{FsError, Result};
 use crate::writeback::CopySource;
 
-use super::{CopyRange, Fs};
+use super::{Access, CopyRange, Fs};
 
 impl Fs {
     /// The copy `c` onto a passthrough writer, if it is a whole source written on this
     /// node onto an empty file: its bytes, or `None` (the kernel copies them).
     pub(super) async fn fill_copy(self: &Arc<Self>, c: &CopyRange) -> Result<Option<u64>> {
-        let Some((src, src_staged)) = self.handles.staged_reader(c.from.0) else {
+        let Some((src, src_staged)) = self.handles.local(Access::Read, c.from.0) else {
             return Ok(None);
         };
         let Some((_, key, etag, size)) = self.source_version(c.from.0) else {
             return Ok(None);
         };
-        let Some((ino, staged)) = self.handles.passthrough_writer(c.to.0) else {
+        let Some((ino, staged)) = self.handles.local(Access::Passthrough, c.to.0) else {
             return Ok(None);
         };
         let whole = c.from.1 == 0 && c.to.1 == 0 && c.len >= size && size > 0;

@@ -136,38 +136,16 @@ impl Handles {
         }
     }
 
-    /// The inode and staged file `fh` reads (a reader of a file written on this node).
-    pub(super) fn staged_reader(&self, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
+    /// The inode and staged file `fh` uses as `access` says: a reader of a file written
+    /// on this node (`Read`), a writer through `write` calls (`Write`), or one whose
+    /// writes the kernel makes (`Passthrough`).
+    pub(super) fn local(&self, access: Access, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
         match self.files.lock().get(&fh) {
             Some(Handle::Local {
                 ino,
                 staged,
-                access: Access::Read,
-            }) => Some((*ino, staged.clone())),
-            _ => None,
-        }
-    }
-
-    /// The inode and staged file `fh` writes through the kernel (FUSE passthrough).
-    pub(super) fn passthrough_writer(&self, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
-        match self.files.lock().get(&fh) {
-            Some(Handle::Local {
-                ino,
-                staged,
-                access: Access::Passthrough,
-            }) => Some((*ino, staged.clone())),
-            _ => None,
-        }
-    }
-
-    /// The inode and staged file `fh` writes through `write` calls (not passthrough).
-    pub(super) fn plain_writer(&self, fh: u64) -> Option<(u64, Arc<StagedFile>)> {
-        match self.files.lock().get(&fh) {
-            Some(Handle::Local {
-                ino,
-                staged,
-                access: Access::Write,
-            }) => Some((*ino, staged.clone())),
+                access: a,
+            }) if *a == access => Some((*ino, staged.clone())),
             _ => None,
         }
     }
