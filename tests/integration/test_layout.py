@@ -1,5 +1,6 @@
 """The shape of the code (issue 50): no import circle between the modules of a crate
-(scripts/import_circles.py), checked on the repository and on a crate made to have one."""
+(scripts/import_circles.py), and no function over 80 lines (scripts/long_functions.py), each
+checked on the repository and on code made to break it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "import_circles.py"
+LONG = Path(__file__).resolve().parents[2] / "scripts" / "long_functions.py"
 
 
 def _checker():
@@ -37,3 +39,19 @@ def test_the_checker_finds_a_circle_and_lets_a_module_use_its_parent(tmp_path):
     (src / "cache" / "error.rs").write_text("use crate::error::FsError;\npub enum CacheError { F(Box<FsError>) }\n")
     found = c.circles(c.edges(c.modules(src)))
     assert found == [[("cache", "error"), ("error",)]], found
+
+
+def test_no_function_over_80_lines_in_crates():
+    r = subprocess.run([sys.executable, str(LONG)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"functions over 80 lines:\n{r.stdout}{r.stderr}"
+
+
+def test_the_length_checker_counts_bodies_not_declarations():
+    spec = importlib.util.spec_from_file_location("long_functions", LONG)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    body = ["    let x = 1; // {"] * 81
+    lines = ["trait T {", "    fn declared(", "        &self,", "    ) -> u8;", "}",
+             "pub async fn long() {", *body, "}", "fn short() -> u8 {", "    1", "}"]
+    found = {name: n for _, n, name in mod.functions(lines)}
+    assert found == {"long": 83, "short": 3}, found

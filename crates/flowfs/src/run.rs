@@ -75,79 +75,10 @@ pub fn run(args: RunArgs) -> i32 {
         Some(Ok(p)) => Some(p),
         None => None,
     };
-    let mut mounted = Vec::new();
-    for m in &args.mounts {
-        let Some((source, dir)) = m.split_once('=') else {
-            eprintln!("flowfs: --mount must look like s3://BUCKET[/PREFIX]=DIR, got {m:?}");
-            unmount_all(&mounted, false);
-            return EXIT_MOUNT_FAILED;
-        };
-        let dir = PathBuf::from(dir);
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            eprintln!("flowfs: cannot create mount point {}: {e}", dir.display());
-            unmount_all(&mounted, false);
-            return EXIT_MOUNT_FAILED;
-        }
-        let mut opts = args.opts.clone();
-        opts.foreground = false;
-        opts.pid_file = None;
-        // Killed with -9, this process can no longer unmount: its death ends the mount.
-        opts.end_with_parent = true;
-        let margs = MountArgs {
-            source: source.to_string(),
-            dir: dir.clone(),
-            opts,
-        };
-        if let Err(e) = mount::mount(margs) {
-            eprintln!(
-                "flowfs: cannot mount {source} at {}: {}",
-                dir.display(),
-                format!("{e:#}").replace('\n', " ")
-            );
-            unmount_all(&mounted, false);
-            return EXIT_MOUNT_FAILED;
-        }
-        mounted.push(dir.canonicalize().unwrap_or(dir));
-    }
-
-    let mut cmd = Command::new(&args.command[0]);
-    cmd.args(&args.command[1..]);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGTERM, libc::SIG_DFL);
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGHUP, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    let code = match cmd.spawn() {
-        Ok(mut child) => {
-            CHILD.store(child.id() as i32, Ordering::SeqCst);
-            // The batch system's signals go to the task; the flush still happens after.
-            // SAFETY: installing a handler that only calls kill.
-            unsafe {
-                for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-                    libc::signal(sig, forward as *const () as libc::sighandler_t);
-                }
-            }
-            match child.wait() {
-                Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
-                Err(e) => {
-                    eprintln!("flowfs: waiting for the command failed: {e}");
-                    1
-                }
-            }
-        }
-        Err(e) => {
-            eprintln!("flowfs: cannot run {:?}: {e}", args.command[0]);
-            if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            }
-        }
+    let Some(mounted) = mount_each(&args) else {
+        return EXIT_MOUNT_FAILED;
     };
+    let code = run_command(&args.command);
     let (flushed, usage) = unmount_all(&mounted, args.report.is_some());
     if !flushed {
         return EXIT_FLUSH_FAILED;
@@ -158,4 +89,90 @@ pub fn run(args: RunArgs) -> i32 {
         }
     }
     code
+}
+
+/// Mounts every `--mount SOURCE=DIR` of `args` in the background; the mount points, or
+/// `None` (said on stderr) once one fails, after the ones before it are unmounted.
+fn mount_each(args: &RunArgs) -> Option<Vec<PathBuf>> {
+    let mut mounted = Vec::new();
+    for m in &args.mounts {
+        match mount_one(args, m) {
+            Ok(dir) => mounted.push(dir),
+            Err(e) => {
+                eprintln!("flowfs: {e}");
+                unmount_all(&mounted, false);
+                return None;
+            }
+        }
+    }
+    Some(mounted)
+}
+
+/// One `--mount SOURCE=DIR`: its mount point made, the source mounted there.
+fn mount_one(args: &RunArgs, m: &str) -> Result<PathBuf, String> {
+    let Some((source, dir)) = m.split_once('=') else {
+        return Err(format!(
+            "--mount must look like s3://BUCKET[/PREFIX]=DIR, got {m:?}"
+        ));
+    };
+    let dir = PathBuf::from(dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create mount point {}: {e}", dir.display()))?;
+    let mut opts = args.opts.clone();
+    opts.foreground = false;
+    opts.pid_file = None;
+    // Killed with -9, this process can no longer unmount: its death ends the mount.
+    opts.end_with_parent = true;
+    let margs = MountArgs {
+        source: source.to_string(),
+        dir: dir.clone(),
+        opts,
+    };
+    mount::mount(margs).map_err(|e| {
+        let why = format!("{e:#}").replace('\n', " ");
+        format!("cannot mount {source} at {}: {why}", dir.display())
+    })?;
+    Ok(dir.canonicalize().unwrap_or(dir))
+}
+
+/// Runs `command` with the batch system's signals forwarded to it; its exit code (128 +
+/// the signal that ended it; 127 when it is not found, 126 when it cannot start).
+fn run_command(command: &[String]) -> i32 {
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("flowfs: cannot run {:?}: {e}", command[0]);
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+        }
+    };
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    // The batch system's signals go to the task; the flush still happens after.
+    // SAFETY: installing a handler that only calls kill.
+    unsafe {
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::signal(sig, forward as *const () as libc::sighandler_t);
+        }
+    }
+    match child.wait() {
+        Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+        Err(e) => {
+            eprintln!("flowfs: waiting for the command failed: {e}");
+            1
+        }
+    }
 }

@@ -80,6 +80,39 @@ fn fuse_config(args: &MountArgs, read_only: bool) -> Result<fuser::Config> {
     Ok(fcfg)
 }
 
+/// Uploads what a killed mount left staged (its journal), and says what it did.
+fn recover(rt: &tokio::runtime::Runtime, fs: &Arc<Fs>) {
+    let (recovered, unrecovered) = rt.block_on(fs.recover());
+    for k in &recovered {
+        tracing::warn!(key = %k, "recovered from the journal of an earlier mount and uploaded");
+    }
+    for k in &unrecovered {
+        tracing::error!("could not recover {k}; it stays in the journal");
+    }
+}
+
+/// The mount's metrics served at `--metrics-addr`, and pushed by OTLP when the environment
+/// asks for it (returned: its last push comes at the unmount).
+fn export_metrics(
+    args: &MountArgs,
+    rt: &tokio::runtime::Runtime,
+    ending: &Arc<Ending>,
+    fuse_ops: Arc<flowfs_fs::OpStats>,
+) -> Result<Option<Arc<Otlp>>> {
+    if let Some(a) = &args.opts.metrics_addr {
+        let addr = crate::metrics::parse_addr(a)?;
+        let bound = crate::metrics::serve(addr, ending.clone(), fuse_ops.clone())?;
+        tracing::info!("metrics at http://{bound}/metrics");
+    }
+    let Some(c) = OtlpConfig::from_env(&crate::otlp::process_env)? else {
+        return Ok(None);
+    };
+    tracing::info!("pushing metrics to {} every {:?}", c.url, c.interval);
+    let o = Otlp::new(c, ending.clone(), fuse_ops)?;
+    o.spawn(rt.handle());
+    Ok(Some(o))
+}
+
 /// The life of the mount after its checks, from the runtime to the clean-up after the
 /// session ends; `ready` hears `OK` once the kernel has the mount.
 fn session(
@@ -99,13 +132,7 @@ fn session(
     let read_only = cfg.read_only;
     let fs = Arc::new(Fs::new(cfg, store)?);
     // What a killed mount left staged goes up before this one serves anything.
-    let (recovered, unrecovered) = rt.block_on(fs.recover());
-    for k in &recovered {
-        tracing::warn!(key = %k, "recovered from the journal of an earlier mount and uploaded");
-    }
-    for k in &unrecovered {
-        tracing::error!("could not recover {k}; it stays in the journal");
-    }
+    recover(&rt, &fs);
     let adapter = FuseAdapter::new(fs.clone(), rt.handle().clone())
         .with_passthrough(args.opts.passthrough == "auto");
 
@@ -121,20 +148,7 @@ fn session(
     ending.retries = Some(client);
     let ending = Arc::new(ending);
     control::serve(listener, ending.clone()).context("cannot start the control thread")?;
-    if let Some(a) = &args.opts.metrics_addr {
-        let addr = crate::metrics::parse_addr(a)?;
-        let bound = crate::metrics::serve(addr, ending.clone(), fuse_ops.clone())?;
-        tracing::info!("metrics at http://{bound}/metrics");
-    }
-    let otlp = match OtlpConfig::from_env(&crate::otlp::process_env)? {
-        Some(c) => {
-            tracing::info!("pushing metrics to {} every {:?}", c.url, c.interval);
-            let o = Otlp::new(c, ending.clone(), fuse_ops)?;
-            o.spawn(rt.handle());
-            Some(o)
-        }
-        None => None,
-    };
+    let otlp = export_metrics(args, &rt, &ending, fuse_ops)?;
     spawn_signal_task(ending.clone());
     if let Some(p) = &args.opts.pid_file {
         std::fs::write(p, format!("{}\n", std::process::id()))

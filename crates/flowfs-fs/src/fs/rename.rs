@@ -2,7 +2,7 @@
 //! below it; the namespace and the staged files below follow.
 
 use flowfs_client::Version;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -232,18 +232,9 @@ impl Fs {
         new: &str,
     ) -> Result<Vec<(String, String)>> {
         let (from, to) = (self.dir_prefix(old), self.dir_prefix(new));
-        let mut keys = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self.client.list_page(&from, None, token, None).await?;
-            keys.extend(page.objects.into_iter().map(|o| o.key));
-            token = page.next_token;
-            if token.is_none() {
-                break;
-            }
-        }
+        let keys = self.all_keys(&from).await?;
         // Every folder below `from`, whether it has a marker object or not.
-        let mut folders = std::collections::BTreeSet::new();
+        let mut folders = BTreeSet::new();
         folders.insert(from.clone());
         for k in &keys {
             let rel = &k[from.len()..];
@@ -287,13 +278,32 @@ impl Fs {
             |r| r.map(|_| ()).map_err(FsError::from),
         )
         .await?;
-        // Servers with real folders (SeaweedFS) keep an emptied folder listed until it is
-        // deleted, and cannot delete one that still holds a folder: deepest first, one
-        // depth at a time. Elsewhere these are deletes of absent keys.
+        self.delete_folders(folders).await?;
+        Ok(copied)
+    }
+
+    /// Every key below `prefix`, all listing pages.
+    async fn all_keys(&self, prefix: &str) -> Result<Vec<String>> {
+        let (mut keys, mut token) = (Vec::new(), None);
+        loop {
+            let page = self.client.list_page(prefix, None, token, None).await?;
+            keys.extend(page.objects.into_iter().map(|o| o.key));
+            token = page.next_token;
+            if token.is_none() {
+                return Ok(keys);
+            }
+        }
+    }
+
+    /// Servers with real folders (SeaweedFS) keep an emptied folder listed until it is
+    /// deleted, and cannot delete one that still holds a folder: deepest first, one
+    /// depth at a time. Elsewhere these are deletes of absent keys.
+    async fn delete_folders(&self, folders: BTreeSet<String>) -> Result<()> {
         let mut by_depth: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for f in folders {
             by_depth.entry(f.matches('/').count()).or_default().push(f);
         }
+        let client = &self.client;
         for (_, level) in by_depth.into_iter().rev() {
             batched(
                 &level,
@@ -308,6 +318,6 @@ impl Fs {
             )
             .await?;
         }
-        Ok(copied)
+        Ok(())
     }
 }
