@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use crate::error::Result;
+use crate::inode::Inodes;
 use crate::writeback::StagedFile;
 
 use super::handles::Ahead;
@@ -46,6 +47,9 @@ pub struct CopyRange {
     /// The most bytes to copy.
     pub len: u64,
 }
+
+/// The object a copy's source handle reads: (inode, key, ETag, size).
+pub(super) type SourceVersion = (u64, String, String, u64);
 
 /// A copy the server can make: the source's version, and the destination's staged file;
 /// `acked`: what the call is answered (`size`, or less for the first of several).
@@ -68,8 +72,11 @@ impl Fs {
         if !self.settled_source(c.from.0).await {
             return Ok(None);
         }
-        let Some(plan) = self.server_copy(&c) else {
-            return self.fill_copy(&c).await;
+        let Some(source) = self.source_version(c.from.0) else {
+            return Ok(None);
+        };
+        let Some(plan) = self.server_copy(&c, &source) else {
+            return self.fill_copy(&c, source).await;
         };
         let ServerCopy {
             ino, size, acked, ..
@@ -197,7 +204,7 @@ impl Fs {
 
     /// The object `fh` reads, as (inode, key, ETag, size): a reader of the bucket, or of
     /// a staged file the bucket holds as it is (`settled_source`).
-    pub(super) fn source_version(&self, fh: u64) -> Option<(u64, String, String, u64)> {
+    fn source_version(&self, fh: u64) -> Option<SourceVersion> {
         if let Some((src, reader)) = self.handles.bucket_reader(fh) {
             // Staged by another handle: what it holds may differ from the bucket's.
             if self.wb.stat(src).is_some() {
@@ -214,9 +221,9 @@ impl Fs {
         durable.then(|| (src, self.key(&path), etag, n.entry.size))
     }
 
-    /// The copy `c` asks for, if the server can make it.
-    fn server_copy(&self, c: &CopyRange) -> Option<ServerCopy> {
-        let (src, key, etag, size) = self.source_version(c.from.0)?;
+    /// The copy `c` of `source` (`source_version`) asks for, if the server can make it.
+    fn server_copy(&self, c: &CopyRange, source: &SourceVersion) -> Option<ServerCopy> {
+        let (src, key, etag, size) = source.clone();
         let asks_all = c.len >= size || c.len >= self.cfg.copy_chunk;
         let whole = c.from.1 == 0 && c.to.1 == 0 && asks_all && size > 0;
         let (ino, staged) = self.handles.local(Access::Write, c.to.0)?;
@@ -235,13 +242,10 @@ impl Fs {
     /// the time of the copy, as a write now would give it. `None` for a file with other
     /// names (each name's object must get the bytes: its upload copies them there) and for
     /// a completion marker (its upload waits for the outputs beside it).
-    pub(super) fn copy_target_attrs(
-        &self,
-        ino: u64,
-    ) -> Option<(String, HashMap<String, String>, SystemTime)> {
+    fn copy_target_attrs(&self, ino: u64) -> Option<(String, HashMap<String, String>, SystemTime)> {
         let t = self.ns.lock();
         let (n, path) = (t.get(ino)?, t.path(ino)?);
-        if self.is_marker(n.name()) || !t.extra_paths(ino).is_empty() {
+        if !self.copyable_target(&t, ino) {
             return None;
         }
         let now = SystemTime::now();
@@ -250,6 +254,14 @@ impl Fs {
         let mut metadata = HashMap::new();
         posix.encode_into(&mut metadata);
         Some((self.key(&path), metadata, now))
+    }
+
+    /// Whether a copy may be `ino`'s content: not a file with other names (each name's
+    /// object must get the bytes: its upload copies them there), nor a completion marker
+    /// (its upload waits for the outputs beside it).
+    pub(super) fn copyable_target(&self, t: &Inodes, ino: u64) -> bool {
+        let named = t.get(ino).is_some_and(|n| !self.is_marker(n.name()));
+        named && t.extra_paths(ino).is_empty()
     }
 
     /// The copy is in the bucket: the staged file leaves the table and the node describes

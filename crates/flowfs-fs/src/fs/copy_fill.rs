@@ -16,16 +16,19 @@ use std::sync::Arc;
 use crate::error::{FsError, Result};
 use crate::writeback::CopySource;
 
+use super::copy::SourceVersion;
 use super::{Access, CopyRange, Fs};
 
 impl Fs {
-    /// The copy `c` onto a passthrough writer, if it is a whole source written on this
-    /// node onto an empty file: its bytes, or `None` (the kernel copies them).
-    pub(super) async fn fill_copy(self: &Arc<Self>, c: &CopyRange) -> Result<Option<u64>> {
-        let Some((src, src_staged)) = self.handles.local(Access::Read, c.from.0) else {
-            return Ok(None);
-        };
-        let Some((_, key, etag, size)) = self.source_version(c.from.0) else {
+    /// The copy `c` of `source` (`source_version`) onto a passthrough writer, if it is a
+    /// whole source written on this node onto an empty file: its bytes, or `None` (the
+    /// kernel copies them).
+    pub(super) async fn fill_copy(
+        self: &Arc<Self>,
+        c: &CopyRange,
+        (src, key, etag, size): SourceVersion,
+    ) -> Result<Option<u64>> {
+        let Some((_, src_staged)) = self.handles.local(Access::Read, c.from.0) else {
             return Ok(None);
         };
         let Some((ino, staged)) = self.handles.local(Access::Passthrough, c.to.0) else {
@@ -33,8 +36,7 @@ impl Fs {
         };
         let whole = c.from.1 == 0 && c.to.1 == 0 && c.len >= size && size > 0;
         let fits = whole && ino != src && self.wb.fill_target(ino, &staged);
-        // Not a file with other names, nor a completion marker (copy.rs).
-        if !fits || self.copy_target_attrs(ino).is_none() {
+        if !fits || !self.copyable_target(&self.ns.lock(), ino) {
             return Ok(None);
         }
         let (from, to) = (src_staged.clone(), staged.clone());

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use flowfs_client::xattr::{self, metadata_size, Xattrs, METADATA_LIMIT, XATTR};
+use flowfs_client::xattr::{self, Xattrs, METADATA_LIMIT, XATTR};
 use flowfs_client::{ClientError, ObjectMeta};
 
 use crate::error::{FsError, Result};
@@ -70,7 +70,8 @@ fn changeable(name: &str) -> Result<()> {
 
 /// E2BIG unless `x` and the POSIX attributes fit in the store's metadata.
 fn fits(x: &Xattrs) -> Result<()> {
-    let size = metadata_size(&[(XATTR.to_string(), xattr::encode(x))].into());
+    // As `metadata_size` counts it: the key's bytes and the value's.
+    let size = XATTR.len() + xattr::encode(x).len();
     if size + POSIX_ROOM > METADATA_LIMIT {
         return Err(FsError::AttrsTooBig(format!(
             "{size} bytes as stored, {} allowed beside the file's mode and times",

@@ -6,10 +6,9 @@
 use std::sync::Arc;
 
 use std::io;
-use std::time::SystemTime;
 
 use super::file::{EarlyState, FileWb, KernelWrites, Phase};
-use super::passthrough::disk_stat;
+use super::passthrough::{disk_stat, take_stat};
 use super::{CopySource, StagedFile, WriteBack};
 
 impl WriteBack {
@@ -63,13 +62,10 @@ impl WriteBack {
         let Some(f) = t.files.get_mut(&ino).filter(|f| Arc::ptr_eq(&f.file, file)) else {
             return Ok(());
         };
-        if let KernelWrites::Writing { writers, .. } = f.passthrough {
-            f.passthrough = KernelWrites::Writing { writers, seen: st };
-        }
-        f.size = size;
-        f.gen += 1;
-        f.mtime = SystemTime::now();
-        f.ctime = f.mtime;
+        // As the kernel's own writes are taken in (`fill_target`: a passthrough writer's
+        // file, empty until now, so the look sees a change).
+        take_stat(f, st);
+        debug_assert_eq!(f.size, size, "filled with the source's bytes");
         f.copy_of = Some((source, f.gen));
         Ok(())
     }

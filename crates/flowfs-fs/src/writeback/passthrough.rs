@@ -177,7 +177,7 @@ pub(super) fn fine_timestamps(dir: &std::path::Path) -> bool {
 }
 
 /// What the file shows now, if it changed since last seen: a change of content or size.
-fn take_stat(f: &mut FileWb, st: DiskStat) {
+pub(super) fn take_stat(f: &mut FileWb, st: DiskStat) {
     let KernelWrites::Writing { writers, seen } = f.passthrough else {
         return;
     };

@@ -9,19 +9,6 @@ use flowfs_fs::{CopyRange, Fs, OpenMode, ROOT};
 
 use crate::common::*;
 
-/// The most one FUSE call copies (the kernel's `UINT_MAX & PAGE_MASK`).
-const CALL_MAX: u64 = (1 << 32) - 4096;
-
-/// The whole of `from` (open for reading) onto `to`, as `cp` asks for it.
-async fn copy_whole(fs: &Arc<Fs>, from: u64, to: u64) -> Option<u64> {
-    let c = CopyRange {
-        from: (from, 0),
-        to: (to, 0),
-        len: CALL_MAX,
-    };
-    fs.copy_range(c).await.expect("copy_range")
-}
-
 /// An object put by another client, and a reader's handle on it.
 async fn source(mock: &MockClient, fs: &Arc<Fs>, data: &[u8]) -> (u64, u64) {
     let ino = remote(mock, fs, "src", data.to_vec()).await;
@@ -255,12 +242,9 @@ async fn a_closed_file_still_uploading_is_copied_once_it_lands() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     let bytes = data(3 << 20, 3);
-    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
-    fs.write(w, 0, &bytes).unwrap();
     mock.set_latency_of(Op::Put, std::time::Duration::from_millis(300));
     mock.set_latency_of(Op::CompleteMultipart, std::time::Duration::from_millis(300));
-    fs.release(w).unwrap();
-    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let (_, src) = written(&fs, "out", &bytes).await;
     let (pub_attr, dst) = fs.create(ROOT, "pub", 0o644).await.unwrap();
     // (The upload's own copies, an early upload's metadata stamp, are counted too.)
     assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));

@@ -8,7 +8,7 @@ use flowfs_client::mock::Op;
 use flowfs_fs::OpenMode;
 use flowfs_fs::{Backing, ROOT};
 
-use crate::common::{data, setup};
+use crate::common::{copy_whole, data, setup, written};
 
 /// A new file in the root created with passthrough asked for: its attributes, handle
 /// and hints (a backing file among them).
@@ -327,17 +327,9 @@ async fn a_copy_onto_a_passthrough_writer_is_filled_locally_and_copied_on_the_se
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     let bytes = data(3 << 20, 8);
-    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
-    fs.write(w, 0, &bytes).unwrap();
-    fs.release(w).unwrap();
-    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let (_, src) = written(&fs, "out", &bytes).await;
     let (d, dst, hints) = created(&fs, "pub").await;
-    let c = flowfs_fs::CopyRange {
-        from: (src, 0),
-        to: (dst, 0),
-        len: 1 << 30,
-    };
-    assert_eq!(fs.copy_range(c).await.unwrap(), Some(bytes.len() as u64));
+    assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
     let mut local = vec![0u8; bytes.len()];
     backing_file(&hints.backing)
         .read_exact_at(&mut local, 0)
@@ -366,17 +358,9 @@ async fn a_filled_copy_whose_source_is_gone_sends_its_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     let bytes = data(200_000, 9);
-    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
-    fs.write(w, 0, &bytes).unwrap();
-    fs.release(w).unwrap();
-    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let (_, src) = written(&fs, "out", &bytes).await;
     let (_, dst, _hints) = created(&fs, "pub").await;
-    let c = flowfs_fs::CopyRange {
-        from: (src, 0),
-        to: (dst, 0),
-        len: 1 << 30,
-    };
-    assert_eq!(fs.copy_range(c).await.unwrap(), Some(bytes.len() as u64));
+    assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
     fs.release(src).unwrap();
     fs.unlink(ROOT, "out").await.unwrap();
     assert!(fs.flush_all().await.is_empty(), "out's delete done");

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowfs_client::mock::{MockClient, Op};
-use flowfs_fs::{Fs, FsConfig, FsError};
+use flowfs_fs::{CopyRange, Fs, FsConfig, FsError};
 use flowfs_fs::{OpenMode, ROOT};
 
 pub fn setup(cache: &std::path::Path, prefix: &str) -> (Arc<MockClient>, Arc<Fs>) {
@@ -151,4 +151,27 @@ pub fn mount_in(
 ) -> Arc<Fs> {
     let _e = rt.enter();
     crate::common::fs_on(mock, dir, "")
+}
+
+/// The most one FUSE call copies (the kernel's `UINT_MAX & PAGE_MASK`).
+pub const CALL_MAX: u64 = (1 << 32) - 4096;
+
+/// The whole of `from` (open for reading) onto `to`, as `cp` asks for it.
+pub async fn copy_whole(fs: &Arc<Fs>, from: u64, to: u64) -> Option<u64> {
+    let c = CopyRange {
+        from: (from, 0),
+        to: (to, 0),
+        len: CALL_MAX,
+    };
+    fs.copy_range(c).await.expect("copy_range")
+}
+
+/// A file `name` in the root written with `bytes` through this mount and closed (its
+/// upload under way), and a reader's handle on it: a task's output about to be published.
+pub async fn written(fs: &Arc<Fs>, name: &str, bytes: &[u8]) -> (u64, u64) {
+    let (a, w) = fs.create(ROOT, name, 0o644).await.expect("create");
+    fs.write(w, 0, bytes).expect("write");
+    fs.release(w).expect("release");
+    let (r, _) = fs.open(a.ino, OpenMode::Read).await.expect("open");
+    (a.ino, r)
 }
