@@ -415,6 +415,7 @@ impl ObjectClient for ArchiveClient {
         Ok(ObjectMeta {
             info: self.info(key, m),
             metadata: Self::metadata(m),
+            checksum: None,
         })
     }
 

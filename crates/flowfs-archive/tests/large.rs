@@ -92,6 +92,7 @@ impl ObjectClient for Synthetic {
                 last_modified: SystemTime::UNIX_EPOCH,
             },
             metadata: HashMap::new(),
+            checksum: None,
         })
     }
     async fn get_range_pieces(

@@ -7,12 +7,22 @@ use std::future::Future;
 
 use bytes::Bytes;
 
-use crate::{short_body, AlignedBuf, Result};
+use crate::checksum::Running;
+use crate::{short_body, AlignedBuf, Checksum, Result};
 
 /// A body read frame by frame, whatever the HTTP stack (an SDK stream, a reqwest answer).
 pub(crate) trait Frames: Send {
     /// The next frame, `None` at the body's end.
     fn next_frame(&mut self) -> impl Future<Output = Result<Option<Bytes>>> + Send;
+}
+
+/// A body that is one frame (the mock's).
+pub(crate) struct Whole(pub Option<Bytes>);
+
+impl Frames for Whole {
+    async fn next_frame(&mut self) -> Result<Option<Bytes>> {
+        Ok(self.0.take())
+    }
 }
 
 /// Reads `body`, the bytes of `key` from
@@ -50,4 +60,30 @@ pub(crate) async fn deliver(
         // Bytes past the range (a server that ignored Range) are dropped.
     }
     Ok(())
+}
+
+/// `deliver` of a whole object's body (from 0) checked against `want`, the store's
+/// full-object checksum: no piece is handed over before the last byte has arrived and
+/// matched, so a damaged body is a `Corrupt` error and never data. Without a checksum
+/// flowfs can compute, the pieces go as they arrive.
+pub(crate) async fn deliver_checked(
+    mut body: impl Frames,
+    key: &str,
+    cuts: &[u64],
+    want: Option<Checksum>,
+    sink: &mut (dyn FnMut(usize, Bytes) + Send),
+) -> Result<()> {
+    let Some(mut check) = want.and_then(Running::against) else {
+        return deliver(body, key, 0, cuts, sink).await;
+    };
+    let len = cuts.last().map_or(0, |&end| end as usize);
+    let mut buf = AlignedBuf::with_capacity(len);
+    while let Some(frame) = body.next_frame().await? {
+        check.update(&frame);
+        // Bytes past the object as it was asked for are checked, not kept.
+        let room = len - buf.len();
+        buf.extend_from_slice(&frame[..room.min(frame.len())]);
+    }
+    check.check(key)?;
+    crate::split_pieces(key, 0, cuts, &buf.into_bytes(), sink)
 }

@@ -42,6 +42,11 @@ pub enum ClientError {
     /// large): sending it again can never succeed.
     #[error("refused by the store: {0}")]
     Refused(String),
+    /// Bytes that are not what was sent: a body the store refused for its checksum
+    /// (BadDigest), or a GET body that does not match the store's full-object checksum.
+    /// Retried (the next transfer is likely whole); never handed over as data.
+    #[error("damaged in transfer (checksum mismatch): {0}")]
+    Corrupt(String),
     /// Anything else, with its message; never retried.
     #[error("{0}")]
     Other(String),
@@ -52,7 +57,10 @@ impl ClientError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            ClientError::Throttled(_) | ClientError::Transient(_) | ClientError::Unreachable(_)
+            ClientError::Throttled(_)
+                | ClientError::Transient(_)
+                | ClientError::Unreachable(_)
+                | ClientError::Corrupt(_)
         )
     }
 }

@@ -8,6 +8,7 @@
 pub mod azure;
 mod body;
 mod buf;
+pub mod checksum;
 pub mod copy;
 mod error;
 pub mod gcs;
@@ -29,6 +30,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub use buf::{AlignedBuf, ALIGN};
+pub use checksum::{Checksum, Crc};
 pub use error::{ClientError, Result};
 pub use rules::{KeyRule, KeyRules};
 
@@ -87,6 +89,8 @@ pub struct ObjectMeta {
     pub info: ObjectInfo,
     /// User metadata, keys without the `x-amz-meta-` prefix.
     pub metadata: HashMap<String, String>,
+    /// The full-object checksum the store keeps, where it keeps one (checksum.rs).
+    pub checksum: Option<Checksum>,
 }
 
 /// One page of ListObjectsV2 with a delimiter.
@@ -185,6 +189,19 @@ pub trait ObjectClient: Send + Sync + 'static {
         etag: Option<&str>,
         sink: &mut (dyn FnMut(usize, Bytes) + Send),
     ) -> Result<()>;
+    /// The whole object `key` (`cuts.last()` bytes), as `get_range_pieces` from 0 gives
+    /// it; a store that keeps a full-object checksum is asked for it and the body is
+    /// checked against it before any piece is handed over: a mismatch is `Corrupt`,
+    /// never data (issue 49). Stores without one read the range.
+    async fn get_whole_pieces(
+        &self,
+        key: &str,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        self.get_range_pieces(key, 0, cuts, etag, sink).await
+    }
     /// One page of the keys below `prefix`, grouped at `delimiter` into common prefixes.
     async fn list_page(
         &self,

@@ -151,6 +151,9 @@ impl Retrying {
                 Err(e) if !e.is_retryable() => return Err(e),
                 Err(e) => e,
             };
+            if let ClientError::Corrupt(why) = &e {
+                tracing::warn!("{what}: a body damaged in transfer, sent again: {why}");
+            }
             let throttled = matches!(e, ClientError::Throttled(_));
             if throttled {
                 self.limiter.throttled();
@@ -178,6 +181,47 @@ impl Retrying {
     {
         tracing::debug!(target: "flowfs::request", "{op} {what}");
         self.run(what, self.policy.budget, attempt).await
+    }
+}
+
+impl Retrying {
+    /// A retry asks only for the pieces not delivered yet: a reader is never handed
+    /// the same piece twice, and a body cut near its end is not fetched again whole.
+    async fn get_pieces(
+        &self,
+        key: &str,
+        start: u64,
+        cuts: &[u64],
+        etag: Option<&str>,
+        whole: bool,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        let done = Mutex::new(0usize);
+        let sink = Mutex::new(sink);
+        self.retry("GET_RANGE", key, || {
+            let from = *done.lock();
+            let begin = if from == 0 { start } else { cuts[from - 1] };
+            let (done, sink) = (&done, &sink);
+            async move {
+                let mut relay = |i: usize, b: Bytes| {
+                    self.metrics.downloaded(b.len());
+                    let mut s = sink.lock();
+                    (*s)(from + i, b);
+                    *done.lock() = from + i + 1;
+                };
+                let rest = &cuts[from..];
+                if whole && from == 0 {
+                    return self
+                        .inner
+                        .get_whole_pieces(key, rest, etag, &mut relay)
+                        .await;
+                }
+                (self.inner)
+                    .get_range_pieces(key, begin, rest, etag, &mut relay)
+                    .await
+            }
+        })
+        .await
     }
 }
 
@@ -211,25 +255,19 @@ impl ObjectClient for Retrying {
         etag: Option<&str>,
         sink: &mut (dyn FnMut(usize, Bytes) + Send),
     ) -> Result<()> {
-        let done = Mutex::new(0usize);
-        let sink = Mutex::new(sink);
-        self.retry("GET_RANGE", key, || {
-            let from = *done.lock();
-            let begin = if from == 0 { start } else { cuts[from - 1] };
-            let (done, sink) = (&done, &sink);
-            async move {
-                let mut relay = |i: usize, b: Bytes| {
-                    self.metrics.downloaded(b.len());
-                    let mut s = sink.lock();
-                    (*s)(from + i, b);
-                    *done.lock() = from + i + 1;
-                };
-                self.inner
-                    .get_range_pieces(key, begin, &cuts[from..], etag, &mut relay)
-                    .await
-            }
-        })
-        .await
+        self.get_pieces(key, start, cuts, etag, false, sink).await
+    }
+
+    /// As `get_range_pieces`; while no piece has been handed over, a retry asks for the
+    /// whole object again (a checked body is handed over whole or not at all).
+    async fn get_whole_pieces(
+        &self,
+        key: &str,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        self.get_pieces(key, 0, cuts, etag, true, sink).await
     }
 
     async fn list_page(

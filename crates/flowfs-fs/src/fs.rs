@@ -11,6 +11,7 @@
 mod attrs;
 mod batch;
 mod changes;
+mod checksum;
 mod copy;
 mod copy_fill;
 mod durable;

@@ -188,6 +188,7 @@ impl ObjectClient for AzureClient {
                 last_modified: modified(&r),
             },
             metadata: meta_of(r.headers()),
+            checksum: None,
         })
     }
 

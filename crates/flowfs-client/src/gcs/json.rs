@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::etag_of;
-use crate::{ClientError, ObjectInfo, ObjectMeta, Result};
+use crate::{Checksum, ClientError, ObjectInfo, ObjectMeta, Result};
 
 /// An object resource: the fields flowfs uses (64-bit numbers come as strings).
 #[derive(Debug, Deserialize)]
@@ -23,6 +23,9 @@ pub(super) struct Object {
     pub updated: String,
     #[serde(default)]
     pub metadata: Option<HashMap<String, String>>,
+    /// Base64 of the big-endian CRC-32C of the object, which every GCS object has.
+    #[serde(default)]
+    pub crc32c: Option<String>,
 }
 
 impl Object {
@@ -39,6 +42,10 @@ impl Object {
         ObjectMeta {
             info: self.info(),
             metadata: self.metadata.unwrap_or_default(),
+            checksum: self.crc32c.map(|value| Checksum {
+                name: "crc32c",
+                value,
+            }),
         }
     }
 }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use reqsign_core::Signer;
 use reqsign_google::{Credential, RequestSigner};
 
+mod checks;
 mod credentials;
 mod errors;
 mod json;

@@ -1,7 +1,7 @@
 //! `impl ObjectClient for GcsClient`: each method is the GCS JSON API call of
 //! docs/STORES.md's table (multipart uploads as composed part objects: uploads.rs).
 
-use crate::{Metadata, Version};
+use crate::{Crc, Metadata, Version};
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
@@ -9,6 +9,7 @@ use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use http::Method;
 
+use super::checks;
 use super::json::{self, Object, Page};
 use super::uploads::{self, COMPOSE_MAX};
 use super::{etag_of, generation_of, query_value, GcsClient};
@@ -19,7 +20,7 @@ use crate::{
 };
 
 /// The fields of an object flowfs reads: the rest of a resource is not sent.
-const OBJECT_FIELDS: &str = "name,size,generation,updated,metadata";
+const OBJECT_FIELDS: &str = "name,size,generation,updated,metadata,crc32c";
 /// Calls of one upload (composes of a level, deletes of its parts) sent at once.
 const CALLS_AT_ONCE: usize = 16;
 
@@ -159,14 +160,19 @@ impl GcsClient {
         metadata: &HashMap<String, String>,
         what: &str,
     ) -> Result<Object> {
-        let (content_type, body) = json::multipart(&json::resource(name, metadata), &data);
+        let sent = Crc::Crc32c.of(&data);
+        let mut resource = json::resource(name, metadata);
+        resource["crc32c"] = sent.value.clone().into();
+        let (content_type, body) = json::multipart(&resource, &data);
         let url = self.upload_url(&format!(
             "uploadType=multipart&fields={}",
             query_value(OBJECT_FIELDS)
         ));
         let h = [("content-type", content_type)];
         let got = self.send_read(Method::POST, &url, &h, body, what).await?;
-        json::parse(&got, what)
+        let o = json::parse(&got, what)?;
+        checks::stored_as_sent(&o, &sent, what)?;
+        Ok(o)
     }
 
     /// Composes `sources` (with the generations they must have) into `dest`.
@@ -332,9 +338,15 @@ impl GcsClient {
             query_value(name),
             query_value(OBJECT_FIELDS)
         ));
-        let h = [("content-type", "application/octet-stream".to_string())];
+        let sent = Crc::Crc32c.of(&data);
+        let h = [
+            ("content-type", "application/octet-stream".to_string()),
+            checks::hash_header(&sent),
+        ];
         let got = self.send_read(Method::POST, &url, &h, data, name).await?;
-        json::parse(&got, name)
+        let o = json::parse(&got, name)?;
+        checks::stored_as_sent(&o, &sent, name)?;
+        Ok(o)
     }
 }
 
@@ -397,27 +409,27 @@ impl ObjectClient for GcsClient {
         let Some(end) = pieces_end(start, cuts) else {
             return Ok(());
         };
-        let mut query = String::from("alt=media");
-        if let Some(e) = etag {
-            let Some(g) = generation_of(e) else {
-                return Err(ClientError::Precondition(format!("{key}: version {e}")));
-            };
-            query.push_str(&format!("&generation={g}"));
-        }
-        let url = self.object_url(key, &query);
         // The stored bytes, as they are: an object written gzip-encoded is not unpacked
         // (its size is the stored one, and a range of it is that range).
-        let h = [
-            ("range", format!("bytes={start}-{}", end - 1)),
-            ("accept-encoding", "gzip".to_string()),
-        ];
-        let r = match self.send(Method::GET, &url, &h, Bytes::new(), key).await {
-            Err(ClientError::NotFound(m)) if etag.is_some() => {
-                return Err(ClientError::Precondition(m))
-            }
-            r => r?,
-        };
+        let r = self.get_answer(key, start, end, etag).await?;
         crate::body::deliver(crate::rest::Answer { r, key }, key, start, cuts, sink).await
+    }
+
+    /// Checked against the answer's `x-goog-hash` (the stored bytes' CRC-32C).
+    async fn get_whole_pieces(
+        &self,
+        key: &str,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        let Some(end) = pieces_end(0, cuts) else {
+            return Ok(());
+        };
+        let r = self.get_answer(key, 0, end, etag).await?;
+        let want = checks::of_answer(&r);
+        let body = crate::rest::Answer { r, key };
+        crate::body::deliver_checked(body, key, cuts, want, sink).await
     }
 
     async fn list_page(

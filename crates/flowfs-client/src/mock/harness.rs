@@ -111,6 +111,12 @@ impl MockClient {
         *self.cut.lock() = Some((after, times));
     }
 
+    /// The next `times` GET bodies arrive with one byte flipped, as a body damaged on
+    /// its way: a whole GET's check finds it (`get_whole_pieces`), a range's cannot.
+    pub fn flip_bodies(&self, times: u64) {
+        self.flips.store(times, Ordering::SeqCst);
+    }
+
     /// Every later request waits `d` before it is served.
     pub fn set_latency(&self, d: Duration) {
         *self.latency.lock() = d;
@@ -141,6 +147,22 @@ impl MockClient {
         }
         faults.retain(|f| f.1 > 0 || f.3 > 0);
         Ok(())
+    }
+
+    /// `data` with its middle byte flipped while `flip_bodies` has some left.
+    pub(super) fn flip(&self, data: Bytes) -> Bytes {
+        let take = |n: u64| n.checked_sub(1);
+        if data.is_empty()
+            || self
+                .flips
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+                .is_err()
+        {
+            return data;
+        }
+        let mut v = data.to_vec();
+        v[data.len() / 2] ^= 0x01;
+        Bytes::from(v)
     }
 
     /// `data`, the body of a GET, as the next cut body (see `cut_bodies`) delivers it.

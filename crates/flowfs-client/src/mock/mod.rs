@@ -85,6 +85,8 @@ pub struct MockClient {
     get_bytes: AtomicU64,
     /// (bytes after which a body breaks, how many bodies): a connection lost mid-body.
     cut: Mutex<Option<(u64, u64)>>,
+    /// GET bodies still to damage (one byte flipped on the way, `flip_bodies`).
+    flips: AtomicU64,
     next_id: AtomicU64,
     /// Keys in the order their objects became visible.
     visible: Mutex<Vec<String>>,
@@ -164,6 +166,7 @@ impl ObjectClient for MockClient {
         Ok(ObjectMeta {
             info: info(key, o),
             metadata: o.metadata.clone(),
+            checksum: Some(crate::Crc::Crc64Nvme.of(&o.data)),
         })
     }
 
@@ -180,8 +183,26 @@ impl ObjectClient for MockClient {
             return Ok(());
         };
         // A cut body is a short one: the pieces before the cut arrive, then the error.
-        let data = self.cut(self.fetch(key, start, end, etag).await?);
+        let data = self.cut(self.flip(self.fetch(key, start, end, etag).await?));
         crate::split_pieces(key, start, cuts, &data, sink)
+    }
+
+    /// The body is checked against the object's CRC-64/NVME, as S3's is.
+    async fn get_whole_pieces(
+        &self,
+        key: &str,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        let Some(end) = crate::pieces_end(0, cuts) else {
+            return Ok(());
+        };
+        let data = self.fetch(key, 0, end, etag).await?;
+        let want = crate::Crc::Crc64Nvme.of(&data);
+        let got = self.cut(self.flip(data));
+        let frames = crate::body::Whole(Some(got));
+        crate::body::deliver_checked(frames, key, cuts, Some(want), sink).await
     }
 
     async fn list_page(

@@ -18,6 +18,17 @@ impl Frames for Sdk<'_> {
     }
 }
 
+/// `crate::body::deliver_checked` of an SDK body.
+pub(super) async fn deliver_checked(
+    body: ByteStream,
+    key: &str,
+    cuts: &[u64],
+    want: Option<crate::Checksum>,
+    sink: &mut (dyn FnMut(usize, Bytes) + Send),
+) -> Result<()> {
+    crate::body::deliver_checked(Sdk { body, key }, key, cuts, want, sink).await
+}
+
 /// `crate::body::deliver` of an SDK body.
 pub(super) async fn deliver(
     body: ByteStream,

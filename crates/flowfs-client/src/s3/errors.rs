@@ -107,6 +107,10 @@ fn classify(what: &str, status: u16, code: &str, detail: &str) -> ClientError {
         | (_, "SignatureDoesNotMatch")
         | (_, "AccessDenied") => ClientError::AccessDenied(format!("{what}: {detail}")),
         (412, _) => ClientError::Precondition(what.to_string()),
+        // The body's checksum did not match the one sent with it (issue 49).
+        (_, "BadDigest" | "XAmzContentChecksumMismatch") => {
+            ClientError::Corrupt(format!("{what}: the store refused the body: {detail}"))
+        }
         (503, _) | (429, _) | (_, "SlowDown") => {
             ClientError::Throttled(format!("{what}: {detail}"))
         }

@@ -8,14 +8,17 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_s3::operation::copy_object::builders::CopyObjectFluentBuilder;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart as SdkPart, MetadataDirective};
+use aws_sdk_s3::types::{
+    ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedMultipartUpload,
+    CompletedPart as SdkPart, MetadataDirective,
+};
 use bytes::Bytes;
 
 use super::errors::{map_err, not_s3};
 use super::{body, encode_copy_source, etag_of, quoted, to_system_time, S3Client};
 use crate::{
-    ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
-    PutResult, Result, UploadInfo,
+    Checksum, ClientError, CompletedPart, Crc, KeyRules, ListPage, ObjectClient, ObjectInfo,
+    ObjectMeta, PutResult, Result, UploadInfo,
 };
 
 /// The two CopyObjects, a copy to another key and a metadata rewrite onto itself.
@@ -28,6 +31,26 @@ impl S3Client {
             .key(to)
             .copy_source(encode_copy_source(&self.bucket, from))
     }
+}
+
+/// The object's checksum among those a HEAD or GET gives (with `ChecksumMode::Enabled`),
+/// CRC-64/NVME first: what flowfs sends, and what AWS adds to objects sent without one.
+fn checksum_of(
+    crc64nvme: Option<&str>,
+    crc32c: Option<&str>,
+    crc32: Option<&str>,
+) -> Option<Checksum> {
+    let named = [
+        (Crc::Crc64Nvme, crc64nvme),
+        (Crc::Crc32c, crc32c),
+        (Crc::Crc32, crc32),
+    ];
+    named.into_iter().find_map(|(crc, v)| {
+        v.map(|v| Checksum {
+            name: crc.name(),
+            value: v.to_string(),
+        })
+    })
 }
 
 /// Sends a CopyObject (`what` names it in errors); the ETag of the copy comes back quoted.
@@ -77,6 +100,7 @@ impl ObjectClient for S3Client {
             .head_object()
             .bucket(&self.bucket)
             .key(key)
+            .checksum_mode(ChecksumMode::Enabled)
             .send()
             .await
             .map_err(|e| map_err(key, e))?;
@@ -88,6 +112,11 @@ impl ObjectClient for S3Client {
                 last_modified: to_system_time(out.last_modified()),
             },
             metadata: out.metadata().cloned().unwrap_or_default(),
+            checksum: checksum_of(
+                out.checksum_crc64_nvme(),
+                out.checksum_crc32_c(),
+                out.checksum_crc32(),
+            ),
         })
     }
 
@@ -113,6 +142,35 @@ impl ObjectClient for S3Client {
             .await
             .map_err(|e| map_err(key, e))?;
         body::deliver(out.body, key, start, cuts, sink).await
+    }
+
+    /// A GET without a Range: S3 gives the full-object checksum only then.
+    async fn get_whole_pieces(
+        &self,
+        key: &str,
+        cuts: &[u64],
+        etag: Option<&str>,
+        sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    ) -> Result<()> {
+        if crate::pieces_end(0, cuts).is_none() {
+            return Ok(());
+        }
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .checksum_mode(ChecksumMode::Enabled)
+            .set_if_match(etag.map(str::to_string))
+            .send()
+            .await
+            .map_err(|e| map_err(key, e))?;
+        let want = checksum_of(
+            out.checksum_crc64_nvme(),
+            out.checksum_crc32_c(),
+            out.checksum_crc32(),
+        );
+        body::deliver_checked(out.body, key, cuts, want, sink).await
     }
 
     async fn list_page(
@@ -146,6 +204,7 @@ impl ObjectClient for S3Client {
             .put_object()
             .bucket(&self.bucket)
             .key(key)
+            .checksum_crc64_nvme(Crc::Crc64Nvme.of(&body).value)
             .body(ByteStream::from(body))
             .set_metadata((!metadata.is_empty()).then(|| metadata.clone()))
             // See `upload_part`.
@@ -169,6 +228,10 @@ impl ObjectClient for S3Client {
             .create_multipart_upload()
             .bucket(&self.bucket)
             .key(key)
+            // Each part carries its CRC-64/NVME and the store combines them into the
+            // object's: a full-object checksum, as a single PUT's is.
+            .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
+            .checksum_type(ChecksumType::FullObject)
             .set_metadata((!metadata.is_empty()).then(|| metadata.clone()))
             .send()
             .await
@@ -192,6 +255,7 @@ impl ObjectClient for S3Client {
             .key(key)
             .upload_id(upload_id)
             .part_number(part_number)
+            .checksum_crc64_nvme(Crc::Crc64Nvme.of(&body).value)
             .body(ByteStream::from(body))
             // A signed payload costs a SHA-256 of every byte on both ends (a fifth of
             // flowfs's CPU for a 2 GiB upload, and the server's): the bodies go as

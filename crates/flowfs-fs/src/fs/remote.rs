@@ -294,6 +294,7 @@ impl Fs {
                     let meta = ObjectMeta {
                         info: o.clone(),
                         metadata: m.clone(),
+                        checksum: None,
                     };
                     l.entries.insert(name.to_string(), meta_entry(&meta));
                     continue;

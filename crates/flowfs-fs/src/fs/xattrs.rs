@@ -87,6 +87,9 @@ impl Fs {
         if !kept(name) {
             return Err(FsError::NoAttr);
         }
+        if let Some(algorithm) = name.strip_prefix(OWN) {
+            return self.checksum_xattr(ino, algorithm).await;
+        }
         let x = self.xattrs(ino).await?;
         x.get(name).cloned().ok_or(FsError::NoAttr)
     }

@@ -84,7 +84,8 @@ impl Prefetcher {
         // A small version fetched whole off the disk is packed once all of it is in, if
         // it is admitted by then (cache/small.rs); not if a piece went to its files (the
         // memory budget could not keep it). Its pieces' claims end after that.
-        let whole = off_disk && start == 0 && cuts[cuts.len() - 1] == obj.size;
+        let all = start == 0 && cuts[cuts.len() - 1] == obj.size;
+        let whole = off_disk && all;
         let mut held = Vec::new();
         let mut sink = |i: usize, data: Bytes| {
             // Pieces arrive in order, each once: the next one is the first left.
@@ -115,9 +116,13 @@ impl Prefetcher {
                 }
             }));
         };
-        let got = (self.client)
-            .get_range_pieces(&obj.key, start, &cuts, obj.etag.as_deref(), &mut sink)
-            .await;
+        // A GET of the whole object is checked against the store's checksum (issue 49).
+        let etag = obj.etag.as_deref();
+        let got = match all {
+            true => (self.client).get_whole_pieces(&obj.key, &cuts, etag, &mut sink),
+            false => (self.client).get_range_pieces(&obj.key, start, &cuts, etag, &mut sink),
+        }
+        .await;
         // The permit (and the lock) are held until the pieces are on disk: the permit
         // bounds the memory of downloaded bytes waiting for a slow cache disk too.
         if got.is_ok() && held.len() == pieces && self.cache.packs(&obj.entry) {

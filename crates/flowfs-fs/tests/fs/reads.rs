@@ -354,3 +354,44 @@ async fn an_empty_object_is_read_without_a_request_or_a_cache_entry() {
         "cache files for an empty object: {cached:?}"
     );
 }
+
+/// Issue 49: a whole object is checked against the store's checksum, so a body damaged
+/// on its way is EIO, never data, and none of it stays in the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_object_damaged_on_its_way_is_eio_never_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "p");
+    let obj = data(100_000, 7);
+    mock.insert("p/obj", obj.clone());
+    let ino = path_ino(&fs, "obj").await.unwrap();
+    let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
+    mock.flip_bodies(1);
+    let e = fs.read(fh, 0, 4096).await.unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    mock.reset_counts();
+    assert_eq!(fs.read(fh, 0, 100_000).await.unwrap(), obj);
+    assert_eq!(
+        mock.count(Op::Get),
+        1,
+        "fetched again: nothing damaged was kept"
+    );
+}
+
+/// With the retry layer of a mount, the damaged body is fetched again and the reader
+/// gets the right bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_whole_body_is_fetched_again_by_the_retry_layer() {
+    use flowfs_client::retry::{RetryPolicy, Retrying};
+    let dir = tempfile::tempdir().unwrap();
+    let mock = Arc::new(MockClient::new());
+    let retrying = Arc::new(Retrying::new(mock.clone(), RetryPolicy::default()));
+    let cfg = FsConfig::new("b", "p", dir.path().to_path_buf());
+    let fs = Arc::new(flowfs_fs::Fs::new(cfg, retrying).unwrap());
+    let obj = data(300_000, 8);
+    mock.insert("p/obj", obj.clone());
+    let ino = path_ino(&fs, "obj").await.unwrap();
+    mock.flip_bodies(1);
+    mock.reset_counts();
+    assert_eq!(read_all(&fs, ino).await, obj);
+    assert_eq!(mock.count(Op::Get), 2, "the damaged GET and the good one");
+}
