@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use flowfs_client::ObjectClient;
 
 use crate::cache::{Claimed, Delivered, FetchLock, CHUNK};
 use crate::error::{FsError, Result};
@@ -84,8 +85,7 @@ impl Prefetcher {
         // A small version fetched whole off the disk is packed once all of it is in, if
         // it is admitted by then (cache/small.rs); not if a piece went to its files (the
         // memory budget could not keep it). Its pieces' claims end after that.
-        let all = start == 0 && cuts[cuts.len() - 1] == obj.size;
-        let whole = off_disk && all;
+        let whole = off_disk && start == 0 && cuts[cuts.len() - 1] == obj.size;
         let mut held = Vec::new();
         let mut sink = |i: usize, data: Bytes| {
             // Pieces arrive in order, each once: the next one is the first left.
@@ -116,13 +116,7 @@ impl Prefetcher {
                 }
             }));
         };
-        // A GET of the whole object is checked against the store's checksum (issue 49).
-        let etag = obj.etag.as_deref();
-        let got = match all {
-            true => (self.client).get_whole_pieces(&obj.key, &cuts, etag, &mut sink),
-            false => (self.client).get_range_pieces(&obj.key, start, &cuts, etag, &mut sink),
-        }
-        .await;
+        let got = send_get(&*self.client, obj, start, &cuts, &mut sink).await;
         // The permit (and the lock) are held until the pieces are on disk: the permit
         // bounds the memory of downloaded bytes waiting for a slow cache disk too.
         if got.is_ok() && held.len() == pieces && self.cache.packs(&obj.entry) {
@@ -161,4 +155,20 @@ fn skip_present(lock: &FetchLock, left: &mut VecDeque<Claimed>) {
     while left.back().is_some_and(full) {
         left.pop_back();
     }
+}
+
+/// One GET of `[start, cuts.last())` of `obj`; the whole object's is checked against the
+/// store's checksum before any piece is handed over (issue 49).
+async fn send_get(
+    client: &dyn ObjectClient,
+    obj: &Object,
+    start: u64,
+    cuts: &[u64],
+    sink: &mut (dyn FnMut(usize, Bytes) + Send),
+) -> flowfs_client::Result<()> {
+    let etag = obj.etag.as_deref();
+    if start == 0 && cuts.last() == Some(&obj.size) {
+        return client.get_whole_pieces(&obj.key, cuts, etag, sink).await;
+    }
+    client.get_range_pieces(&obj.key, start, cuts, etag, sink).await
 }
