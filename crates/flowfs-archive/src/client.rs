@@ -548,11 +548,11 @@ impl ObjectClient for ArchiveClient {
 
     async fn upload_part_copy(
         &self,
+        _src: Version<'_>,
         key: &str,
         _id: &str,
         _n: i32,
         _range: (u64, u64),
-        _etag: Option<&str>,
     ) -> Result<String> {
         Err(read_only(key))
     }

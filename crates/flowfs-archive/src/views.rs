@@ -402,16 +402,21 @@ impl ObjectClient for ArchiveViews {
         r
     }
 
+    /// A range of an archive's member is read and sent: the store cannot copy it.
     async fn upload_part_copy(
         &self,
+        src: Version<'_>,
         key: &str,
         id: &str,
         n: i32,
         range: (u64, u64),
-        etag: Option<&str>,
     ) -> Result<String> {
         self.writing(key)?;
-        self.inner.upload_part_copy(key, id, n, range, etag).await
+        if place(src.key).is_some() {
+            let bytes = self.get_range(src.key, range.0, range.1, src.etag).await?;
+            return self.inner.upload_part(key, id, n, bytes).await;
+        }
+        self.inner.upload_part_copy(src, key, id, n, range).await
     }
 
     async fn abort_multipart(&self, key: &str, id: &str) -> Result<()> {

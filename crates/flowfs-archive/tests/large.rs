@@ -142,11 +142,11 @@ impl ObjectClient for Synthetic {
     }
     async fn upload_part_copy(
         &self,
+        _: Version<'_>,
         _: &str,
         _: &str,
         _: i32,
         _: (u64, u64),
-        _: Option<&str>,
     ) -> Result<String> {
         Err(refused())
     }

@@ -1,11 +1,12 @@
-//! A metadata rewrite of an object too large for one CopyObject (S3 copies at most 5 GiB
-//! in one request): a multipart upload of the object onto itself whose parts are
-//! UploadPartCopy ranges of it, so that no byte leaves the server. Written once over the
-//! trait, so that the S3 backend and the mock run the same steps.
+//! A copy of an object too large for one CopyObject (S3 copies at most 5 GiB in one
+//! request), to another key or onto itself (a metadata rewrite): a multipart upload whose
+//! parts are UploadPartCopy ranges of the source, so that no byte leaves the server.
+//! Written once over the trait, so that the S3 backend and the mock run the same steps.
 
 use std::collections::HashMap;
+use std::future::Future;
 
-use crate::{CompletedPart, ObjectClient, PutResult, Result};
+use crate::{ClientError, CompletedPart, Metadata, ObjectClient, PutResult, Result, Version};
 
 /// The largest object one CopyObject copies (S3's limit).
 pub const MAX_COPY: u64 = 5 << 30;
@@ -43,25 +44,57 @@ impl CopyLimits {
     }
 }
 
-/// Replaces the metadata of `key` (`size` bytes, of version `etag` if given) with a
-/// multipart upload onto itself: CreateMultipartUpload with `metadata`, one
-/// UploadPartCopy per range of `limits`, each conditional on `etag`, and the completion.
-/// On any failure the upload is aborted and the object stays as it was.
+/// The message of S3's refusal of one CopyObject of more than 5 GiB (`InvalidRequest`,
+/// "The specified copy source is larger than the maximum allowable size for a copy
+/// source: 5368709120"), which the S3 backend turns into `Refused`.
+pub const TOO_LARGE: &str = "copy source is larger than the maximum allowable size";
+
+/// `single`, one copy of `src` to `to`; if the store refuses it for its size, the copy in
+/// parts (a HEAD first, for the size and for the source's metadata where `meta` is none).
+pub async fn copy_any_size<C: ObjectClient + ?Sized>(
+    client: &C,
+    src: Version<'_>,
+    to: &str,
+    meta: Option<&Metadata>,
+    limits: CopyLimits,
+    single: impl Future<Output = Result<PutResult>>,
+) -> Result<PutResult> {
+    match single.await {
+        Err(ClientError::Refused(m)) if m.contains(TOO_LARGE) => {}
+        r => return r,
+    }
+    let head = client.head(src.key).await?;
+    if src.etag.is_some_and(|e| e != head.info.etag) {
+        return Err(ClientError::Precondition(src.key.to_string()));
+    }
+    let meta = meta.unwrap_or(&head.metadata);
+    let src = Version {
+        key: src.key,
+        etag: Some(&head.info.etag),
+    };
+    copy_in_parts(client, src, to, meta, head.info.size, limits).await
+}
+
+/// Copies `src` (`size` bytes; of version `src.etag` if given) to `to` with a multipart
+/// upload: CreateMultipartUpload with `metadata`, one UploadPartCopy per range of
+/// `limits`, each conditional on that version, and the completion. On any failure the
+/// upload is aborted and `to` stays as it was.
 pub async fn copy_in_parts<C: ObjectClient + ?Sized>(
     client: &C,
-    key: &str,
+    src: Version<'_>,
+    to: &str,
     metadata: &HashMap<String, String>,
-    etag: Option<&str>,
     size: u64,
     limits: CopyLimits,
 ) -> Result<PutResult> {
+    let key = to;
     let id = client.create_multipart(key, metadata).await?;
     let copied = async {
         let mut parts = Vec::new();
         for (i, range) in limits.ranges(size).into_iter().enumerate() {
             let part_number = i as i32 + 1;
             let etag = client
-                .upload_part_copy(key, &id, part_number, range, etag)
+                .upload_part_copy(src, key, &id, part_number, range)
                 .await?;
             parts.push(CompletedPart { part_number, etag });
         }

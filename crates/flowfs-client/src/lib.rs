@@ -247,15 +247,16 @@ pub trait ObjectClient: Send + Sync + 'static {
         parts: Vec<CompletedPart>,
     ) -> Result<PutResult>;
     /// Sends part `part_number` of an open upload of `key` as a server-side copy of bytes
-    /// `[start, end)` of `key` itself (UploadPartCopy), conditional on `etag`
-    /// (`Precondition` when the object changed); returns the part's ETag.
+    /// `[start, end)` of `src` (UploadPartCopy; `key` itself for a metadata rewrite),
+    /// conditional on `src.etag` (`Precondition` when that object changed); returns the
+    /// part's ETag.
     async fn upload_part_copy(
         &self,
+        src: Version<'_>,
         key: &str,
         upload_id: &str,
         part_number: i32,
         range: (u64, u64),
-        etag: Option<&str>,
     ) -> Result<String>;
     /// Drops an open upload and its parts (they are billed until then).
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()>;

@@ -379,7 +379,8 @@ impl ObjectClient for Retrying {
         if size > crate::copy::MAX_COPY {
             // In parts, each of them retried here.
             let limits = crate::copy::CopyLimits::default();
-            return crate::copy::copy_in_parts(self, key, metadata, etag, size, limits).await;
+            let src = Version { key, etag };
+            return crate::copy::copy_in_parts(self, src, key, metadata, size, limits).await;
         }
         self.retry("COPY", key, || {
             self.inner.replace_metadata(key, metadata, etag, size)
@@ -389,15 +390,15 @@ impl ObjectClient for Retrying {
 
     async fn upload_part_copy(
         &self,
+        src: Version<'_>,
         key: &str,
         upload_id: &str,
         part_number: i32,
         range: (u64, u64),
-        etag: Option<&str>,
     ) -> Result<String> {
         self.retry("UPLOAD_PART_COPY", key, || {
             self.inner
-                .upload_part_copy(key, upload_id, part_number, range, etag)
+                .upload_part_copy(src, key, upload_id, part_number, range)
         })
         .await
     }

@@ -575,16 +575,16 @@ impl ObjectClient for GcsClient {
     /// (its bytes down and up), conditional on `etag` as S3's copy is.
     async fn upload_part_copy(
         &self,
+        src: Version<'_>,
         key: &str,
         upload_id: &str,
         part_number: i32,
         range: (u64, u64),
-        etag: Option<&str>,
     ) -> Result<String> {
         if !self.uploads.is_open(key, upload_id) {
             return Err(not_open(key, upload_id));
         }
-        let bytes = self.get_range(key, range.0, range.1, etag).await?;
+        let bytes = (self.get_range(src.key, range.0, range.1, src.etag)).await?;
         self.upload_part(key, upload_id, part_number, bytes).await
     }
 

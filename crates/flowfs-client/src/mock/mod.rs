@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::copy::{copy_in_parts, CopyLimits};
+use crate::copy::{copy_any_size, copy_in_parts, CopyLimits};
 use crate::{
     AlignedBuf, ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectInfo,
     ObjectMeta, PutResult, Result, UploadInfo,
@@ -317,19 +317,10 @@ impl ObjectClient for MockClient {
         Ok(out)
     }
 
+    /// One copy of an object above the copy limit is refused, as by S3; then in parts.
     async fn copy(&self, src: Version<'_>, to: &str, meta: Option<&Metadata>) -> Result<PutResult> {
-        self.enter(Op::Copy).await?;
-        let mut o = version(&mut self.objects.lock(), src.key, src.etag)?.clone();
-        if let Some(m) = meta {
-            o.metadata = m.clone();
-        }
-        // A single-part object's ETag is its bytes' MD5 on S3: the copy has it too (the
-        // conformance suite pins it); a multipart one's copy is one part.
-        let etag = match o.etag.contains('-') {
-            true => self.store(to, o.data, o.metadata),
-            false => self.store_as(to, o.data, o.metadata, o.etag),
-        };
-        Ok(PutResult { etag })
+        let single = self.copy_single(src, to, meta);
+        copy_any_size(self, src, to, meta, self.copy_limits, single).await
     }
 
     /// A copy onto itself: the body and the ETag stay, as on SeaweedFS 4.48 (pinned by
@@ -343,7 +334,8 @@ impl ObjectClient for MockClient {
         size: u64,
     ) -> Result<PutResult> {
         if size > self.copy_limits.max_copy {
-            return copy_in_parts(self, key, metadata, etag, size, self.copy_limits).await;
+            let src = Version { key, etag };
+            return copy_in_parts(self, src, key, metadata, size, self.copy_limits).await;
         }
         self.enter(Op::Copy).await?;
         self.rewrite(key, metadata, etag)
@@ -351,14 +343,14 @@ impl ObjectClient for MockClient {
 
     async fn upload_part_copy(
         &self,
+        src: Version<'_>,
         key: &str,
         upload_id: &str,
         part_number: i32,
         range: (u64, u64),
-        etag: Option<&str>,
     ) -> Result<String> {
         self.enter(Op::UploadPartCopy).await?;
-        self.part_copy(key, upload_id, part_number, range, etag)
+        self.part_copy(src, key, upload_id, part_number, range)
     }
 
     async fn delete(&self, key: &str) -> Result<()> {

@@ -9,9 +9,9 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 use crate::copy::CopyLimits;
-use crate::{ClientError, PutResult, Result};
+use crate::{ClientError, PutResult, Result, Version};
 
-use super::{http_error, version, MockClient, Obj};
+use super::{http_error, version, MockClient, Obj, Op};
 
 impl MockClient {
     /// A mock whose single copies stop at `limits.max_copy` bytes (S3: 5 GiB), so that a
@@ -42,20 +42,46 @@ impl MockClient {
         })
     }
 
-    /// One UploadPartCopy: bytes `[start, end)` of `key` as part `part_number`.
+    /// One CopyObject of `src` to `to` (with `meta` instead of the source's, if given):
+    /// refused above the copy limit, as S3 refuses one of more than 5 GiB.
+    pub(super) async fn copy_single(
+        &self,
+        src: Version<'_>,
+        to: &str,
+        meta: Option<&HashMap<String, String>>,
+    ) -> Result<PutResult> {
+        self.enter(Op::Copy).await?;
+        let mut o = version(&mut self.objects.lock(), src.key, src.etag)?.clone();
+        if o.data.len() as u64 > self.copy_limits.max_copy {
+            let msg = format!("The specified {}", crate::copy::TOO_LARGE);
+            return Err(ClientError::Refused(format!("{}: {msg}", src.key)));
+        }
+        if let Some(m) = meta {
+            o.metadata = m.clone();
+        }
+        // A single-part object's ETag is its bytes' MD5 on S3: the copy has it too (the
+        // conformance suite pins it); a multipart one's copy is one part.
+        let etag = match o.etag.contains('-') {
+            true => self.store(to, o.data, o.metadata),
+            false => self.store_as(to, o.data, o.metadata, o.etag),
+        };
+        Ok(PutResult { etag })
+    }
+
+    /// One UploadPartCopy: bytes `[start, end)` of `src` as part `part_number` of `key`.
     pub(super) fn part_copy(
         &self,
+        src: Version<'_>,
         key: &str,
         upload_id: &str,
         part_number: i32,
         (start, end): (u64, u64),
-        etag: Option<&str>,
     ) -> Result<String> {
         let body = {
             let mut objects = self.objects.lock();
-            let o = version(&mut objects, key, etag)?;
+            let o = version(&mut objects, src.key, src.etag)?;
             if start >= end || end > o.data.len() as u64 {
-                return Err(http_error(key, 400, "InvalidRange", "bad copy range"));
+                return Err(http_error(src.key, 400, "InvalidRange", "bad copy range"));
             }
             o.data.slice(start as usize..end as usize)
         };

@@ -117,6 +117,9 @@ fn classify(what: &str, status: u16, code: &str, detail: &str) -> ClientError {
         (500..=599, _) | (_, "RequestTimeout") => {
             ClientError::Transient(format!("{what}: HTTP {status} {detail}"))
         }
+        (_, "InvalidRequest") if detail.contains(crate::copy::TOO_LARGE) => {
+            ClientError::Refused(format!("{what}: {detail}"))
+        }
         (_, "KeyTooLongError" | "EntityTooLarge" | "MetadataTooLarge" | "InvalidObjectName")
         | (413 | 414, _) => ClientError::Refused(format!("{what}: HTTP {status} {detail}")),
         _ => ClientError::Other(format!("{what}: HTTP {status} {detail}")),

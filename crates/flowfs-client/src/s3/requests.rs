@@ -304,11 +304,11 @@ impl ObjectClient for S3Client {
 
     async fn upload_part_copy(
         &self,
+        src: Version<'_>,
         key: &str,
         upload_id: &str,
         part_number: i32,
         (start, end): (u64, u64),
-        etag: Option<&str>,
     ) -> Result<String> {
         let out = self
             .client
@@ -317,9 +317,9 @@ impl ObjectClient for S3Client {
             .key(key)
             .upload_id(upload_id)
             .part_number(part_number)
-            .copy_source(encode_copy_source(&self.bucket, key))
+            .copy_source(encode_copy_source(&self.bucket, src.key))
             .copy_source_range(format!("bytes={start}-{}", end.saturating_sub(1)))
-            .set_copy_source_if_match(etag.map(str::to_string))
+            .set_copy_source_if_match(src.etag.map(str::to_string))
             .send()
             .await
             .map_err(|e| map_err(key, e))?;
@@ -379,7 +379,8 @@ impl ObjectClient for S3Client {
                 .set_metadata(Some(m.clone()));
         }
         let req = req.set_copy_source_if_match(src.etag.map(str::to_string));
-        send_copy(req, src.key).await
+        let limits = crate::copy::CopyLimits::default();
+        crate::copy::copy_any_size(self, src, to, meta, limits, send_copy(req, src.key)).await
     }
 
     async fn replace_metadata(
@@ -391,7 +392,8 @@ impl ObjectClient for S3Client {
     ) -> Result<PutResult> {
         if size > crate::copy::MAX_COPY {
             let limits = crate::copy::CopyLimits::default();
-            return crate::copy::copy_in_parts(self, key, metadata, etag, size, limits).await;
+            let src = Version { key, etag };
+            return crate::copy::copy_in_parts(self, src, key, metadata, size, limits).await;
         }
         let rewrite = self
             .copy_object(key, key)

@@ -170,5 +170,7 @@ async fn send_get(
     if start == 0 && cuts.last() == Some(&obj.size) {
         return client.get_whole_pieces(&obj.key, cuts, etag, sink).await;
     }
-    client.get_range_pieces(&obj.key, start, cuts, etag, sink).await
+    client
+        .get_range_pieces(&obj.key, start, cuts, etag, sink)
+        .await
 }

@@ -275,3 +275,67 @@ async fn a_source_still_open_for_writing_is_copied_by_the_kernel() {
     }
     assert!(fs.flush_all().await.is_empty());
 }
+
+/// A mock whose single copies stop at 4 MiB (S3: 5 GiB), parts of 1 MiB.
+fn limited(dir: &std::path::Path) -> (Arc<MockClient>, Arc<Fs>) {
+    let limits = flowfs_client::copy::CopyLimits {
+        max_copy: 4 << 20,
+        part: 1 << 20,
+    };
+    let mock = Arc::new(MockClient::with_copy_limits(limits));
+    let cfg = flowfs_fs::FsConfig::new("b", "", dir.to_path_buf());
+    let fs = Arc::new(Fs::new(cfg, mock.clone()).expect("fs"));
+    (mock, fs)
+}
+
+/// Above the store's single-copy limit the copy is made in parts (UploadPartCopy from the
+/// source's key): still no byte through the node (before: the store refused the
+/// CopyObject, and the call failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_above_the_single_copy_limit_is_made_in_parts_on_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = limited(dir.path());
+    let bytes = data((5 << 20) + 9, 6);
+    let (_, src) = source(&mock, &fs, &bytes).await;
+    let (attr, dst) = fs.create(ROOT, "dst", 0o600).await.unwrap();
+    mock.reset_counts();
+    assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
+    assert_eq!(
+        mock.count(Op::UploadPartCopy),
+        6,
+        "5 MiB + 9 in parts of 1 MiB"
+    );
+    assert_eq!(
+        mock.get_bytes(),
+        0,
+        "no byte of the source came to the node"
+    );
+    fs.release(dst).unwrap();
+    fs.release(src).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(mock.count(Op::Put) + mock.count(Op::UploadPart), 0);
+    assert_eq!(mock.object("dst").unwrap(), bytes);
+    let mode = mock.metadata("dst").unwrap().get("mode").cloned();
+    assert_eq!(
+        mode.as_deref(),
+        Some("33152"),
+        "the copy's own mode, 0o100600"
+    );
+    assert_eq!(read_all(&fs, attr.ino).await, bytes);
+}
+
+/// A rename of an object above the limit moves it in parts, and keeps its metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_above_the_single_copy_limit_moves_it_in_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = limited(dir.path());
+    let bytes = data((4 << 20) + 1, 7);
+    mock.insert_with_metadata("big", bytes.clone(), &[("other", "kept")]);
+    fs.lookup(ROOT, "big").await.unwrap();
+    fs.rename(ROOT, "big", ROOT, "moved", false).await.unwrap();
+    assert_eq!(mock.object("moved").unwrap(), bytes);
+    assert!(mock.object("big").is_none());
+    let other = mock.metadata("moved").unwrap().get("other").cloned();
+    assert_eq!(other.as_deref(), Some("kept"));
+    assert_eq!(mock.get_bytes(), 0);
+}

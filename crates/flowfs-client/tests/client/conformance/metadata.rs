@@ -4,7 +4,7 @@
 //! lower-cased, a copy of a non-multipart object keeps its MD5 ETag).
 
 use flowfs_client::copy::{copy_in_parts, CopyLimits};
-use flowfs_client::{ClientError, ObjectClient};
+use flowfs_client::{ClientError, ObjectClient, Version};
 
 use super::{assert_not_found, data, err, meta, upload};
 
@@ -141,7 +141,11 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
         part: PART as u64,
     };
     let other = meta(&[("mode", "1")]);
-    let stale = copy_in_parts(c, &key, &other, Some("\"0\""), size as u64, limits);
+    let old = Version {
+        key: &key,
+        etag: Some("\"0\""),
+    };
+    let stale = copy_in_parts(c, old, &key, &other, size as u64, limits);
     let e = err(stale.await, "stale ETag");
     assert!(matches!(e, ClientError::Precondition(_)), "{e:?}");
     assert!(
@@ -149,7 +153,11 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
         "aborted"
     );
     let m = meta(&[("mode", "33188")]);
-    let done = copy_in_parts(c, &key, &m, Some(&put.etag), size as u64, limits)
+    let this = Version {
+        key: &key,
+        etag: Some(&put.etag),
+    };
+    let done = copy_in_parts(c, this, &key, &m, size as u64, limits)
         .await
         .expect("copy in parts");
     let h = c.head(&key).await.expect("head");
@@ -160,4 +168,32 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
     assert_eq!(h.metadata, m);
     let got = c.get_range(&key, 0, size as u64, None).await.expect("get");
     assert_eq!(got, data(size, 6));
+}
+
+/// A copy to another key in parts (what a copy or a rename above 5 GiB does): the
+/// destination has the source's body and the metadata given; the source stays.
+pub async fn copy_in_parts_to_another_key(c: &dyn ObjectClient, p: &str) {
+    let (from, to) = (format!("{p}src"), format!("{p}dst"));
+    let size = PART + 10;
+    let put = c
+        .put(&from, data(size, 7), &meta(&[("mode", "33261")]))
+        .await;
+    let put = put.expect("put");
+    let limits = CopyLimits {
+        max_copy: PART as u64,
+        part: PART as u64,
+    };
+    let src = Version {
+        key: &from,
+        etag: Some(&put.etag),
+    };
+    let m = meta(&[("mode", "33188")]);
+    copy_in_parts(c, src, &to, &m, size as u64, limits)
+        .await
+        .expect("copy in parts");
+    let h = c.head(&to).await.expect("head");
+    assert_eq!((h.info.size, &h.metadata), (size as u64, &m));
+    let got = c.get_range(&to, 0, size as u64, None).await.expect("get");
+    assert_eq!(got, data(size, 7));
+    assert_eq!(c.head(&from).await.expect("source").info.etag, put.etag);
 }
