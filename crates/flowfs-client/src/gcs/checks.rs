@@ -27,8 +27,18 @@ pub(super) fn stored_as_sent(o: &Object, sent: &Checksum, what: &str) -> Result<
     }
 }
 
-/// The object's CRC-32C from a GET's `x-goog-hash: crc32c=...,md5=...`.
-pub(super) fn of_answer(r: &reqwest::Response) -> Option<Checksum> {
+/// The object's CRC-32C from a GET's `x-goog-hash: crc32c=...,md5=...`, if the answer
+/// holds the whole object, `size` bytes (`content-range: bytes 0-N/size`): the hash is of
+/// the whole object also when a range was asked for.
+pub(super) fn of_answer(r: &reqwest::Response, size: u64) -> Option<Checksum> {
+    let range = r
+        .headers()
+        .get("content-range")
+        .and_then(|v| v.to_str().ok());
+    let total = range.and_then(|v| v.rsplit('/').next()?.parse::<u64>().ok());
+    if total.is_some_and(|t| t != size) {
+        return None;
+    }
     let hashes = r.headers().get_all("x-goog-hash");
     let mut values = hashes.iter().filter_map(|v| v.to_str().ok());
     let all = values.by_ref().flat_map(|v| v.split(','));

@@ -17,6 +17,8 @@ mod checks;
 mod credentials;
 mod errors;
 mod json;
+mod listing;
+mod parts;
 mod requests;
 mod uploads;
 
@@ -156,6 +158,51 @@ impl GcsClient {
         let sending = crate::rest::Sending { op, what };
         let resp = crate::rest::execute(&self.http, &self.metrics, head, body, sending).await?;
         errors::check(resp, what).await
+    }
+
+    /// A request with a JSON body (or none) whose JSON answer is read whole.
+    async fn call(
+        &self,
+        method: http::Method,
+        url: &str,
+        body: Option<String>,
+        what: &str,
+    ) -> Result<Bytes> {
+        let (h, body) = match body {
+            Some(b) => (
+                vec![("content-type", "application/json".to_string())],
+                b.into(),
+            ),
+            None => (Vec::new(), Bytes::new()),
+        };
+        self.send_read(method, url, &h, body, what).await
+    }
+
+    /// `send`, and the answer's body read whole.
+    async fn send_read(
+        &self,
+        method: http::Method,
+        url: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+        what: &str,
+    ) -> Result<Bytes> {
+        let r = self.send(method, url, headers, body, what).await?;
+        r.bytes()
+            .await
+            .map_err(|e| crate::rest::body_error(what, e))
+    }
+
+    /// An object resource from a request that answers with one.
+    async fn object_call(
+        &self,
+        method: http::Method,
+        url: &str,
+        body: Option<String>,
+        what: &str,
+    ) -> Result<json::Object> {
+        let got = self.call(method, url, body, what).await?;
+        json::parse(&got, what)
     }
 }
 

@@ -6,154 +6,29 @@ use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::{stream, StreamExt};
 use http::Method;
 
 use super::checks;
-use super::json::{self, Object, Page};
-use super::uploads::{self, COMPOSE_MAX};
+use super::json::{self, Object};
+use super::listing::{list_page, ListQuery};
+use super::uploads;
 use super::{etag_of, generation_of, query_value, GcsClient};
-use crate::retry::RetryPolicy;
 use crate::{
     pieces_end, ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectMeta,
     PutResult, Result, UploadInfo,
 };
 
 /// The fields of an object flowfs reads: the rest of a resource is not sent.
-const OBJECT_FIELDS: &str = "name,size,generation,updated,metadata,crc32c";
+pub(super) const OBJECT_FIELDS: &str = "name,size,generation,updated,metadata,crc32c";
 /// Calls of one upload (composes of a level, deletes of its parts) sent at once.
-const CALLS_AT_ONCE: usize = 16;
+pub(super) const CALLS_AT_ONCE: usize = 16;
 
 /// A compose source: an object's name and the generation it must still have.
-type Source = (String, Option<String>);
-
-/// What one `objects.list` asks.
-#[derive(Default)]
-struct ListQuery<'a> {
-    prefix: &'a str,
-    delimiter: Option<&'a str>,
-    token: Option<&'a str>,
-    max: Option<i32>,
-    start_offset: Option<&'a str>,
-}
+pub(super) type Source = (String, Option<String>);
 
 impl GcsClient {
-    /// A request with a JSON body (or none) whose JSON answer is read whole.
-    async fn call(
-        &self,
-        method: Method,
-        url: &str,
-        body: Option<String>,
-        what: &str,
-    ) -> Result<Bytes> {
-        let (h, body) = match body {
-            Some(b) => (
-                vec![("content-type", "application/json".to_string())],
-                b.into(),
-            ),
-            None => (Vec::new(), Bytes::new()),
-        };
-        self.send_read(method, url, &h, body, what).await
-    }
-
-    /// `send`, and the answer's body read whole.
-    async fn send_read(
-        &self,
-        method: Method,
-        url: &str,
-        headers: &[(&str, String)],
-        body: Bytes,
-        what: &str,
-    ) -> Result<Bytes> {
-        let r = self.send(method, url, headers, body, what).await?;
-        r.bytes()
-            .await
-            .map_err(|e| crate::rest::body_error(what, e))
-    }
-
-    /// An object resource from a request that answers with one.
-    async fn object_call(
-        &self,
-        method: Method,
-        url: &str,
-        body: Option<String>,
-        what: &str,
-    ) -> Result<Object> {
-        let got = self.call(method, url, body, what).await?;
-        json::parse(&got, what)
-    }
-
-    /// One page of `objects.list`, its part objects left out (unless it lists them).
-    async fn list_objects(&self, q: ListQuery<'_>) -> Result<Page> {
-        let mut query = format!(
-            "fields={}",
-            query_value(&format!("items({OBJECT_FIELDS}),prefixes,nextPageToken"))
-        );
-        let params = [
-            ("prefix", Some(q.prefix).filter(|p| !p.is_empty())),
-            ("delimiter", q.delimiter),
-            ("pageToken", q.token),
-            ("startOffset", q.start_offset),
-        ];
-        for (name, value) in params {
-            if let Some(v) = value {
-                query.push_str(&format!("&{name}={}", query_value(v)));
-            }
-        }
-        // GCS's own page size, asked for: fake-gcs-server answers every key at once
-        // without it.
-        let max = q.max.unwrap_or(1000).clamp(1, 1000);
-        query.push_str(&format!("&maxResults={max}"));
-        let what = format!("list of {}/{}", self.bucket, q.prefix);
-        let url = self.object_url("", &query);
-        let got = match self.call(Method::GET, &url, None, &what).await {
-            Err(ClientError::NotFound(_)) => {
-                return Err(ClientError::NoSuchBucket(self.bucket.clone()))
-            }
-            r => r?,
-        };
-        let mut page: Page = json::parse(&got, &what)?;
-        if !uploads::hidden(q.prefix) {
-            page.items.retain(|o| !uploads::hidden(&o.name));
-            page.prefixes.retain(|p| !uploads::hidden(p));
-        }
-        Ok(page)
-    }
-
-    /// Every page of `objects.list` below `prefix`, as one.
-    async fn list_every(&self, prefix: &str, delimiter: Option<&str>) -> Result<Page> {
-        let (mut all, mut token) = (Page::default(), None);
-        loop {
-            let q = ListQuery {
-                prefix,
-                delimiter,
-                token: token.as_deref(),
-                ..ListQuery::default()
-            };
-            let page = self.list_objects(q).await?;
-            all.items.extend(page.items);
-            all.prefixes.extend(page.prefixes);
-            match page.next_page_token {
-                Some(t) => token = Some(t),
-                None => return Ok(all),
-            }
-        }
-    }
-
-    /// Whether a key below `prefix` sorts after `start_after`.
-    async fn key_after(&self, prefix: &str, start_after: &str) -> Result<bool> {
-        let q = ListQuery {
-            prefix,
-            max: Some(2),
-            start_offset: Some(start_after),
-            ..ListQuery::default()
-        };
-        let page = self.list_objects(q).await?;
-        Ok(page.items.iter().any(|o| o.name.as_str() > start_after))
-    }
-
     /// A new object `name` of `data` with `metadata`, in one request.
-    async fn insert(
+    pub(super) async fn insert(
         &self,
         name: &str,
         data: Bytes,
@@ -176,7 +51,7 @@ impl GcsClient {
     }
 
     /// Composes `sources` (with the generations they must have) into `dest`.
-    async fn compose_into(
+    pub(super) async fn compose_into(
         &self,
         dest: &str,
         sources: &[Source],
@@ -191,7 +66,7 @@ impl GcsClient {
 
     /// `objects.rewrite` of `from` (of `generation`, if given) to `to`, with `metadata`
     /// (else the source's), called again with its token until done.
-    async fn rewrite(
+    pub(super) async fn rewrite(
         &self,
         from: &str,
         generation: Option<&str>,
@@ -243,111 +118,6 @@ impl GcsClient {
             }
         }
     }
-
-    /// The object of upload `id` of `key` from its parts (named with their generations):
-    /// composes of `COMPOSE_MAX` at a time, level by level, until one remains.
-    async fn compose_upload(
-        &self,
-        key: &str,
-        id: &str,
-        mut level: Vec<Source>,
-        metadata: &HashMap<String, String>,
-    ) -> Result<(Object, Vec<String>)> {
-        let mut made = Vec::new();
-        let none = HashMap::new();
-        let mut depth = 0;
-        while level.len() > COMPOSE_MAX {
-            let groups: Vec<(String, Vec<Source>)> = level
-                .chunks(COMPOSE_MAX)
-                .enumerate()
-                .map(|(i, g)| (uploads::composed(key, id, depth, i), g.to_vec()))
-                .collect();
-            let none = &none;
-            let next = stream::iter(groups)
-                .map(|(dest, group)| async move {
-                    let o = self.compose_into(&dest, &group, none).await?;
-                    Ok::<_, ClientError>((dest, Some(o.generation)))
-                })
-                .buffered(CALLS_AT_ONCE)
-                .collect::<Vec<_>>()
-                .await
-                .into_iter()
-                .collect::<Result<Vec<_>>>()?;
-            made.extend(next.iter().map(|(n, _)| n.clone()));
-            level = next;
-            depth += 1;
-        }
-        // The last compose makes an object of its own, rewritten into the key with the
-        // upload's metadata: fake-gcs-server gives a compose onto an existing key the old
-        // object's generation (GCS a new one), and a reader that keys its cache by
-        // generation would then serve the old bytes. A rewrite within a bucket, location
-        // and storage class is done in one call on GCS without copying the bytes.
-        let whole = uploads::whole(key, id);
-        let w = self.compose_into(&whole, &level, &none).await?;
-        made.push(whole.clone());
-        let o = self
-            .rewrite(&whole, Some(&w.generation), key, Some(metadata))
-            .await?;
-        Ok((o, made))
-    }
-
-    /// Deletes `name` (absent too), sent again on a retryable failure with the retry
-    /// layer's backoff and budget: these deletes happen inside one call of the trait (a
-    /// completion, an abort), which the layer above retries only as a whole.
-    async fn delete_retried(&self, name: &str) -> Result<()> {
-        let policy = RetryPolicy::default();
-        let start = tokio::time::Instant::now();
-        let mut attempt = 1;
-        loop {
-            match self.delete(name).await {
-                Err(e) if e.is_retryable() => {
-                    let Some(pause) = policy.pause_after(attempt, start.elapsed()) else {
-                        return Err(e);
-                    };
-                    tokio::time::sleep(pause).await;
-                    attempt += 1;
-                }
-                r => return r,
-            }
-        }
-    }
-
-    /// Deletes `names` (absent ones too), several at once; the first error, after all.
-    async fn delete_all(&self, names: Vec<String>) -> Result<()> {
-        let results: Vec<Result<()>> = stream::iter(names)
-            .map(|n| async move { self.delete_retried(&n).await })
-            .buffer_unordered(CALLS_AT_ONCE)
-            .collect()
-            .await;
-        results.into_iter().collect()
-    }
-
-    /// Deletes the part objects of upload `id` of `key`, its marker last, so that an
-    /// upload cleaned up half way is still listed and aborted by a later recovery.
-    async fn drop_parts(&self, key: &str, id: &str, mut names: Vec<String>) -> Result<()> {
-        let marker = uploads::marker(key, id);
-        names.retain(|n| *n != marker);
-        self.delete_all(names).await?;
-        self.delete_retried(&marker).await
-    }
-
-    /// An object of `data` named `name` without metadata (a part, a marker).
-    async fn put_part_object(&self, name: &str, data: Bytes) -> Result<Object> {
-        let url = self.upload_url(&format!(
-            "uploadType=media&name={}&fields={}",
-            query_value(name),
-            query_value(OBJECT_FIELDS)
-        ));
-        let sent = Crc::Crc32c.of(&data);
-        let h = [
-            ("content-type", "application/octet-stream".to_string()),
-            checks::hash_header(&sent),
-        ];
-        let got = self.send_read(Method::POST, &url, &h, data, name).await?;
-        let o = json::parse(&got, name)?;
-        checks::stored_as_sent(&o, &sent, name)?;
-        Ok(o)
-    }
 }
 
 fn not_open(key: &str, id: &str) -> ClientError {
@@ -358,20 +128,6 @@ fn put_result(o: &Object) -> PutResult {
     PutResult {
         etag: etag_of(&o.generation),
     }
-}
-
-fn list_page(page: Page) -> ListPage {
-    let mut out = ListPage {
-        prefixes: page.prefixes,
-        next_token: page.next_page_token,
-        ..ListPage::default()
-    };
-    for o in page.items {
-        out.objects.push(o.info());
-        // The listing asks for each object's metadata: one without any has none, known.
-        out.metadata.insert(o.name, o.metadata.unwrap_or_default());
-    }
-    out
 }
 
 #[async_trait]
@@ -427,7 +183,7 @@ impl ObjectClient for GcsClient {
             return Ok(());
         };
         let r = self.get_answer(key, 0, end, etag).await?;
-        let want = checks::of_answer(&r);
+        let want = checks::of_answer(&r, end);
         let body = crate::rest::Answer { r, key };
         crate::body::deliver_checked(body, key, cuts, want, sink).await
     }
@@ -650,25 +406,5 @@ impl ObjectClient for GcsClient {
             Ok(_) | Err(ClientError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listed_objects_carry_their_metadata_even_when_empty() {
-        let page: Page = json::parse(
-            br#"{"items":[{"name":"a","size":"1","generation":"2","metadata":{"mode":"1"}},
-                {"name":"b","size":"0","generation":"3"}],"prefixes":["d/"],"nextPageToken":"t"}"#,
-            "l",
-        )
-        .unwrap();
-        let p = list_page(page);
-        assert_eq!(p.objects.len(), 2);
-        assert_eq!(p.metadata["a"]["mode"], "1");
-        assert!(p.metadata["b"].is_empty());
-        assert_eq!(p.next_token.as_deref(), Some("t"));
     }
 }
