@@ -84,6 +84,10 @@ pub(crate) async fn deliver_checked(
         let room = len - buf.len();
         buf.extend_from_slice(&frame[..room.min(frame.len())]);
     }
+    // A body cut short is the connection's failure, not the store's bytes.
+    if buf.len() < len {
+        return Err(short_body(key, buf.len() as u64, len as u64));
+    }
     check.check(key)?;
     crate::split_pieces(key, 0, cuts, &buf.into_bytes(), sink)
 }

@@ -134,6 +134,9 @@ async fn a_failing_server_costs_a_read_two_gets_then_eio() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_body_keeps_its_first_pieces_and_is_fetched_once_more() {
     // One part is the whole object: the first read fetches it in one GET of 8 pieces.
+    // That GET is checked against the object's checksum, so it hands over nothing before
+    // its end: the cut body is fetched once more, whole, and every later read is cached.
+    // (A ranged GET cut short keeps its first pieces: tests/fs reads.rs.)
     let s = setup(8 * MIB, 64 * MIB);
     let size = 8 * MIB;
     let (obj, etag) = s.put("k", size, 4).await;
