@@ -11,6 +11,10 @@ use serde_json::json;
 use super::etag_of;
 use crate::{Checksum, ClientError, ObjectInfo, ObjectMeta, Result};
 
+/// The fields of an object flowfs reads (the `fields` of a request): the rest of a resource
+/// is not sent. They are the fields [`Object`] holds.
+pub(super) const OBJECT_FIELDS: &str = "name,size,generation,updated,metadata,crc32c";
+
 /// An object resource: the fields flowfs uses (64-bit numbers come as strings).
 #[derive(Debug, Deserialize)]
 pub(super) struct Object {

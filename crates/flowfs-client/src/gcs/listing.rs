@@ -3,8 +3,7 @@
 
 use http::Method;
 
-use super::json::{self, Page};
-use super::requests::OBJECT_FIELDS;
+use super::json::{self, Page, OBJECT_FIELDS};
 use super::uploads;
 use super::{query_value, GcsClient};
 use crate::{ClientError, ListPage, Result};

@@ -8,8 +8,8 @@ use futures_util::{stream, StreamExt};
 use http::Method;
 
 use super::checks;
-use super::json::{self, Object};
-use super::requests::{Source, CALLS_AT_ONCE, OBJECT_FIELDS};
+use super::json::{self, Object, OBJECT_FIELDS};
+use super::requests::{Source, CALLS_AT_ONCE};
 use super::uploads::{self, COMPOSE_MAX};
 use super::{query_value, GcsClient};
 use crate::retry::RetryPolicy;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::Method;
 
 use super::checks;
-use super::json::{self, Object};
+use super::json::{self, Object, OBJECT_FIELDS};
 use super::listing::{list_page, ListQuery};
 use super::uploads;
 use super::{etag_of, generation_of, query_value, GcsClient};
@@ -18,8 +18,6 @@ use crate::{
     PutResult, Result, UploadInfo,
 };
 
-/// The fields of an object flowfs reads: the rest of a resource is not sent.
-pub(super) const OBJECT_FIELDS: &str = "name,size,generation,updated,metadata,crc32c";
 /// Calls of one upload (composes of a level, deletes of its parts) sent at once.
 pub(super) const CALLS_AT_ONCE: usize = 16;
 
