@@ -62,24 +62,42 @@ pub(crate) async fn deliver(
     Ok(())
 }
 
-/// `deliver` of a whole object's body (from 0) checked against `want`, the store's
-/// full-object checksum: no piece is handed over before the last byte has arrived and
-/// matched, so a damaged body is a `Corrupt` error and never data. Without a checksum
-/// flowfs can compute, the pieces go as they arrive.
+/// Who checks a whole body against the store's full-object checksum.
+pub(crate) enum Check {
+    /// flowfs, against this checksum (GCS's `x-goog-hash`, the mock's).
+    Against(Checksum),
+    /// The HTTP stack, which fails the body's last frame on a mismatch: the AWS SDK with
+    /// checksum mode on sums the body itself, so a second sum would only cost CPU.
+    ByTransport,
+    /// Nobody: the store gave no checksum.
+    Unchecked,
+}
+
+/// `deliver` of a whole object's body (from 0) checked as `check` says: no piece is
+/// handed over before the last byte has arrived and matched, so a damaged body is a
+/// `Corrupt` error and never data. Unchecked (or against a checksum flowfs does not
+/// compute), the pieces go as they arrive.
 pub(crate) async fn deliver_checked(
     mut body: impl Frames,
     key: &str,
     cuts: &[u64],
-    want: Option<Checksum>,
+    check: Check,
     sink: &mut (dyn FnMut(usize, Bytes) + Send),
 ) -> Result<()> {
-    let Some(mut check) = want.and_then(Running::against) else {
-        return deliver(body, key, 0, cuts, sink).await;
+    let mut sum = match check {
+        Check::Against(want) => match Running::against(want) {
+            Some(sum) => Some(sum),
+            None => return deliver(body, key, 0, cuts, sink).await,
+        },
+        Check::ByTransport => None,
+        Check::Unchecked => return deliver(body, key, 0, cuts, sink).await,
     };
     let len = cuts.last().map_or(0, |&end| end as usize);
     let mut buf = AlignedBuf::with_capacity(len);
     while let Some(frame) = body.next_frame().await? {
-        check.update(&frame);
+        if let Some(sum) = sum.as_mut() {
+            sum.update(&frame);
+        }
         // Bytes past the object as it was asked for are checked, not kept.
         let room = len - buf.len();
         buf.extend_from_slice(&frame[..room.min(frame.len())]);
@@ -88,6 +106,8 @@ pub(crate) async fn deliver_checked(
     if buf.len() < len {
         return Err(short_body(key, buf.len() as u64, len as u64));
     }
-    check.check(key)?;
+    if let Some(sum) = sum {
+        sum.check(key)?;
+    }
     crate::split_pieces(key, 0, cuts, &buf.into_bytes(), sink)
 }

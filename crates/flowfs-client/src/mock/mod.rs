@@ -228,7 +228,8 @@ impl ObjectClient for MockClient {
         let want = crate::Crc::Crc64Nvme.of(&data);
         let got = self.cut(self.flip(data));
         let frames = crate::body::Whole(Some(got));
-        crate::body::deliver_checked(frames, key, cuts, Some(want), sink).await
+        let check = crate::body::Check::Against(want);
+        crate::body::deliver_checked(frames, key, cuts, check, sink).await
     }
 
     async fn list_page(
