@@ -172,7 +172,12 @@ pub async fn upload_file(
     let parts = &slots.parts;
     check_stop(stop)?;
     if one_part {
-        let body = read_part_async(file, key, 0, size, client.upload_checksum()).await?;
+        let span = Span {
+            off: 0,
+            len: size,
+            crc: client.upload_checksum(),
+        };
+        let body = read_part_async(file, key, span).await?;
         return upload_single_part(client, key, body, metadata, &note).await;
     }
     if size <= part_size {
@@ -185,7 +190,12 @@ pub async fn upload_file(
             .await
             .map_err(|e| ClientError::Other(e.to_string()))?;
         check_stop(stop)?;
-        let body = read_part_async(file, key, 0, size, client.upload_checksum()).await?;
+        let span = Span {
+            off: 0,
+            len: size,
+            crc: client.upload_checksum(),
+        };
+        let body = read_part_async(file, key, span).await?;
         return Ok(client.put(key, body, metadata).await?.etag);
     }
     let upload_id = note.create(client, key, metadata).await?;
@@ -212,15 +222,21 @@ pub async fn upload_file(
 /// pass over each 8 MiB part after it was read whole (measured here; 1 MiB chunks: 0.07 s).
 const SUM_CHUNK: u64 = 256 << 10;
 
-/// Reads `len` staged bytes at `off` into one buffer, for a PUT or a part, with their
-/// checksum by `crc` (the store's, `ObjectClient::upload_checksum`).
-pub fn read_part(
-    file: &File,
-    key: &str,
-    off: u64,
-    len: u64,
-    crc: Option<Crc>,
-) -> Result<Payload, ClientError> {
+/// The bytes of a staged file that go up as one PUT or part, and the CRC they carry.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    /// Where they start in the file.
+    pub off: u64,
+    /// How many.
+    pub len: u64,
+    /// The store's checksum (`ObjectClient::upload_checksum`), summed as they are read.
+    pub crc: Option<Crc>,
+}
+
+/// Reads the staged bytes of `span` into one buffer, for a PUT or a part, with their
+/// checksum.
+pub fn read_part(file: &File, key: &str, span: Span) -> Result<Payload, ClientError> {
+    let Span { off, len, crc } = span;
     // A pooled buffer: a fresh 8 MiB one per part had every page faulted in anew.
     let mut buf = AlignedBuf::with_capacity(len as usize);
     let mut sum = crc.map(Summing::new);
@@ -242,18 +258,12 @@ pub fn read_part(
 
 /// `read_part` on tokio's blocking pool: a part is megabytes of `pread`, which must not
 /// hold up an async worker and every task queued behind it.
-pub async fn read_part_async(
-    file: &File,
-    key: &str,
-    off: u64,
-    len: u64,
-    crc: Option<Crc>,
-) -> Result<Payload, ClientError> {
+pub async fn read_part_async(file: &File, key: &str, span: Span) -> Result<Payload, ClientError> {
     let file = file
         .try_clone()
         .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
     let key = key.to_string();
-    tokio::task::spawn_blocking(move || read_part(&file, &key, off, len, crc))
+    tokio::task::spawn_blocking(move || read_part(&file, &key, span))
         .await
         .map_err(|e| ClientError::Other(e.to_string()))?
 }
@@ -290,7 +300,12 @@ pub async fn upload_parts(
         }
         let off = i * part_size;
         let len = part_size.min(size - off);
-        let body = match read_part_async(file, key, off, len, client.upload_checksum()).await {
+        let span = Span {
+            off,
+            len,
+            crc: client.upload_checksum(),
+        };
+        let body = match read_part_async(file, key, span).await {
             Ok(b) => b,
             Err(e) => {
                 failure = Some(e);
