@@ -7,7 +7,7 @@
 //! order (a view that sorts past the end of a page is carried to the next one in its
 //! token), so the file system above lists, looks up and walks views as any directory.
 
-use flowfs_client::{Crc, Metadata, Payload, Version};
+use flowfs_client::{Metadata, Version};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -259,10 +259,6 @@ impl ObjectClient for ArchiveViews {
         self.inner.key_rules()
     }
 
-    fn upload_checksum(&self) -> Option<Crc> {
-        self.inner.upload_checksum()
-    }
-
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
         self.inner.check_bucket(prefix).await
     }
@@ -372,7 +368,7 @@ impl ObjectClient for ArchiveViews {
     async fn put(
         &self,
         key: &str,
-        body: Payload,
+        body: Bytes,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         self.writing(key)?;
@@ -388,7 +384,7 @@ impl ObjectClient for ArchiveViews {
         self.inner.create_multipart(key, metadata).await
     }
 
-    async fn upload_part(&self, key: &str, id: &str, n: i32, body: Payload) -> Result<String> {
+    async fn upload_part(&self, key: &str, id: &str, n: i32, body: Bytes) -> Result<String> {
         self.writing(key)?;
         self.inner.upload_part(key, id, n, body).await
     }
@@ -418,7 +414,7 @@ impl ObjectClient for ArchiveViews {
         self.writing(key)?;
         if place(src.key).is_some() {
             let bytes = self.get_range(src.key, range.0, range.1, src.etag).await?;
-            return self.inner.upload_part(key, id, n, bytes.into()).await;
+            return self.inner.upload_part(key, id, n, bytes).await;
         }
         self.inner.upload_part_copy(src, key, id, n, range).await
     }

@@ -62,42 +62,24 @@ pub(crate) async fn deliver(
     Ok(())
 }
 
-/// Who checks a whole body against the store's full-object checksum.
-pub(crate) enum Check {
-    /// flowfs, against this checksum (GCS's `x-goog-hash`, the mock's).
-    Against(Checksum),
-    /// The HTTP stack, which fails the body's last frame on a mismatch: the AWS SDK with
-    /// checksum mode on sums the body itself, so a second sum would only cost CPU.
-    ByTransport,
-    /// Nobody: the store gave no checksum.
-    Unchecked,
-}
-
-/// `deliver` of a whole object's body (from 0) checked as `check` says: no piece is
-/// handed over before the last byte has arrived and matched, so a damaged body is a
-/// `Corrupt` error and never data. Unchecked (or against a checksum flowfs does not
-/// compute), the pieces go as they arrive.
+/// `deliver` of a whole object's body (from 0) checked against `want`, the store's
+/// full-object checksum: no piece is handed over before the last byte has arrived and
+/// matched, so a damaged body is a `Corrupt` error and never data. Without a checksum
+/// flowfs can compute, the pieces go as they arrive.
 pub(crate) async fn deliver_checked(
     mut body: impl Frames,
     key: &str,
     cuts: &[u64],
-    check: Check,
+    want: Option<Checksum>,
     sink: &mut (dyn FnMut(usize, Bytes) + Send),
 ) -> Result<()> {
-    let mut sum = match check {
-        Check::Against(want) => match Running::against(want) {
-            Some(sum) => Some(sum),
-            None => return deliver(body, key, 0, cuts, sink).await,
-        },
-        Check::ByTransport => None,
-        Check::Unchecked => return deliver(body, key, 0, cuts, sink).await,
+    let Some(mut check) = want.and_then(Running::against) else {
+        return deliver(body, key, 0, cuts, sink).await;
     };
     let len = cuts.last().map_or(0, |&end| end as usize);
     let mut buf = AlignedBuf::with_capacity(len);
     while let Some(frame) = body.next_frame().await? {
-        if let Some(sum) = sum.as_mut() {
-            sum.update(&frame);
-        }
+        check.update(&frame);
         // Bytes past the object as it was asked for are checked, not kept.
         let room = len - buf.len();
         buf.extend_from_slice(&frame[..room.min(frame.len())]);
@@ -106,8 +88,6 @@ pub(crate) async fn deliver_checked(
     if buf.len() < len {
         return Err(short_body(key, buf.len() as u64, len as u64));
     }
-    if let Some(sum) = sum {
-        sum.check(key)?;
-    }
+    check.check(key)?;
     crate::split_pieces(key, 0, cuts, &buf.into_bytes(), sink)
 }

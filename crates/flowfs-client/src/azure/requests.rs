@@ -1,7 +1,7 @@
 //! `impl ObjectClient for AzureClient`: each method is the Azure Blob REST call of
 //! docs/STORES.md's table (multipart uploads: uploads.rs).
 
-use crate::{Metadata, Payload, Version};
+use crate::{Metadata, Version};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -256,12 +256,12 @@ impl ObjectClient for AzureClient {
     async fn put(
         &self,
         key: &str,
-        body: Payload,
+        body: Bytes,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         let meta = meta_headers(metadata);
         let h = with_meta(&[("x-ms-blob-type", "BlockBlob".to_string())], &meta);
-        let r = self.put_body(key, "", &h, body.into_bytes(), key).await?;
+        let r = self.put_body(key, "", &h, body, key).await?;
         Ok(put_result(&r))
     }
 
@@ -285,12 +285,11 @@ impl ObjectClient for AzureClient {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        body: Payload,
+        body: Bytes,
     ) -> Result<String> {
         if !self.uploads.is_open(key, upload_id) {
             return Err(not_open(key, upload_id));
         }
-        let body = body.into_bytes();
         self.put_block(key, upload_id, Block::Part(part_number), body)
             .await
     }

@@ -1,7 +1,7 @@
 //! `impl ObjectClient for GcsClient`: each method is the GCS JSON API call of
 //! docs/STORES.md's table (multipart uploads as composed part objects: uploads.rs).
 
-use crate::{Crc, Metadata, Payload, Version};
+use crate::{Crc, Metadata, Version};
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
@@ -29,14 +29,14 @@ impl GcsClient {
     pub(super) async fn insert(
         &self,
         name: &str,
-        data: Payload,
+        data: Bytes,
         metadata: &HashMap<String, String>,
         what: &str,
     ) -> Result<Object> {
-        let sent = data.checksum(Crc::Crc32c);
+        let sent = Crc::Crc32c.of(&data);
         let mut resource = json::resource(name, metadata);
         resource["crc32c"] = sent.value.clone().into();
-        let (content_type, body) = json::multipart(&resource, data.bytes());
+        let (content_type, body) = json::multipart(&resource, &data);
         let url = self.upload_url(&format!(
             "uploadType=multipart&fields={}",
             query_value(OBJECT_FIELDS)
@@ -134,10 +134,6 @@ impl ObjectClient for GcsClient {
         KeyRules::GCS
     }
 
-    fn upload_checksum(&self) -> Option<Crc> {
-        Some(Crc::Crc32c)
-    }
-
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
         let q = ListQuery {
             prefix,
@@ -185,12 +181,9 @@ impl ObjectClient for GcsClient {
             return Ok(());
         };
         let r = self.get_answer(key, 0, end, etag).await?;
-        let check = match checks::of_answer(&r, end) {
-            Some(want) => crate::body::Check::Against(want),
-            None => crate::body::Check::Unchecked,
-        };
+        let want = checks::of_answer(&r, end);
         let body = crate::rest::Answer { r, key };
-        crate::body::deliver_checked(body, key, cuts, check, sink).await
+        crate::body::deliver_checked(body, key, cuts, want, sink).await
     }
 
     async fn list_page(
@@ -246,7 +239,7 @@ impl ObjectClient for GcsClient {
     async fn put(
         &self,
         key: &str,
-        body: Payload,
+        body: Bytes,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         let o = self.insert(key, body, metadata, key).await?;
@@ -260,7 +253,7 @@ impl ObjectClient for GcsClient {
     ) -> Result<String> {
         let id = self.uploads.begin(key, metadata);
         let marker = uploads::marker(key, &id);
-        if let Err(e) = self.put_part_object(&marker, Payload::default()).await {
+        if let Err(e) = self.put_part_object(&marker, Bytes::new()).await {
             self.uploads.end(key, &id);
             return Err(e);
         }
@@ -272,7 +265,7 @@ impl ObjectClient for GcsClient {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        body: Payload,
+        body: Bytes,
     ) -> Result<String> {
         if !self.uploads.is_open(key, upload_id) {
             return Err(not_open(key, upload_id));
@@ -346,8 +339,7 @@ impl ObjectClient for GcsClient {
             return Err(not_open(key, upload_id));
         }
         let bytes = (self.get_range(src.key, range.0, range.1, src.etag)).await?;
-        self.upload_part(key, upload_id, part_number, bytes.into())
-            .await
+        self.upload_part(key, upload_id, part_number, bytes).await
     }
 
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {

@@ -30,10 +30,10 @@ pub(super) async fn deliver_checked(
     body: ByteStream,
     key: &str,
     cuts: &[u64],
-    check: crate::body::Check,
+    want: Option<crate::Checksum>,
     sink: &mut (dyn FnMut(usize, Bytes) + Send),
 ) -> Result<()> {
-    crate::body::deliver_checked(Sdk { body, key }, key, cuts, check, sink).await
+    crate::body::deliver_checked(Sdk { body, key }, key, cuts, want, sink).await
 }
 
 /// `crate::body::deliver` of an SDK body.

@@ -2,7 +2,7 @@
 //! listing.rs, the piece-by-piece reading of a GET body in body.rs), with the bucket
 //! filled in and the SDK's failure turned into a `ClientError` (errors.rs).
 
-use crate::{Metadata, Payload, Version};
+use crate::{Metadata, Version};
 use std::collections::HashMap;
 
 use async_trait::async_trait;
@@ -71,10 +71,6 @@ impl ObjectClient for S3Client {
         self.server
             .get()
             .map_or(KeyRules::S3, |s| KeyRules::of_s3_server(s))
-    }
-
-    fn upload_checksum(&self) -> Option<Crc> {
-        Some(Crc::Crc64Nvme)
     }
 
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
@@ -174,18 +170,12 @@ impl ObjectClient for S3Client {
         if out.content_length() != Some(end as i64) {
             return self.get_range_pieces(key, 0, cuts, etag, sink).await;
         }
-        let given = checksum_of(
+        let want = checksum_of(
             out.checksum_crc64_nvme(),
             out.checksum_crc32_c(),
             out.checksum_crc32(),
         );
-        // The SDK sums the body against it (checksum mode on) and fails its end on a
-        // mismatch: the pieces are held until then, not summed a second time.
-        let check = match given {
-            Some(_) => crate::body::Check::ByTransport,
-            None => crate::body::Check::Unchecked,
-        };
-        body::deliver_checked(out.body, key, cuts, check, sink).await
+        body::deliver_checked(out.body, key, cuts, want, sink).await
     }
 
     async fn list_page(
@@ -211,7 +201,7 @@ impl ObjectClient for S3Client {
     async fn put(
         &self,
         key: &str,
-        body: Payload,
+        body: Bytes,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         let out = self
@@ -219,8 +209,8 @@ impl ObjectClient for S3Client {
             .put_object()
             .bucket(&self.bucket)
             .key(key)
-            .checksum_crc64_nvme(body.checksum(Crc::Crc64Nvme).value)
-            .body(ByteStream::from(body.into_bytes()))
+            .checksum_crc64_nvme(Crc::Crc64Nvme.of(&body).value)
+            .body(ByteStream::from(body))
             .set_metadata((!metadata.is_empty()).then(|| metadata.clone()))
             // See `upload_part`.
             .customize()
@@ -261,7 +251,7 @@ impl ObjectClient for S3Client {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        body: Payload,
+        body: Bytes,
     ) -> Result<String> {
         let out = self
             .client
@@ -270,8 +260,8 @@ impl ObjectClient for S3Client {
             .key(key)
             .upload_id(upload_id)
             .part_number(part_number)
-            .checksum_crc64_nvme(body.checksum(Crc::Crc64Nvme).value)
-            .body(ByteStream::from(body.into_bytes()))
+            .checksum_crc64_nvme(Crc::Crc64Nvme.of(&body).value)
+            .body(ByteStream::from(body))
             // A signed payload costs a SHA-256 of every byte on both ends (a fifth of
             // flowfs's CPU for a 2 GiB upload, and the server's): the bodies go as
             // UNSIGNED-PAYLOAD, as SDKs do over HTTPS; the headers stay signed.

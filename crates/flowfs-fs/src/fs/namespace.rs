@@ -160,7 +160,7 @@ impl Fs {
         self.client
             .put(
                 &format!("{}/", self.key(&path)),
-                Default::default(),
+                bytes::Bytes::new(),
                 &metadata,
             )
             .await?;

@@ -19,7 +19,7 @@ use tokio::sync::{Notify, OnceCell, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::staging::StagedFile;
-use super::transfer::{read_part_async, upload_parts, Note, Span};
+use super::transfer::{read_part_async, upload_parts, Note};
 
 /// Counts early uploads alive and the aborts of those given up, so that an unmount
 /// waits for them: an abort left unsent at exit would leave the upload's parts billed
@@ -146,12 +146,8 @@ impl Early {
                     })
                     .await?
                     .clone();
-                let span = Span {
-                    off: index * part_size,
-                    len: part_size,
-                    crc: e.client.upload_checksum(),
-                };
-                let body = read_part_async(&staged.file, &e.key, span).await?;
+                let body =
+                    read_part_async(&staged.file, &e.key, index * part_size, part_size).await?;
                 let etag = e
                     .client
                     .upload_part(&e.key, &id, index as i32 + 1, body)

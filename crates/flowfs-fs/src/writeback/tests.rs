@@ -1,7 +1,7 @@
 //! Interleavings inside one transition, which no caller can produce on purpose: each
 //! test runs the steps of a transition and another's in the order that once failed.
 
-use super::transfer::{read_part, Span};
+use super::transfer::read_part;
 use super::*;
 
 fn failure(e: flowfs_client::ClientError) -> UploadError {
@@ -9,16 +9,6 @@ fn failure(e: flowfs_client::ClientError) -> UploadError {
         key: "k".into(),
         source: Arc::new(e),
     }
-}
-
-/// An upload's read of its whole staged file, as `upload_file` makes it.
-fn read_whole(job: &UploadJob) -> Result<(), flowfs_client::ClientError> {
-    let whole = Span {
-        off: 0,
-        len: job.size,
-        crc: None,
-    };
-    read_part(&job.file.file, "k", whole).map(|_| ())
 }
 
 fn with_closed_file(content: &[u8]) -> (tempfile::TempDir, WriteBack, Arc<StagedFile>) {
@@ -40,7 +30,7 @@ fn an_upload_begun_during_a_truncation_reads_only_bytes_that_are_there() {
     let before = wb.resize_begin(7, 0);
     let job = wb.begin_upload(7, "k").expect("the queued upload starts");
     file.file.set_len(0).expect("truncate");
-    let read = read_whole(&job);
+    let read = read_part(&job.file.file, "k", 0, job.size).map(|_| ());
     let fin = wb.finish_upload(7, &job, read.map_err(failure), true);
     wb.resize_end(7, 0, before, true);
     assert!(fin.error.is_none());
@@ -53,7 +43,7 @@ fn an_upload_that_reads_across_a_truncation_is_run_again_not_failed() {
     let (_dir, wb, file) = with_closed_file(&[5u8; 1 << 20]);
     let job = wb.begin_upload(7, "k").expect("the queued upload starts");
     wb.set_len(7, &file, 0).expect("truncate");
-    let read = read_whole(&job);
+    let read = read_part(&job.file.file, "k", 0, job.size).map(|_| ());
     assert!(read.is_err(), "the old size is no longer there to read");
     let fin = wb.finish_upload(7, &job, read.map_err(failure), true);
     assert!(fin.error.is_none());

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use flowfs_client::{AlignedBuf, ClientError, CompletedPart, Crc, ObjectClient, Payload, Summing};
+use flowfs_client::{AlignedBuf, ClientError, CompletedPart, ObjectClient};
 use tokio::sync::Semaphore;
 
 use crate::budget::GetBudget;
@@ -62,7 +62,7 @@ impl UploadSlots {
 pub async fn upload_single_part(
     client: &Arc<dyn ObjectClient>,
     key: &str,
-    body: Payload,
+    body: Bytes,
     metadata: &HashMap<String, String>,
     note: &Note<'_>,
 ) -> Result<String, ClientError> {
@@ -172,12 +172,7 @@ pub async fn upload_file(
     let parts = &slots.parts;
     check_stop(stop)?;
     if one_part {
-        let span = Span {
-            off: 0,
-            len: size,
-            crc: client.upload_checksum(),
-        };
-        let body = read_part_async(file, key, span).await?;
+        let body = read_part_async(file, key, 0, size).await?;
         return upload_single_part(client, key, body, metadata, &note).await;
     }
     if size <= part_size {
@@ -190,12 +185,7 @@ pub async fn upload_file(
             .await
             .map_err(|e| ClientError::Other(e.to_string()))?;
         check_stop(stop)?;
-        let span = Span {
-            off: 0,
-            len: size,
-            crc: client.upload_checksum(),
-        };
-        let body = read_part_async(file, key, span).await?;
+        let body = read_part_async(file, key, 0, size).await?;
         return Ok(client.put(key, body, metadata).await?.etag);
     }
     let upload_id = note.create(client, key, metadata).await?;
@@ -217,53 +207,30 @@ pub async fn upload_file(
     r
 }
 
-/// The chunks a part is read in, each summed right after its `pread` while it is still in
-/// the CPU's cache: a 2 GiB file's CRC-64/NVME cost 0.05 s of CPU so, against 0.10 s as a
-/// pass over each 8 MiB part after it was read whole (measured here; 1 MiB chunks: 0.07 s).
-const SUM_CHUNK: u64 = 256 << 10;
-
-/// The bytes of a staged file that go up as one PUT or part, and the CRC they carry.
-#[derive(Debug, Clone, Copy)]
-pub struct Span {
-    /// Where they start in the file.
-    pub off: u64,
-    /// How many.
-    pub len: u64,
-    /// The store's checksum (`ObjectClient::upload_checksum`), summed as they are read.
-    pub crc: Option<Crc>,
-}
-
-/// Reads the staged bytes of `span` into one buffer, for a PUT or a part, with their
-/// checksum.
-pub fn read_part(file: &File, key: &str, span: Span) -> Result<Payload, ClientError> {
-    let Span { off, len, crc } = span;
+/// Reads `len` staged bytes at `off` into one buffer, for a PUT or a part.
+pub fn read_part(file: &File, key: &str, off: u64, len: u64) -> Result<Bytes, ClientError> {
     // A pooled buffer: a fresh 8 MiB one per part had every page faulted in anew.
     let mut buf = AlignedBuf::with_capacity(len as usize);
-    let mut sum = crc.map(Summing::new);
-    let mut at = 0;
-    while at < len {
-        let n = (len - at).min(SUM_CHUNK) as usize;
-        buf.fill(n, |b| {
-            file.read_exact_at(b, off + at)?;
-            if let Some(sum) = sum.as_mut() {
-                sum.update(b);
-            }
-            Ok::<_, std::io::Error>(b.len())
-        })
-        .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
-        at += n as u64;
-    }
-    Ok(Payload::new(buf.into_bytes(), sum.map(|s| s.finish())))
+    buf.fill(len as usize, |b| {
+        file.read_exact_at(b, off).map(|()| b.len())
+    })
+    .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
+    Ok(buf.into_bytes())
 }
 
 /// `read_part` on tokio's blocking pool: a part is megabytes of `pread`, which must not
 /// hold up an async worker and every task queued behind it.
-pub async fn read_part_async(file: &File, key: &str, span: Span) -> Result<Payload, ClientError> {
+pub async fn read_part_async(
+    file: &File,
+    key: &str,
+    off: u64,
+    len: u64,
+) -> Result<Bytes, ClientError> {
     let file = file
         .try_clone()
         .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
     let key = key.to_string();
-    tokio::task::spawn_blocking(move || read_part(&file, &key, span))
+    tokio::task::spawn_blocking(move || read_part(&file, &key, off, len))
         .await
         .map_err(|e| ClientError::Other(e.to_string()))?
 }
@@ -299,13 +266,7 @@ pub async fn upload_parts(
             break;
         }
         let off = i * part_size;
-        let len = part_size.min(size - off);
-        let span = Span {
-            off,
-            len,
-            crc: client.upload_checksum(),
-        };
-        let body = match read_part_async(file, key, span).await {
+        let body = match read_part_async(file, key, off, part_size.min(size - off)).await {
             Ok(b) => b,
             Err(e) => {
                 failure = Some(e);
