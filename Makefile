@@ -5,10 +5,14 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FLOWFS_BIN ?= $(TARGET_DIR)/release/flowfs
 export FLOWFS_BIN
 
-.PHONY: setup build dist slurm-deps test-slurm lint test test-rust test-integration test-stores bench-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-reuse bench-copy bench-passthrough workflow-deps test-workflows
+.PHONY: setup setup-demo build dist slurm-deps test-slurm lint test test-rust test-integration test-stores bench-stores test-exercisers test-faults test-realworld demo bench bench-latency bench-quick bench-archives bench-scale bench-scale-core bench-shared bench-reuse bench-copy bench-passthrough workflow-deps test-workflows
 
 setup:
 	PYTHON=$(PYTHON) bash scripts/setup.sh
+
+# What the demo needs only (fuse3, the weed server, boto3): no test tool.
+setup-demo:
+	PYTHON=$(PYTHON) bash scripts/setup.sh demo
 
 # Nextflow (Maven Central), Snakemake (pip venv) and the bioinformatics tools (apt) for the
 # workflow tests and benchmark B7; not part of `setup` (set FLOWFS_WORKFLOW_DEPS=1 for that).
@@ -79,7 +83,7 @@ test-faults: setup workflow-deps build
 test-realworld: setup build
 	FLOWFS_REALWORLD_FULL=1 $(PYTHON) -m pytest tests/integration/test_realworld.py -v --durations=0
 
-demo: setup build
+demo: setup-demo build
 	bash scripts/demo.sh
 
 # Benchmarks against the peers (docs/BENCHMARKS.md); the suite installs the peers itself.

