@@ -5,7 +5,7 @@
 //! archive is conditional on the ETag the index was built from: a changed archive is an
 //! error (the next mount builds a new index), never another version's bytes.
 
-use flowfs_client::{Metadata, Version};
+use flowfs_client::{Metadata, Payload, Version};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -519,7 +519,7 @@ impl ObjectClient for ArchiveClient {
     async fn put(
         &self,
         key: &str,
-        _body: Bytes,
+        _body: Payload,
         _metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         Err(read_only(key))
@@ -533,7 +533,7 @@ impl ObjectClient for ArchiveClient {
         Err(read_only(key))
     }
 
-    async fn upload_part(&self, key: &str, _id: &str, _n: i32, _body: Bytes) -> Result<String> {
+    async fn upload_part(&self, key: &str, _id: &str, _n: i32, _body: Payload) -> Result<String> {
         Err(read_only(key))
     }
 

@@ -7,7 +7,7 @@
 //! order (a view that sorts past the end of a page is carried to the next one in its
 //! token), so the file system above lists, looks up and walks views as any directory.
 
-use flowfs_client::{Metadata, Version};
+use flowfs_client::{Crc, Metadata, Payload, Version};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -259,6 +259,10 @@ impl ObjectClient for ArchiveViews {
         self.inner.key_rules()
     }
 
+    fn upload_checksum(&self) -> Option<Crc> {
+        self.inner.upload_checksum()
+    }
+
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
         self.inner.check_bucket(prefix).await
     }
@@ -368,7 +372,7 @@ impl ObjectClient for ArchiveViews {
     async fn put(
         &self,
         key: &str,
-        body: Bytes,
+        body: Payload,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         self.writing(key)?;
@@ -384,7 +388,7 @@ impl ObjectClient for ArchiveViews {
         self.inner.create_multipart(key, metadata).await
     }
 
-    async fn upload_part(&self, key: &str, id: &str, n: i32, body: Bytes) -> Result<String> {
+    async fn upload_part(&self, key: &str, id: &str, n: i32, body: Payload) -> Result<String> {
         self.writing(key)?;
         self.inner.upload_part(key, id, n, body).await
     }
@@ -414,7 +418,7 @@ impl ObjectClient for ArchiveViews {
         self.writing(key)?;
         if place(src.key).is_some() {
             let bytes = self.get_range(src.key, range.0, range.1, src.etag).await?;
-            return self.inner.upload_part(key, id, n, bytes).await;
+            return self.inner.upload_part(key, id, n, bytes.into()).await;
         }
         self.inner.upload_part_copy(src, key, id, n, range).await
     }

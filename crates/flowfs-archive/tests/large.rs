@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use flowfs_client::{Metadata, Version};
+use flowfs_client::{Metadata, Payload, Version};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -123,13 +123,13 @@ impl ObjectClient for Synthetic {
     async fn list_after(&self, _: &str, _: &str, _: Option<String>) -> Result<ListPage> {
         Ok(ListPage::default())
     }
-    async fn put(&self, _: &str, _: Bytes, _: &HashMap<String, String>) -> Result<PutResult> {
+    async fn put(&self, _: &str, _: Payload, _: &HashMap<String, String>) -> Result<PutResult> {
         Err(refused())
     }
     async fn create_multipart(&self, _: &str, _: &HashMap<String, String>) -> Result<String> {
         Err(refused())
     }
-    async fn upload_part(&self, _: &str, _: &str, _: i32, _: Bytes) -> Result<String> {
+    async fn upload_part(&self, _: &str, _: &str, _: i32, _: Payload) -> Result<String> {
         Err(refused())
     }
     async fn complete_multipart(

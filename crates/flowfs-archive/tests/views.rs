@@ -131,7 +131,9 @@ async fn members_read_through_a_view_and_writes_below_it_are_refused() {
         "d/q.tar.gz.d/x",
     ] {
         assert!(v.refuses_writes(k), "{k}");
-        let r = v.put(k, Bytes::from_static(b"x"), &HashMap::new()).await;
+        let r = v
+            .put(k, Bytes::from_static(b"x").into(), &HashMap::new())
+            .await;
         assert!(matches!(r, Err(ClientError::Refused(_))), "{k}");
     }
     assert!(!v.refuses_writes("d/a.tar") && !v.refuses_writes("d/a.tar.dd/x"));
@@ -159,7 +161,9 @@ async fn a_view_follows_its_archive_when_it_is_written_again() {
     let v = ArchiveViews::new(mock.clone(), "b", dir.path());
     assert!(v.head("d/a.tar.d/m.txt").await.is_ok());
     let body = Bytes::from(one_file_tar("new.txt", b"new\n"));
-    v.put("d/a.tar", body, &HashMap::new()).await.unwrap();
+    v.put("d/a.tar", body.into(), &HashMap::new())
+        .await
+        .unwrap();
     assert!(matches!(
         v.head("d/a.tar.d/m.txt").await,
         Err(ClientError::NotFound(_))

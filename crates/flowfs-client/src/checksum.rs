@@ -9,6 +9,7 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use bytes::Bytes;
 use crc_fast::{CrcAlgorithm, Digest};
 
 /// One object's checksum as its store names and encodes it: `name` is the store's
@@ -78,10 +79,116 @@ impl Crc {
     }
 }
 
-/// A checksum computed over a body as it arrives, checked against the store's at its end.
-pub(crate) struct Running {
+/// A checksum computed over bytes that come in pieces: a staged file read in chunks, a
+/// body as it arrives.
+pub struct Summing {
     crc: Crc,
     digest: Digest,
+}
+
+impl Summing {
+    /// A sum by `crc` of no bytes yet.
+    pub fn new(crc: Crc) -> Summing {
+        Summing {
+            crc,
+            digest: Digest::new(crc.algorithm()),
+        }
+    }
+
+    /// Adds `bytes`, the next ones.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.digest.update(bytes);
+    }
+
+    /// The checksum of every byte added, encoded as the store wants it.
+    pub fn finish(&self) -> Checksum {
+        self.crc.encode(self.digest.finalize())
+    }
+}
+
+/// Bytes to upload (a PUT's, a part's), with their checksum when whoever read them computed
+/// it on the way: the writeback sums each chunk of a part right after its `pread`, while the
+/// chunk is still in the CPU's cache, which costs half of a pass over the part later
+/// (0.05 s instead of 0.10 s per 2 GiB, measured). A backend sends the checksum it is
+/// given when it is of its algorithm and computes it otherwise.
+#[derive(Clone, Default)]
+pub struct Payload {
+    bytes: Bytes,
+    checksum: Option<Checksum>,
+}
+
+impl Payload {
+    /// `bytes` whose checksum `checksum` is (it is not checked here: the store checks it).
+    pub fn new(bytes: Bytes, checksum: Option<Checksum>) -> Payload {
+        Payload { bytes, checksum }
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The bytes, taken out.
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+
+    /// The number of bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The checksum of the bytes by `crc`: the one given when it is of `crc`, else computed.
+    pub fn checksum(&self, crc: Crc) -> Checksum {
+        match &self.checksum {
+            Some(c) if c.name == crc.name() => c.clone(),
+            _ => crc.of(&self.bytes),
+        }
+    }
+
+    /// The checksum given with the bytes, if any.
+    pub fn given_checksum(&self) -> Option<&Checksum> {
+        self.checksum.as_ref()
+    }
+}
+
+impl From<Bytes> for Payload {
+    fn from(bytes: Bytes) -> Payload {
+        Payload::new(bytes, None)
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(bytes: Vec<u8>) -> Payload {
+        Payload::new(bytes.into(), None)
+    }
+}
+
+impl From<&'static [u8]> for Payload {
+    fn from(bytes: &'static [u8]) -> Payload {
+        Payload::new(Bytes::from_static(bytes), None)
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Payload({} bytes, {:?})",
+            self.bytes.len(),
+            self.checksum
+        )
+    }
+}
+
+/// A checksum computed over a body as it arrives, checked against the store's at its end.
+pub(crate) struct Running {
+    sum: Summing,
     want: Checksum,
 }
 
@@ -93,17 +200,17 @@ impl Running {
         if want.value.contains('-') {
             return None;
         }
-        let digest = Digest::new(crc.algorithm());
-        Some(Running { crc, digest, want })
+        let sum = Summing::new(crc);
+        Some(Running { sum, want })
     }
 
     pub(crate) fn update(&mut self, bytes: &[u8]) {
-        self.digest.update(bytes);
+        self.sum.update(bytes);
     }
 
     /// `Err` with what was expected and what came when the body does not match.
     pub(crate) fn check(&self, key: &str) -> crate::Result<()> {
-        let got = self.crc.encode(self.digest.finalize());
+        let got = self.sum.finish();
         if got == self.want {
             return Ok(());
         }
@@ -150,6 +257,20 @@ mod tests {
             value: "x".into(),
         };
         assert!(Running::against(sha).is_none());
+    }
+
+    #[test]
+    fn a_sum_in_pieces_is_the_sum_of_the_whole_and_a_payload_keeps_a_given_one() {
+        let body = Bytes::from((0..300_000u32).map(|i| (i * 7) as u8).collect::<Vec<_>>());
+        for crc in [Crc::Crc64Nvme, Crc::Crc32c] {
+            let mut sum = Summing::new(crc);
+            body.chunks(65_537).for_each(|c| sum.update(c));
+            assert_eq!(sum.finish(), crc.of(&body));
+        }
+        let given = Payload::new(body.clone(), Some(Crc::Crc32c.of(&body)));
+        assert_eq!(given.checksum(Crc::Crc32c), Crc::Crc32c.of(&body));
+        // Of another algorithm than asked: computed.
+        assert_eq!(given.checksum(Crc::Crc64Nvme), Crc::Crc64Nvme.of(&body));
     }
 
     #[test]

@@ -30,7 +30,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 pub use buf::{AlignedBuf, ALIGN};
-pub use checksum::{Checksum, Crc};
+pub use checksum::{Checksum, Crc, Payload, Summing};
 pub use error::{ClientError, Result};
 pub use rules::{KeyRule, KeyRules};
 
@@ -222,7 +222,7 @@ pub trait ObjectClient: Send + Sync + 'static {
     async fn put(
         &self,
         key: &str,
-        body: Bytes,
+        body: Payload,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult>;
     /// Starts a multipart upload of `key` and returns its upload id.
@@ -237,7 +237,7 @@ pub trait ObjectClient: Send + Sync + 'static {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        body: Bytes,
+        body: Payload,
     ) -> Result<String>;
     /// Makes the object of an upload visible from `parts` (sorted by number).
     async fn complete_multipart(
@@ -299,5 +299,11 @@ pub trait ObjectClient: Send + Sync + 'static {
     /// does, except an archive's index (flowfs-archive).
     fn heads_are_free(&self, _prefix: &str) -> bool {
         false
+    }
+    /// The checksum this store's uploads carry (S3 CRC-64/NVME, GCS CRC-32C; none on
+    /// Azure): a caller that reads the bytes of a `put` or a part computes it on the way
+    /// (`Payload`), where it costs least.
+    fn upload_checksum(&self) -> Option<Crc> {
+        None
     }
 }

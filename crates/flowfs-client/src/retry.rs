@@ -7,7 +7,7 @@
 //!
 //! The SDK underneath makes one attempt per call: one policy, here, decides them all.
 
-use crate::{Metadata, Version};
+use crate::{Crc, Metadata, Payload, Version};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -235,6 +235,10 @@ impl ObjectClient for Retrying {
         self.inner.key_rules()
     }
 
+    fn upload_checksum(&self) -> Option<Crc> {
+        self.inner.upload_checksum()
+    }
+
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
         let budget = self.policy.budget.min(CHECK_BUDGET);
         self.run("bucket check", budget, || self.inner.check_bucket(prefix))
@@ -299,7 +303,7 @@ impl ObjectClient for Retrying {
     async fn put(
         &self,
         key: &str,
-        body: Bytes,
+        body: Payload,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         self.retry("PUT", key, || {
@@ -328,7 +332,7 @@ impl ObjectClient for Retrying {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        body: Bytes,
+        body: Payload,
     ) -> Result<String> {
         self.retry("UPLOAD_PART", key, || {
             self.metrics.uploaded(body.len());

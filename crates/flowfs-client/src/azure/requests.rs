@@ -1,7 +1,7 @@
 //! `impl ObjectClient for AzureClient`: each method is the Azure Blob REST call of
 //! docs/STORES.md's table (multipart uploads: uploads.rs).
 
-use crate::{Metadata, Version};
+use crate::{Metadata, Payload, Version};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
@@ -256,12 +256,12 @@ impl ObjectClient for AzureClient {
     async fn put(
         &self,
         key: &str,
-        body: Bytes,
+        body: Payload,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         let meta = meta_headers(metadata);
         let h = with_meta(&[("x-ms-blob-type", "BlockBlob".to_string())], &meta);
-        let r = self.put_body(key, "", &h, body, key).await?;
+        let r = self.put_body(key, "", &h, body.into_bytes(), key).await?;
         Ok(put_result(&r))
     }
 
@@ -285,11 +285,12 @@ impl ObjectClient for AzureClient {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        body: Bytes,
+        body: Payload,
     ) -> Result<String> {
         if !self.uploads.is_open(key, upload_id) {
             return Err(not_open(key, upload_id));
         }
+        let body = body.into_bytes();
         self.put_block(key, upload_id, Block::Part(part_number), body)
             .await
     }

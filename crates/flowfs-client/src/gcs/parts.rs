@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use http::Method;
 
@@ -13,7 +12,7 @@ use super::requests::{Source, CALLS_AT_ONCE};
 use super::uploads::{self, COMPOSE_MAX};
 use super::{query_value, GcsClient};
 use crate::retry::RetryPolicy;
-use crate::{ClientError, Crc, ObjectClient, Result};
+use crate::{ClientError, Crc, ObjectClient, Payload, Result};
 
 impl GcsClient {
     /// The object of upload `id` of `key` from its parts (named with their generations):
@@ -109,18 +108,20 @@ impl GcsClient {
     }
 
     /// An object of `data` named `name` without metadata (a part, a marker).
-    pub(super) async fn put_part_object(&self, name: &str, data: Bytes) -> Result<Object> {
+    pub(super) async fn put_part_object(&self, name: &str, data: Payload) -> Result<Object> {
         let url = self.upload_url(&format!(
             "uploadType=media&name={}&fields={}",
             query_value(name),
             query_value(OBJECT_FIELDS)
         ));
-        let sent = Crc::Crc32c.of(&data);
+        let sent = data.checksum(Crc::Crc32c);
         let h = [
             ("content-type", "application/octet-stream".to_string()),
             checks::hash_header(&sent),
         ];
-        let got = self.send_read(Method::POST, &url, &h, data, name).await?;
+        let got = self
+            .send_read(Method::POST, &url, &h, data.into_bytes(), name)
+            .await?;
         let o = json::parse(&got, name)?;
         checks::stored_as_sent(&o, &sent, name)?;
         Ok(o)

@@ -1,7 +1,7 @@
 //! `impl ObjectClient for GcsClient`: each method is the GCS JSON API call of
 //! docs/STORES.md's table (multipart uploads as composed part objects: uploads.rs).
 
-use crate::{Crc, Metadata, Version};
+use crate::{Crc, Metadata, Payload, Version};
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
@@ -29,14 +29,14 @@ impl GcsClient {
     pub(super) async fn insert(
         &self,
         name: &str,
-        data: Bytes,
+        data: Payload,
         metadata: &HashMap<String, String>,
         what: &str,
     ) -> Result<Object> {
-        let sent = Crc::Crc32c.of(&data);
+        let sent = data.checksum(Crc::Crc32c);
         let mut resource = json::resource(name, metadata);
         resource["crc32c"] = sent.value.clone().into();
-        let (content_type, body) = json::multipart(&resource, &data);
+        let (content_type, body) = json::multipart(&resource, data.bytes());
         let url = self.upload_url(&format!(
             "uploadType=multipart&fields={}",
             query_value(OBJECT_FIELDS)
@@ -132,6 +132,10 @@ fn put_result(o: &Object) -> PutResult {
 impl ObjectClient for GcsClient {
     fn key_rules(&self) -> KeyRules {
         KeyRules::GCS
+    }
+
+    fn upload_checksum(&self) -> Option<Crc> {
+        Some(Crc::Crc32c)
     }
 
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
@@ -239,7 +243,7 @@ impl ObjectClient for GcsClient {
     async fn put(
         &self,
         key: &str,
-        body: Bytes,
+        body: Payload,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         let o = self.insert(key, body, metadata, key).await?;
@@ -253,7 +257,7 @@ impl ObjectClient for GcsClient {
     ) -> Result<String> {
         let id = self.uploads.begin(key, metadata);
         let marker = uploads::marker(key, &id);
-        if let Err(e) = self.put_part_object(&marker, Bytes::new()).await {
+        if let Err(e) = self.put_part_object(&marker, Payload::default()).await {
             self.uploads.end(key, &id);
             return Err(e);
         }
@@ -265,7 +269,7 @@ impl ObjectClient for GcsClient {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        body: Bytes,
+        body: Payload,
     ) -> Result<String> {
         if !self.uploads.is_open(key, upload_id) {
             return Err(not_open(key, upload_id));
@@ -339,7 +343,8 @@ impl ObjectClient for GcsClient {
             return Err(not_open(key, upload_id));
         }
         let bytes = (self.get_range(src.key, range.0, range.1, src.etag)).await?;
-        self.upload_part(key, upload_id, part_number, bytes).await
+        self.upload_part(key, upload_id, part_number, bytes.into())
+            .await
     }
 
     async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {

@@ -74,6 +74,12 @@ impl MockClient {
         self.counts.lock().get(&op).copied().unwrap_or(0)
     }
 
+    /// PUTs and parts that came without the checksum their sender computes as it reads
+    /// them (`Payload`): the backend had to make a pass over the bytes of its own.
+    pub fn unsummed_uploads(&self) -> u64 {
+        self.unsummed.load(Ordering::Relaxed)
+    }
+
     /// Body bytes returned by GETs so far.
     pub fn get_bytes(&self) -> u64 {
         self.get_bytes.load(Ordering::Relaxed)

@@ -5,7 +5,7 @@
 //! sets and reads besides requests is in harness.rs, the listing in listing.rs, and the
 //! writes to the object table in objects.rs.
 
-use crate::{Metadata, Version};
+use crate::{Metadata, Payload, Version};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -87,6 +87,8 @@ pub struct MockClient {
     cut: Mutex<Option<(u64, u64)>>,
     /// GET bodies still to damage (one byte flipped on the way, `flip_bodies`).
     flips: AtomicU64,
+    /// Uploads (PUTs, parts) that came without a checksum computed by their sender.
+    unsummed: AtomicU64,
     next_id: AtomicU64,
     /// Keys in the order their objects became visible.
     visible: Mutex<Vec<String>>,
@@ -107,6 +109,25 @@ fn info(key: &str, o: &Obj) -> ObjectInfo {
 }
 
 /// The error the S3 backend makes of an HTTP error answer (see `s3::classify`).
+impl MockClient {
+    /// The bytes of an upload whose checksum, when it carries one, matches them; refused
+    /// as S3 refuses a wrong `x-amz-checksum-*` (`BadDigest`) otherwise.
+    fn checked(&self, key: &str, body: Payload) -> Result<Bytes> {
+        let Some(given) = body.given_checksum() else {
+            self.unsummed.fetch_add(1, Ordering::Relaxed);
+            return Ok(body.into_bytes());
+        };
+        let crc = crate::Crc::named(given.name).expect("flowfs sends checksums it computes");
+        if *given != crc.of(body.bytes()) {
+            return Err(ClientError::Corrupt(format!(
+                "{key}: the body's {} is not the one sent with it",
+                given.name
+            )));
+        }
+        Ok(body.into_bytes())
+    }
+}
+
 fn http_error(what: &str, status: u16, code: &str, msg: &str) -> ClientError {
     ClientError::Other(format!("{what}: HTTP {status} {code}: {msg}"))
 }
@@ -153,6 +174,11 @@ impl ObjectClient for MockClient {
     /// The mock is AWS S3: it keeps every key as sent.
     fn key_rules(&self) -> KeyRules {
         KeyRules::S3
+    }
+
+    /// S3's: uploads carry CRC-64/NVME, checked against their bytes (`checked`).
+    fn upload_checksum(&self) -> Option<crate::Crc> {
+        Some(crate::Crc::Crc64Nvme)
     }
 
     async fn check_bucket(&self, _prefix: &str) -> Result<()> {
@@ -227,10 +253,11 @@ impl ObjectClient for MockClient {
     async fn put(
         &self,
         key: &str,
-        body: Bytes,
+        body: Payload,
         metadata: &HashMap<String, String>,
     ) -> Result<PutResult> {
         self.enter(Op::Put).await?;
+        let body = self.checked(key, body)?;
         Ok(PutResult {
             etag: self.store(key, body, lower(metadata)),
         })
@@ -260,9 +287,10 @@ impl ObjectClient for MockClient {
         key: &str,
         upload_id: &str,
         part_number: i32,
-        body: Bytes,
+        body: Payload,
     ) -> Result<String> {
         self.enter(Op::UploadPart).await?;
+        let body = self.checked(key, body)?;
         self.add_part(key, upload_id, part_number, "part", body)
     }
 

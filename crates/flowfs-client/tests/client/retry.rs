@@ -63,7 +63,7 @@ async fn a_request_that_keeps_failing_gives_up_when_its_budget_is_spent() {
     );
     let t = Instant::now();
     let r = client
-        .put("k", Bytes::from_static(b"x"), &Default::default())
+        .put("k", Bytes::from_static(b"x").into(), &Default::default())
         .await;
     assert!(matches!(r, Err(ClientError::Transient(_))), "{r:?}");
     let took = t.elapsed();

@@ -80,7 +80,7 @@ async fn many_parts_are_composed_in_a_tree(c: &dyn ObjectClient) {
         want.extend_from_slice(&body);
         parts.push(CompletedPart {
             part_number: n,
-            etag: c.upload_part(key, &id, n, body).await.expect("part"),
+            etag: c.upload_part(key, &id, n, body.into()).await.expect("part"),
         });
     }
     let done = c

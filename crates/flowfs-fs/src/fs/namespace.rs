@@ -160,7 +160,7 @@ impl Fs {
         self.client
             .put(
                 &format!("{}/", self.key(&path)),
-                bytes::Bytes::new(),
+                Default::default(),
                 &metadata,
             )
             .await?;

@@ -273,7 +273,7 @@ impl Fs {
             &markers,
             |nk| {
                 let (client, nk) = (client.clone(), nk.clone());
-                async move { client.put(&nk, bytes::Bytes::new(), &HashMap::new()).await }
+                async move { client.put(&nk, Default::default(), &HashMap::new()).await }
             },
             |r| r.map(|_| ()).map_err(FsError::from),
         )

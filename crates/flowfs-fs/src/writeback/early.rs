@@ -146,8 +146,8 @@ impl Early {
                     })
                     .await?
                     .clone();
-                let body =
-                    read_part_async(&staged.file, &e.key, index * part_size, part_size).await?;
+                let (off, crc) = (index * part_size, e.client.upload_checksum());
+                let body = read_part_async(&staged.file, &e.key, off, part_size, crc).await?;
                 let etag = e
                     .client
                     .upload_part(&e.key, &id, index as i32 + 1, body)

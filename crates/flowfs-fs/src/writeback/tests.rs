@@ -30,7 +30,7 @@ fn an_upload_begun_during_a_truncation_reads_only_bytes_that_are_there() {
     let before = wb.resize_begin(7, 0);
     let job = wb.begin_upload(7, "k").expect("the queued upload starts");
     file.file.set_len(0).expect("truncate");
-    let read = read_part(&job.file.file, "k", 0, job.size).map(|_| ());
+    let read = read_part(&job.file.file, "k", 0, job.size, None).map(|_| ());
     let fin = wb.finish_upload(7, &job, read.map_err(failure), true);
     wb.resize_end(7, 0, before, true);
     assert!(fin.error.is_none());
@@ -43,7 +43,7 @@ fn an_upload_that_reads_across_a_truncation_is_run_again_not_failed() {
     let (_dir, wb, file) = with_closed_file(&[5u8; 1 << 20]);
     let job = wb.begin_upload(7, "k").expect("the queued upload starts");
     wb.set_len(7, &file, 0).expect("truncate");
-    let read = read_part(&job.file.file, "k", 0, job.size).map(|_| ());
+    let read = read_part(&job.file.file, "k", 0, job.size, None).map(|_| ());
     assert!(read.is_err(), "the old size is no longer there to read");
     let fin = wb.finish_upload(7, &job, read.map_err(failure), true);
     assert!(fin.error.is_none());

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use flowfs_client::{AlignedBuf, ClientError, CompletedPart, ObjectClient};
+use flowfs_client::{AlignedBuf, ClientError, CompletedPart, Crc, ObjectClient, Payload, Summing};
 use tokio::sync::Semaphore;
 
 use crate::budget::GetBudget;
@@ -62,7 +62,7 @@ impl UploadSlots {
 pub async fn upload_single_part(
     client: &Arc<dyn ObjectClient>,
     key: &str,
-    body: Bytes,
+    body: Payload,
     metadata: &HashMap<String, String>,
     note: &Note<'_>,
 ) -> Result<String, ClientError> {
@@ -172,7 +172,7 @@ pub async fn upload_file(
     let parts = &slots.parts;
     check_stop(stop)?;
     if one_part {
-        let body = read_part_async(file, key, 0, size).await?;
+        let body = read_part_async(file, key, 0, size, client.upload_checksum()).await?;
         return upload_single_part(client, key, body, metadata, &note).await;
     }
     if size <= part_size {
@@ -185,7 +185,7 @@ pub async fn upload_file(
             .await
             .map_err(|e| ClientError::Other(e.to_string()))?;
         check_stop(stop)?;
-        let body = read_part_async(file, key, 0, size).await?;
+        let body = read_part_async(file, key, 0, size, client.upload_checksum()).await?;
         return Ok(client.put(key, body, metadata).await?.etag);
     }
     let upload_id = note.create(client, key, metadata).await?;
@@ -207,15 +207,37 @@ pub async fn upload_file(
     r
 }
 
-/// Reads `len` staged bytes at `off` into one buffer, for a PUT or a part.
-pub fn read_part(file: &File, key: &str, off: u64, len: u64) -> Result<Bytes, ClientError> {
+/// The chunks a part is read in, each summed right after its `pread` while it is still in
+/// the CPU's cache: a 2 GiB file's CRC-64/NVME cost 0.05 s of CPU so, against 0.10 s as a
+/// pass over each 8 MiB part after it was read whole (measured here; 1 MiB chunks: 0.07 s).
+const SUM_CHUNK: u64 = 256 << 10;
+
+/// Reads `len` staged bytes at `off` into one buffer, for a PUT or a part, with their
+/// checksum by `crc` (the store's, `ObjectClient::upload_checksum`).
+pub fn read_part(
+    file: &File,
+    key: &str,
+    off: u64,
+    len: u64,
+    crc: Option<Crc>,
+) -> Result<Payload, ClientError> {
     // A pooled buffer: a fresh 8 MiB one per part had every page faulted in anew.
     let mut buf = AlignedBuf::with_capacity(len as usize);
-    buf.fill(len as usize, |b| {
-        file.read_exact_at(b, off).map(|()| b.len())
-    })
-    .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
-    Ok(buf.into_bytes())
+    let mut sum = crc.map(Summing::new);
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(SUM_CHUNK) as usize;
+        buf.fill(n, |b| {
+            file.read_exact_at(b, off + at)?;
+            if let Some(sum) = sum.as_mut() {
+                sum.update(b);
+            }
+            Ok::<_, std::io::Error>(b.len())
+        })
+        .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
+        at += n as u64;
+    }
+    Ok(Payload::new(buf.into_bytes(), sum.map(|s| s.finish())))
 }
 
 /// `read_part` on tokio's blocking pool: a part is megabytes of `pread`, which must not
@@ -225,12 +247,13 @@ pub async fn read_part_async(
     key: &str,
     off: u64,
     len: u64,
-) -> Result<Bytes, ClientError> {
+    crc: Option<Crc>,
+) -> Result<Payload, ClientError> {
     let file = file
         .try_clone()
         .map_err(|e| ClientError::Other(format!("reading staged data of {key}: {e}")))?;
     let key = key.to_string();
-    tokio::task::spawn_blocking(move || read_part(&file, &key, off, len))
+    tokio::task::spawn_blocking(move || read_part(&file, &key, off, len, crc))
         .await
         .map_err(|e| ClientError::Other(e.to_string()))?
 }
@@ -266,7 +289,8 @@ pub async fn upload_parts(
             break;
         }
         let off = i * part_size;
-        let body = match read_part_async(file, key, off, part_size.min(size - off)).await {
+        let len = part_size.min(size - off);
+        let body = match read_part_async(file, key, off, len, client.upload_checksum()).await {
             Ok(b) => b,
             Err(e) => {
                 failure = Some(e);

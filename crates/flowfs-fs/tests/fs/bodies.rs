@@ -132,11 +132,11 @@ pub async fn a_listing_spans_pages(client: Arc<dyn ObjectClient>, prefix: &str) 
     for i in 0..2500usize {
         let body = Bytes::from(vec![b'x'; i % 7]);
         let key = format!("{prefix}/wide/f{i:05}");
-        client.put(&key, body, &none).await.expect("put");
+        client.put(&key, body.into(), &none).await.expect("put");
     }
     let sub = format!("{prefix}/wide/sub/inner");
     client
-        .put(&sub, Bytes::from_static(b"in"), &none)
+        .put(&sub, Bytes::from_static(b"in").into(), &none)
         .await
         .expect("put");
     let cache = tempfile::tempdir().expect("tmp");
@@ -170,7 +170,10 @@ pub async fn a_listing_taken_again_keeps_the_directories_it_is_split_at(
     let want: Vec<String> = (0..2100usize).map(|i| format!("d{i:05}")).collect();
     for d in &want {
         let key = format!("{prefix}/deep/{d}/x");
-        client.put(&key, Bytes::new(), &none).await.expect("put");
+        client
+            .put(&key, Bytes::new().into(), &none)
+            .await
+            .expect("put");
     }
     let cache = tempfile::tempdir().expect("tmp");
     let mut cfg = FsConfig::new("b", prefix, cache.path().to_path_buf());

@@ -62,6 +62,8 @@ async fn writes_land_one_to_one_and_large_files_go_multipart() {
     assert_eq!(mock.object("run/small.txt").unwrap(), small);
     assert_eq!(mock.object("run/big.bin").unwrap(), big);
     assert!(mock.count(Op::UploadPart) >= 4);
+    // Each carried its checksum, summed as the staged file was read (and checked by the mock).
+    assert_eq!(mock.unsummed_uploads(), 0);
     assert_eq!(mock.open_uploads(), 0);
     assert_eq!(read_all(&fs, a.ino).await, small);
 }

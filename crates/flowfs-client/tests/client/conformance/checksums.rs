@@ -1,8 +1,10 @@
 //! Full-object checksums (issue 49): what a store keeps of an upload's bytes, named in a
 //! HEAD, and a whole GET checked against it.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
-use flowfs_client::{Crc, ObjectClient};
+use flowfs_client::{ClientError, Crc, ObjectClient, Payload};
 
 use super::{data, open_upload, put, upload};
 
@@ -49,4 +51,29 @@ pub async fn every_upload_has_a_full_object_checksum(c: &dyn ObjectClient, p: &s
         .expect("complete");
     let whole: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
     holds(c, &key, &Bytes::from(whole)).await;
+}
+
+/// An upload whose checksum (`Payload`, computed by the writeback as it reads the staged
+/// file) is not of its bytes is refused, a PUT and a part alike: a body damaged between
+/// the read and the socket never becomes the object.
+pub async fn an_upload_whose_checksum_is_not_of_its_bytes_is_refused(
+    c: &dyn ObjectClient,
+    p: &str,
+) {
+    let crc = c
+        .upload_checksum()
+        .expect("the store's uploads carry a checksum");
+    let (body, other) = (data(3000, 6), data(3000, 7));
+    let wrong = || Payload::new(body.clone(), Some(crc.of(&other)));
+    let key = format!("{p}refused");
+    let r = c.put(&key, wrong(), &HashMap::new()).await;
+    assert!(matches!(r, Err(ClientError::Corrupt(_))), "put: {r:?}");
+    let id = open_upload(c, &key).await;
+    let r = c.upload_part(&key, &id, 1, wrong()).await;
+    assert!(matches!(r, Err(ClientError::Corrupt(_))), "part: {r:?}");
+    c.abort_multipart(&key, &id).await.expect("abort");
+    // The right one is taken.
+    let right = Payload::new(body.clone(), Some(crc.of(&body)));
+    c.put(&key, right, &HashMap::new()).await.expect("put");
+    holds(c, &key, &body).await;
 }

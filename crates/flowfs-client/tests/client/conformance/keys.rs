@@ -63,7 +63,7 @@ enum Outcome {
 
 async fn probe(c: &dyn ObjectClient, dir: &str, key: &str) -> Outcome {
     if let Err(e) = c
-        .put(key, Bytes::from_static(b"k"), &Default::default())
+        .put(key, Bytes::from_static(b"k").into(), &Default::default())
         .await
     {
         assert!(!e.is_retryable(), "{key:?}: a failure that may pass: {e}");

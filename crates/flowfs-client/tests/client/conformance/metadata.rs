@@ -20,7 +20,7 @@ pub async fn metadata_names_come_back_lower_case(c: &dyn ObjectClient, p: &str) 
         ("MTime", "1600000000.000000500"),
         ("uid", "0"),
     ]);
-    c.put(&key, data(100, 1), &sent).await.expect("put");
+    c.put(&key, data(100, 1).into(), &sent).await.expect("put");
     let h = c.head(&key).await.expect("head");
     let want = meta(&[
         ("mode", "33261"),
@@ -37,7 +37,7 @@ pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str)
     let put = c
         .put(
             &key,
-            data(3000, 2),
+            data(3000, 2).into(),
             &meta(&[("mode", "33261"), ("other", "x")]),
         )
         .await
@@ -99,7 +99,7 @@ pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &st
 /// Conditional on a version that is gone: `Precondition`, and nothing changes.
 pub async fn replace_metadata_of_a_changed_object_is_precondition(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
-    c.put(&key, data(10, 5), &meta(&[("mode", "33261")]))
+    c.put(&key, data(10, 5).into(), &meta(&[("mode", "33261")]))
         .await
         .expect("put");
     let r = c
@@ -133,7 +133,7 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
     let key = format!("{p}large");
     let size = 2 * PART + 10;
     let put = c
-        .put(&key, data(size, 6), &meta(&[("mode", "33261")]))
+        .put(&key, data(size, 6).into(), &meta(&[("mode", "33261")]))
         .await
         .expect("put");
     let limits = CopyLimits {
@@ -176,7 +176,7 @@ pub async fn copy_in_parts_to_another_key(c: &dyn ObjectClient, p: &str) {
     let (from, to) = (format!("{p}src"), format!("{p}dst"));
     let size = PART + 10;
     let put = c
-        .put(&from, data(size, 7), &meta(&[("mode", "33261")]))
+        .put(&from, data(size, 7).into(), &meta(&[("mode", "33261")]))
         .await;
     let put = put.expect("put");
     let limits = CopyLimits {

@@ -89,6 +89,7 @@ pub fn all() -> Vec<Behaviour> {
         behaviour!(metadata::copy_in_parts_replaces_metadata_and_keeps_the_body),
         behaviour!(metadata::copy_in_parts_to_another_key),
         behaviour!(checksums::every_upload_has_a_full_object_checksum),
+        behaviour!(checksums::an_upload_whose_checksum_is_not_of_its_bytes_is_refused),
     ]
 }
 
@@ -200,7 +201,7 @@ pub fn meta(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 }
 
 pub async fn put(c: &dyn ObjectClient, key: &str, body: Bytes) -> String {
-    c.put(key, body, &HashMap::new())
+    c.put(key, body.into(), &HashMap::new())
         .await
         .unwrap_or_else(|e| panic!("put {key}: {e}"))
         .etag
@@ -222,7 +223,7 @@ pub async fn upload(
     body: Bytes,
 ) -> CompletedPart {
     let etag = c
-        .upload_part(key, id, n, body)
+        .upload_part(key, id, n, body.into())
         .await
         .unwrap_or_else(|e| panic!("upload part {n}: {e}"));
     CompletedPart {

@@ -22,7 +22,7 @@ pub async fn put_get_round_trip_with_metadata(c: &dyn ObjectClient, p: &str) {
     // S3 sends user metadata as x-amz-meta-* headers: names come back lowercase.
     let m = meta(&[("flowfs-mode", "100644"), ("flowfs-uid", "1000")]);
     let before = SystemTime::now() - Duration::from_secs(2);
-    let put = c.put(&key, body.clone(), &m).await.expect("put");
+    let put = c.put(&key, body.clone().into(), &m).await.expect("put");
     assert!(!put.etag.is_empty(), "put returns an ETag");
     let h = c.head(&key).await.expect("head");
     assert_eq!(h.info.key, key);

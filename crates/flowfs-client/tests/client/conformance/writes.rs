@@ -78,7 +78,7 @@ pub async fn multipart_abort_forgets_the_upload(c: &dyn ObjectClient, p: &str) {
     let part = upload(c, &key, &id, 1, data(1000, 3)).await;
     c.abort_multipart(&key, &id).await.expect("abort");
     assert_not_found(
-        c.upload_part(&key, &id, 2, data(10, 4)).await,
+        c.upload_part(&key, &id, 2, data(10, 4).into()).await,
         "upload_part after abort",
     );
     assert_not_found(
@@ -135,7 +135,7 @@ pub async fn multipart_unknown_upload_id_is_not_found(c: &dyn ObjectClient, p: &
     let real = open_upload(c, &key).await;
     let bogus = format!("{real}x");
     assert_not_found(
-        c.upload_part(&key, &bogus, 1, data(10, 5)).await,
+        c.upload_part(&key, &bogus, 1, data(10, 5).into()).await,
         "upload_part with an unknown id",
     );
     c.abort_multipart(&key, &real).await.expect("abort");
@@ -162,7 +162,7 @@ pub async fn multipart_complete_with_wrong_etag_fails(c: &dyn ObjectClient, p: &
 pub async fn copy_keeps_content_and_metadata(c: &dyn ObjectClient, p: &str) {
     let (from, to) = (format!("{p}from"), format!("{p}to"));
     let m = meta(&[("flowfs-mode", "100755")]);
-    c.put(&from, data(3000, 7), &m).await.expect("put");
+    c.put(&from, data(3000, 7).into(), &m).await.expect("put");
     let done = c.copy(Version::any(&from), &to, None).await.expect("copy");
     let h = c.head(&to).await.expect("head");
     assert_eq!(h.info.size, 3000);
@@ -182,7 +182,7 @@ pub async fn copy_keeps_content_and_metadata(c: &dyn ObjectClient, p: &str) {
 pub async fn a_copy_keeps_the_etag_of_a_single_part_object(c: &dyn ObjectClient, p: &str) {
     let (from, to) = (format!("{p}from"), format!("{p}to"));
     let put = c
-        .put(&from, data(2000, 9), &HashMap::new())
+        .put(&from, data(2000, 9).into(), &HashMap::new())
         .await
         .expect("put");
     let copy = c.copy(Version::any(&from), &to, None).await.expect("copy");
