@@ -1,6 +1,7 @@
 """The shape of the code (issue 50): no import circle between the modules of a crate
-(scripts/import_circles.py), and no function over 80 lines (scripts/long_functions.py), each
-checked on the repository and on code made to break it."""
+(scripts/import_circles.py), no function over 80 lines (scripts/long_functions.py), no source
+file over 450 lines, 350 in flowfs-fs's fs/ (scripts/long_files.py), each checked on the
+repository and on code made to break it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "import_circles.py"
 LONG = Path(__file__).resolve().parents[2] / "scripts" / "long_functions.py"
+FILES = Path(__file__).resolve().parents[2] / "scripts" / "long_files.py"
 
 
 def _checker():
@@ -55,3 +57,20 @@ def test_the_length_checker_counts_bodies_not_declarations():
              "pub async fn long() {", *body, "}", "fn short() -> u8 {", "    1", "}"]
     found = {name: n for _, n, name in mod.functions(lines)}
     assert found == {"long": 83, "short": 3}, found
+
+
+def test_no_source_file_over_its_limit_in_crates():
+    r = subprocess.run([sys.executable, str(FILES)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"files over their limit (lines, limit, path):\n{r.stdout}{r.stderr}"
+
+
+def test_the_file_checker_counts_code_before_its_tests_and_holds_fs_to_350(tmp_path):
+    fs, cache = tmp_path / "flowfs-fs" / "src" / "fs", tmp_path / "flowfs-fs" / "src" / "cache"
+    fs.mkdir(parents=True)
+    cache.mkdir(parents=True)
+    (fs / "ops.rs").write_text("fn a() {}\n" * 351)
+    (cache / "mod.rs").write_text("fn a() {}\n" * 400 + "#[cfg(test)]\nmod tests {\n" + "fn t() {}\n" * 200 + "}\n")
+    (cache / "tests.rs").write_text("fn t() {}\n" * 900)
+    r = subprocess.run([sys.executable, str(FILES), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stdout.split("\n")[:-1] == ["351 350 flowfs-fs/src/fs/ops.rs"], r.stdout

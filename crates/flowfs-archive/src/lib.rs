@@ -12,13 +12,15 @@ mod client;
 mod error;
 mod gzip;
 mod index;
+mod names;
 mod views;
 
 pub use client::ArchiveClient;
 pub use error::ArchiveError;
 pub use gzip::{Point, SPAN, WINDOW};
 pub use index::{Format, Index, IndexFiles, Listed, Member, MemberKind};
-pub use views::{archive_named, ArchiveViews, ARCHIVE_NAMES, VIEW_SUFFIX};
+pub use names::{archive_named, ARCHIVE_NAMES, VIEW_SUFFIX};
+pub use views::ArchiveViews;
 
 /// What the first bytes of an object say it is: gzip (its magic; whether a tar is inside
 /// is found by the index build), a tar (a header whose checksum holds), or neither.

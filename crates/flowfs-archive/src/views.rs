@@ -14,44 +14,19 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use flowfs_client::meta::Posix;
 use flowfs_client::{
-    ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
-    UploadInfo,
+    ClientError, CompletedPart, ListPage, ObjectClient, ObjectMeta, PutResult, Result, UploadInfo,
 };
 use parking_lot::Mutex;
-use std::time::SystemTime;
 use tokio::sync::OnceCell;
 
 use crate::client::ArchiveClient;
+use crate::names::{
+    archive_named, place, root_marker_info, root_marker_meta, ARCHIVE_NAMES, VIEW_SUFFIX,
+};
 
-/// Names that make an object an archive with a view.
-pub const ARCHIVE_NAMES: [&str; 3] = [".tar", ".tar.gz", ".tgz"];
-/// What a view's name adds to its archive's: `hg38.tar.gz` → `hg38.tar.gz.d`.
-pub const VIEW_SUFFIX: &str = ".d";
 /// Starts a token of ours: views carried to the next page, then the bucket's token.
 const CARRY: &str = "flowfs-views:";
-
-/// An object named as an archive (`x.tar`, not `.tar` alone).
-pub fn archive_named(name: &str) -> bool {
-    ARCHIVE_NAMES
-        .iter()
-        .any(|n| name.len() > n.len() && name.ends_with(n))
-}
-
-/// Where a key falls: below the view of archive `archive` (member key `member`), or not.
-fn place(key: &str) -> Option<(&str, &str)> {
-    let view_end = format!("{VIEW_SUFFIX}/");
-    let mut from = 0;
-    while let Some(i) = key[from..].find(&view_end).map(|i| i + from) {
-        let name = &key[key[..i].rfind('/').map_or(0, |s| s + 1)..i];
-        if archive_named(name) {
-            return Some((&key[..i], &key[i + view_end.len()..]));
-        }
-        from = i + 1;
-    }
-    None
-}
 
 /// The bucket, with a read-only view of each archive in it.
 pub struct ArchiveViews {
@@ -226,30 +201,6 @@ impl ArchiveViews {
         }
         Ok(())
     }
-}
-
-/// A view's root as a directory marker, listed first in its listing, so that the file
-/// system reads its members' attributes (a HEAD of a member costs no request) as in any
-/// directory with a marker (`--meta-heads marked`, the default).
-fn root_marker_info(key: String, modified: SystemTime) -> ObjectInfo {
-    ObjectInfo {
-        key,
-        size: 0,
-        etag: "\"view\"".into(),
-        last_modified: modified,
-    }
-}
-
-/// The view's root: a directory nobody can write to, as old as its archive.
-fn root_marker_meta(modified: SystemTime) -> HashMap<String, String> {
-    let mut h = HashMap::new();
-    let posix = Posix {
-        mode: Some(libc::S_IFDIR | 0o555),
-        mtime: Some(modified),
-        ..Posix::default()
-    };
-    posix.encode_into(&mut h);
-    h
 }
 
 #[async_trait]
@@ -470,24 +421,5 @@ impl ObjectClient for ArchiveViews {
     fn refuses_writes(&self, key: &str) -> bool {
         (key.trim_end_matches('/').split('/'))
             .any(|seg| seg.strip_suffix(VIEW_SUFFIX).is_some_and(archive_named))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_below_a_view_name_its_archive_and_member() {
-        assert_eq!(place("a/x.tar.d/b/c"), Some(("a/x.tar", "b/c")));
-        assert_eq!(place("x.tgz.d/"), Some(("x.tgz", "")));
-        assert_eq!(
-            place("a/x.tar.gz.d/y.tar.d/z"),
-            Some(("a/x.tar.gz", "y.tar.d/z"))
-        );
-        assert_eq!(place("a/.tar.d/b"), None);
-        assert_eq!(place("a/x.tar.d"), None);
-        assert_eq!(place("a/x.zip.d/b"), None);
-        assert_eq!(place("a/notx.d/x.tar.d/b"), Some(("a/notx.d/x.tar", "b")));
     }
 }

@@ -2,7 +2,7 @@
 //! the map of the entry's file (persist.rs): bit 0 says the chunk is present, the bits
 //! above are its generation, one more each time the chunk is made present again. The file
 //! is the truth every process reads; this copy is a hint that a read checks against it
-//! (entry.rs `try_read`).
+//! (entry/mod.rs `try_read`).
 
 use super::{BLOCK_CHUNKS, CHUNK};
 

@@ -4,7 +4,7 @@
 //!
 //! Each entry owns its ranges (`Ranges`, behind its own lock); `MemBudget` owns the
 //! count of bytes in memory and the order in which ranges go when it is over budget. It
-//! knows ranges, not entries (entry.rs holds its `Ranges`; this file does not name it).
+//! knows ranges, not entries (entry/mod.rs holds its `Ranges`; this file does not name it).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -21,7 +21,7 @@
 //!
 //! Fetched ranges are written through the page cache (the kernel reads a complete data
 //! file itself, FUSE passthrough, and finds the bytes in memory; with `O_DIRECT` it read
-//! them back from the disk, entry.rs `write`) and also kept in memory, within a small
+//! them back from the disk, entry/fetching.rs `write`) and also kept in memory, within a small
 //! budget, until the reader has taken them: a cold read then costs one copy out of the
 //! download buffer, not a read back from the data file.
 //!
@@ -30,15 +30,16 @@
 //! open on the node admits it.
 //!
 //! One job per file: this one is the public face and the wiring; `admit.rs` admission;
-//! `index.rs` the choice
-//! of victims (pure data); `evict.rs` eviction; `entry.rs` an entry (its files, fetches
+//! `keep.rs` what a fetch keeps and where (admitted, in memory, packed); `delivered.rs`
+//! fetched bytes on their way to the disk; `index.rs` the choice
+//! of victims (pure data); `evict.rs` eviction; `entry/` an entry (its files, fetches
 //! in flight, the checks of a read); `punch.rs` an entry's files as eviction changes
 //! them; `pin.rs` pins; `bitmap.rs` its chunk map; `fetch.rs` Fetch, Claim and Claimed (a
 //! fetch in flight, owned); `memory.rs` fetched ranges in memory; `persist.rs` the files;
 //! `shared.rs` the locks and the directory's counters; `disk.rs` statvfs, hole punching,
 //! syncfs; `error.rs` CacheError; `admin.rs` what `flowfs cache` does.
 //!
-//! Locks of the cache in this process (an entry's own are described in entry.rs):
+//! Locks of the cache in this process (an entry's own are described in entry/mod.rs):
 //! - `inner`: the entries open in this process (hash -> entry). A hit does not take it;
 //!   no I/O runs under it.
 //! - `evicting`: one eviction of this process at a time (with `evict.lock` for the
@@ -52,6 +53,7 @@
 pub mod admin;
 mod admit;
 mod bitmap;
+mod delivered;
 mod disk;
 mod durable;
 mod entry;
@@ -61,6 +63,7 @@ mod fetch;
 #[cfg(test)]
 mod fetch_tests;
 mod index;
+mod keep;
 mod memory;
 mod persist;
 mod pin;
@@ -90,6 +93,7 @@ use persist::Layout;
 use shared::Usage;
 
 pub use admit::Admit;
+pub use delivered::Delivered;
 pub use disk::{disk_space, DiskSpace};
 pub use entry::{CacheEntry, FetchLock};
 pub use error::CacheError;
@@ -103,58 +107,7 @@ const BLOCK_CHUNKS: u64 = 16;
 /// files (`DiskCache::keeps_off_disk`), and written, once admitted, as a record of a
 /// segment (small.rs): two processes reading one at once may both fetch it, at most this
 /// many bytes more.
-const SMALL: u64 = 1 << 20;
-
-/// Fetched bytes already handed to their readers, on their way to the data file: `store`
-/// writes them under the fetch's lock and ends the piece's claim.
-pub struct Delivered {
-    cache: Arc<DiskCache>,
-    piece: Claimed,
-    data: Bytes,
-    /// Its readers have the bytes in memory (else only the data file can serve them).
-    in_memory: bool,
-    /// Its fetch took no lock and made no files (`DiskCache::keeps_off_disk`).
-    off_disk: bool,
-}
-
-impl Delivered {
-    /// Whether `store` would write nothing: its readers have the bytes in memory and they
-    /// are not admitted (or kept off the disk). Then `skip` ends it without I/O.
-    pub fn in_memory_only(&self) -> bool {
-        self.in_memory && (self.off_disk || !self.cache.admits(self.piece.entry()))
-    }
-
-    /// Ends it without writing (`in_memory_only`): its readers wake and read memory.
-    pub fn skip(self) {
-        let n = self.data.len() as u64;
-        self.cache.not_admitted.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Packs the deliveries of all the bytes of a small version, in order, as a record
-    /// of a segment (`DiskCache::pack`); their claims end after it. Blocks on the disk.
-    pub fn pack(all: Vec<Delivered>) {
-        let Some(first) = all.first() else {
-            return;
-        };
-        let parts: Vec<Bytes> = all.iter().map(|d| d.data.clone()).collect();
-        first.cache.pack(first.piece.entry(), &parts);
-    }
-
-    /// Writes the bytes and marks them present (`lock`: none when the fetch could not
-    /// lock them, and then they are not cached). Blocks on the disk. For a delivery that
-    /// is not `in_memory_only` (the caller asked, once: each asking reads the record of
-    /// opens; admission only grows, so the answer holds).
-    pub fn store(self, lock: Option<&FetchLock>) -> Result<(), CacheError> {
-        if self.off_disk {
-            // The memory budget could not keep them: written after all, under a lock
-            // taken now, so that their readers find them in the file.
-            let (c0, c1) = self.piece.chunks();
-            let late = self.cache.lock_fetch(self.piece.entry(), c0, c1, false)?;
-            return self.cache.store(self.piece, late.as_ref(), &self.data);
-        }
-        self.cache.store(self.piece, lock, &self.data)
-    }
-}
+pub(crate) const SMALL: u64 = 1 << 20;
 
 pub struct DiskCache {
     root: PathBuf,
@@ -241,151 +194,6 @@ impl DiskCache {
         self.min_free = bytes;
         self.evict();
         self
-    }
-
-    /// Sets which fetched bytes are written to disk (`--cache-admit`).
-    pub fn with_admission(mut self, admit: Admit) -> DiskCache {
-        self.admit = admit;
-        self
-    }
-
-    /// Bytes fetched by this process and not written, for not being admitted.
-    pub fn not_admitted(&self) -> u64 {
-        self.not_admitted.load(Ordering::Relaxed)
-    }
-
-    /// A reader opened `e` (an open, not a fetch ahead): under `Reuse` its second open on
-    /// the node admits it, as does a version already on disk; `explicit` (a prefetch
-    /// asked for) admits it under every policy.
-    pub fn opened(&self, e: &CacheEntry, explicit: bool) {
-        if e.admitted() {
-            return;
-        }
-        if explicit || self.policy_admits(e, true) {
-            e.set_admitted(true);
-            // What a reader before left in memory would be served and never written
-            // (`flowfs cache prefetch` then found the object incomplete): fetched anew.
-            self.mem.forget(e.mem());
-        }
-    }
-
-    /// `e` is fetched ahead of the reader expected to open it next (a directory's next
-    /// file): under `Reuse` it is admitted if that open will be its second on the node.
-    pub fn fetched_ahead(&self, e: &CacheEntry) {
-        if self.policy_admits(e, false) {
-            e.set_admitted(true);
-        }
-    }
-
-    /// The policy's word on `e` at an open (`count`: the open is recorded) or at a fetch
-    /// ahead (which stands for the open it expects: a version seen once is admitted).
-    fn policy_admits(&self, e: &CacheEntry, count: bool) -> bool {
-        match self.admit {
-            Admit::Always => true,
-            Admit::Never => false,
-            Admit::Reuse if e.any_present() || e.is_packed() => true,
-            Admit::Reuse if count => self.seen.opened(&e.hash),
-            Admit::Reuse => self.seen.known(&e.hash),
-        }
-    }
-
-    /// Whether the fetched bytes of `e` are written to disk: it was admitted at an open,
-    /// or another process opened it again since.
-    fn admits(&self, e: &CacheEntry) -> bool {
-        e.admitted() || (self.admit == Admit::Reuse && self.seen.again(&e.hash))
-    }
-
-    /// Whether a fetch of all of `e` ahead of its reader may start: `Some(0)` if its
-    /// bytes go to the disk; if they stay in memory only (not admitted), `Some(its size)`
-    /// promised to it by the memory budget, when that has room for them beside `keep`
-    /// bytes for the readers' own fetches (given back by `unpromise`); else `None`.
-    pub fn room_ahead(&self, e: &CacheEntry, keep: u64) -> Option<u64> {
-        if self.admits(e) {
-            Some(0)
-        } else {
-            self.mem.promise(e.size, keep).then_some(e.size)
-        }
-    }
-
-    /// A fetch ahead of `e`, if it is a packed small version: its bytes are read from its
-    /// segment into memory now, when the memory budget has room for them beside `keep`,
-    /// so that its open finds the entry here (no second look in the index) and its reads
-    /// take them from memory. True if `e` is packed: nothing is fetched either way.
-    pub fn ahead_packed(&self, e: &CacheEntry, keep: u64) -> bool {
-        if !e.is_packed() {
-            return false;
-        }
-        if self.mem.promise(e.size, keep) {
-            if let Ok(Some(d)) = e.read_packed(0, e.size as usize) {
-                self.hits.fetch_add(d.len() as u64, Ordering::Relaxed);
-                self.mem.remember(e.mem(), 0, Bytes::from(d));
-            }
-            self.mem.unpromise(e.size);
-        }
-        true
-    }
-
-    /// Gives back bytes `room_ahead` promised.
-    pub fn unpromise(&self, n: u64) {
-        self.mem.unpromise(n);
-    }
-
-    /// Whether a fetch of `e` goes without the cross-process lock of its chunks and
-    /// without making its files: a small version that has no files here is served from
-    /// memory (a read-once file costs no inode, header or lock) and, if it is admitted
-    /// once it is whole, packed (`pack`).
-    pub fn keeps_off_disk(&self, e: &CacheEntry) -> bool {
-        e.size <= SMALL && e.absent()
-    }
-
-    /// Whether all the bytes of `e`, fetched off the disk (`keeps_off_disk`), are
-    /// written as a record of a segment (`pack`): it is admitted now.
-    pub fn packs(&self, e: &CacheEntry) -> bool {
-        e.size <= SMALL && !e.is_packed() && self.admits(e)
-    }
-
-    /// Writes `parts`, all the bytes of the small version `e` in order, as a record of
-    /// this process's segment (small.rs): its later reads, and other processes' opens,
-    /// find them there. A failure costs the cache only. Blocks on the disk.
-    fn pack(&self, e: &CacheEntry, parts: &[Bytes]) {
-        if e.is_packed() {
-            return;
-        }
-        match self.put_small(&e.hash, e.ident(), parts) {
-            Some(Ok(packed)) => {
-                // The directory's count is of its files' bytes (`put_small`); the
-                // fetched count, of the object's (as `flowfs cache stats` shows them).
-                self.fetched.fetch_add(e.size, Ordering::Relaxed);
-                // Last: whoever finds it packed finds its count done (its segment is
-                // this process's, which no eviction takes).
-                e.set_packed(packed);
-            }
-            Some(Err(err)) => tracing::debug!("cannot pack a small file into the cache: {err}"),
-            None => {}
-        }
-    }
-
-    /// Appends a small version (`parts`: all its bytes) to this process's segment and
-    /// counts its bytes, then evicts if the directory is over its limit; `None` once the
-    /// cache is closed. Blocks on the disk.
-    fn put_small(
-        &self,
-        hash: &str,
-        ident: &str,
-        parts: &[Bytes],
-    ) -> Option<io::Result<small::Packed>> {
-        let open = self.open.read_recursive();
-        if !*open {
-            return None;
-        }
-        self.changes.note(&self.usage, None);
-        let put = self.small.put(hash, ident, parts);
-        drop(open);
-        Some(put.map(|(packed, n)| {
-            self.usage.add(n as i64);
-            self.evict();
-            packed
-        }))
     }
 
     /// Bytes of object data the directory holds, as its processes count them.
@@ -475,30 +283,6 @@ impl DiskCache {
         }
     }
 
-    /// `adopt` of a small version: its bytes, read from `src`, appended to this process's
-    /// segment, unless it is packed already.
-    fn adopt_small(&self, hash: &str, ident: &str, size: u64, src: &Path) -> bool {
-        if self.small.find(hash, ident, size).is_some() {
-            return false;
-        }
-        let data = match fs::read(src) {
-            Ok(d) if d.len() as u64 == size => Bytes::from(d),
-            Ok(_) => return false,
-            Err(err) => {
-                tracing::warn!("cannot adopt an uploaded file into the cache: {err}");
-                return false;
-            }
-        };
-        match self.put_small(hash, ident, &[data]) {
-            Some(Ok(_)) => true,
-            Some(Err(err)) => {
-                tracing::warn!("cannot adopt an uploaded file into the cache: {err}");
-                false
-            }
-            None => false,
-        }
-    }
-
     /// Claims the missing chunks of `[c0, c1)` of `e` for fetches of at most `max_run`
     /// chunks each (fetch.rs `Claimed`), and says which fetches already running cover
     /// the rest.
@@ -506,32 +290,7 @@ impl DiskCache {
         e.claim(c0, c1, max_run)
     }
 
-    /// Hands the fetched bytes of `p`, from its first chunk on, to its readers (from
-    /// memory) at once; the `Delivered` it returns stores them (disk I/O: off the async
-    /// workers), which ends the claim.
-    /// `off_disk`: its fetch took no lock (`keeps_off_disk`).
-    pub fn deliver(self: &Arc<Self>, p: Claimed, data: Bytes, off_disk: bool) -> Delivered {
-        let in_memory = self.offer(&p, &data);
-        Delivered {
-            cache: self.clone(),
-            piece: p,
-            data,
-            in_memory,
-            off_disk,
-        }
-    }
-
-    /// Hands the bytes of `p` to its readers from memory; false if the memory budget
-    /// could not keep them.
-    fn offer(&self, p: &Claimed, data: &Bytes) -> bool {
-        let kept = (self.mem).remember(p.entry().mem(), p.chunks().0 * CHUNK, data.clone());
-        if kept {
-            p.fetch().set_ready();
-        }
-        kept
-    }
-
-    /// Locks chunks `[c0, c1)` of `e` for a fetch (entry.rs), and reads which of them are
+    /// Locks chunks `[c0, c1)` of `e` for a fetch (entry/fetching.rs), and reads which of them are
     /// present under it (`FetchLock::present`): `None` if another process fetches or
     /// evicts some of them and `wait` is false. Blocks while it waits: call it off the
     /// async workers.
@@ -544,48 +303,6 @@ impl DiskCache {
     ) -> Result<Option<FetchLock>, CacheError> {
         e.lock_fetch(c0, c1, wait)
             .map_err(CacheError::disk("cache lock or map"))
-    }
-
-    /// Writes the fetched bytes of `p` into the data file and marks them present, under
-    /// `lock` (none: the fetch could not lock them, the bytes are not cached), then ends
-    /// the claim (its readers wake, whatever the outcome: they have the bytes in memory,
-    /// or claim them again). Blocks on the disk: call it off the async workers.
-    fn store(&self, p: Claimed, lock: Option<&FetchLock>, data: &[u8]) -> Result<(), CacheError> {
-        let e = p.entry();
-        let off = p.chunks().0 * CHUNK;
-        let end = off + data.len() as u64;
-        // A trailing partial chunk counts only when it reaches the end of the object.
-        let (c0, c1) = (
-            off / CHUNK,
-            if end >= e.size {
-                e.chunks()
-            } else {
-                end / CHUNK
-            },
-        );
-        let open = self.open.read_recursive();
-        let r = match lock {
-            _ if !*open => Err(CacheError::Closed),
-            None => Err(CacheError::NotCached {
-                bytes: data.len() as u64,
-                why: "another process held their chunks too long",
-            }),
-            Some(lock) => {
-                // Noted before the bytes and words change: a process killed after it is
-                // still counted as not synced (durable.rs).
-                self.changes.note(&self.usage, Some(&e.map_path()));
-                e.write(lock, off, data)
-                    .and_then(|()| e.set_present(lock, c0, c1))
-                    .map_err(CacheError::disk("cache write"))
-            }
-        };
-        drop(p);
-        let added = r?;
-        self.usage.add(added as i64);
-        self.fetched.fetch_add(added, Ordering::Relaxed);
-        drop(open);
-        self.evict();
-        Ok(())
     }
 
     /// Bytes `[off, off + len)` of the entry from memory or its data file, if it has all

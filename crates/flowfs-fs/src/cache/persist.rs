@@ -8,7 +8,7 @@
 //! the entry: a 4 KiB header (magic, size, the data file's tag, identity), one `u64` use
 //! time per 1 MiB block (milliseconds, for LRU) and one `u32` word per 64 KiB chunk (bit
 //! 0 present, the rest its generation, bitmap.rs). Every lock of the entry is on the
-//! sidecar (shared.rs, entry.rs, pin.rs).
+//! sidecar (shared.rs, entry/, pin.rs).
 //!
 //! The sidecar names its data file by a random tag, so that a sidecar is never paired
 //! with another sidecar's data file: the data file is made first under its final (unique)

@@ -1,6 +1,6 @@
 //! An entry's files as an eviction changes them, from any process and without the entry
 //! open: a block punched (`punch_block`) and an empty, unused entry removed
-//! (`remove_unused`), each under the sidecar's locks taken without waiting (entry.rs
+//! (`remove_unused`), each under the sidecar's locks taken without waiting (entry/fetching.rs
 //! describes them), each skipping an entry a process pins.
 
 use std::fs::File;

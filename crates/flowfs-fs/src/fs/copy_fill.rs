@@ -5,14 +5,20 @@
 //! disk (`copy_file_range` between two local files: no network), and the destination's
 //! upload at its close is a copy of the source's object on the server
 //! (`UploadJob::copy_of`); the bytes are sent only if the store refuses that copy (the
-//! source removed or replaced by then). A source read from the bucket is left to the kernel:
-//! its bytes would have to come down.
+//! source removed or replaced by then). So is a source whose every byte is in the node
+//! cache (its upload landed before it was opened, and left it there; or it was read and
+//! kept): the staged file is filled from the cache's data file, pinned meanwhile. Any other
+//! source read from the bucket is left to the kernel: its bytes would have to come down.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
+use crate::cache::Pinned;
 use crate::error::{FsError, Result};
 use crate::writeback::CopySource;
 
@@ -21,14 +27,14 @@ use super::{Access, CopyRange, Fs};
 
 impl Fs {
     /// The copy `c` of `source` (`source_version`) onto a passthrough writer, if it is a
-    /// whole source written on this node onto an empty file: its bytes, or `None` (the
-    /// kernel copies them).
+    /// whole source held on this node (`local_source`) onto an empty file: its bytes, or
+    /// `None` (the kernel copies them).
     pub(super) async fn fill_copy(
         self: &Arc<Self>,
         c: &CopyRange,
         (src, key, etag, size): SourceVersion,
     ) -> Result<Option<u64>> {
-        let Some((_, src_staged)) = self.handles.local(Access::Read, c.from.0) else {
+        let Some(from) = self.local_source(c.from.0) else {
             return Ok(None);
         };
         let Some((ino, staged)) = self.handles.local(Access::Passthrough, c.to.0) else {
@@ -39,8 +45,9 @@ impl Fs {
         if !fits || !self.copyable_target(&self.ns.lock(), ino) {
             return Ok(None);
         }
-        let (from, to) = (src_staged.clone(), staged.clone());
-        let copied = tokio::task::spawn_blocking(move || copy_local(&from.file, &to.file, size))
+        let to = staged.clone();
+        // The pin of a cached source goes with `from`, once its bytes are copied.
+        let copied = tokio::task::spawn_blocking(move || from.copy_into(&to.file, size))
             .await
             .map_err(|e| FsError::Internal(format!("local copy task: {e}")))?;
         if let Err(e) = copied {
@@ -52,6 +59,42 @@ impl Fs {
         self.wb
             .filled_by_copy(ino, &staged, size, CopySource { key, etag })?;
         Ok(Some(size))
+    }
+
+    /// Where every byte the source handle `fh` reads is on this node: its staged file
+    /// (written here, durable: `settled_source`), its data file in the node cache (pinned
+    /// against eviction), or, for a small version, its bytes read from the cache.
+    fn local_source(&self, fh: u64) -> Option<LocalSource> {
+        if let Some((_, staged)) = self.handles.local(Access::Read, fh) {
+            return Some(LocalSource::File(staged.file.try_clone().ok()?, None));
+        }
+        let (_, reader) = self.handles.bucket_reader(fh)?;
+        if let Some(pin) = self.prefetch.pin(&reader) {
+            return Some(LocalSource::File(pin.file().try_clone().ok()?, Some(pin)));
+        }
+        self.prefetch.cached_small(&reader).map(LocalSource::Bytes)
+    }
+}
+
+/// A copy's source on this node (`Fs::local_source`).
+enum LocalSource {
+    /// A local file (with the pin that keeps it whole, for a cache's data file).
+    File(File, Option<Pinned>),
+    /// A small version's bytes.
+    Bytes(Bytes),
+}
+
+impl LocalSource {
+    /// Its first `size` bytes into `to` from offset 0.
+    fn copy_into(self, to: &File, size: u64) -> io::Result<()> {
+        match self {
+            LocalSource::File(from, _pin) => copy_local(&from, to, size),
+            LocalSource::Bytes(b) if b.len() as u64 == size => to.write_all_at(&b, 0),
+            LocalSource::Bytes(_) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "cached bytes of another length",
+            )),
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! Changes to the name space: create, mknod, mkdir, symlink, unlink, rmdir, and the one
-//! `add_new` that create, symlink and special files share (rename is in rename.rs).
+//! New names: create, mknod, mkdir, symlink, and the one `add_new` that create, symlink
+//! and special files share (unlink and rmdir are in remove.rs, rename in rename.rs).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -218,95 +218,6 @@ impl Fs {
             self.spawn_upload(ino);
         }
         self.attr_of(&self.ns.lock(), ino)
-    }
-
-    /// Removes the name of a file or symlink and deletes its object; a staged copy is
-    /// never uploaded again.
-    pub async fn unlink(self: &Arc<Self>, parent: u64, name: &str) -> Result<()> {
-        self.check_writable_in(parent, name)?;
-        let ino = self.resolve(parent, name).await?;
-        // A metadata rewrite landing after the delete would bring the object back.
-        let _key = self.ns.locks().key(ino).await;
-        let key = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            if n.entry.kind == Kind::Dir {
-                return Err(FsError::IsDir);
-            }
-            self.key(&t.path(ino).ok_or(FsError::NotFound)?)
-        };
-        // The file lives on under its other names.
-        if self.has_links(ino) {
-            return self.unlink_one_name(ino, parent, name).await;
-        }
-        let retired = self.wb.retire(ino);
-        if retired.is_some_and(|r| r.in_flight) {
-            self.up.keys().doom(&key);
-        }
-        if retired.is_none_or(|r| r.remote) {
-            self.client.delete(&key).await?;
-        }
-        self.wb.forget_key(&key);
-        let mut t = self.ns.lock();
-        if let Some(n) = t.get_mut(ino) {
-            n.confirm(Instant::now());
-            // Its link count changed (still open, fstat shows it).
-            n.entry.posix_mut().ctime = Some(SystemTime::now());
-        }
-        t.detach(parent, name);
-        Self::listing_put(&mut t, parent, name, None);
-        Self::entries_changed(&mut t, parent);
-        t.add_negative(parent, name);
-        Ok(())
-    }
-
-    /// Whether a directory holds anything, in the bucket or staged here.
-    pub(super) async fn dir_has_children(&self, ino: u64, path: &str) -> Result<bool> {
-        let staged_child = {
-            let t = self.ns.lock();
-            let any = t
-                .children_of(ino)
-                .any(|(_, i, _)| self.wb.stat(i).is_some());
-            any
-        };
-        if staged_child {
-            return Ok(true);
-        }
-        let prefix = self.dir_prefix(path);
-        let page = self
-            .client
-            .list_page(&prefix, Some("/"), None, Some(2))
-            .await?;
-        // A stray of a file removed while it was uploaded is deleted by its upload's task.
-        let keys = self.up.keys();
-        Ok(!page.prefixes.is_empty()
-            || (page.objects.iter()).any(|o| o.key != prefix && !keys.is_stray(&o.key)))
-    }
-
-    /// Removes an empty directory.
-    pub async fn rmdir(self: &Arc<Self>, parent: u64, name: &str) -> Result<()> {
-        self.check_writable_in(parent, name)?;
-        let ino = self.resolve(parent, name).await?;
-        // A rewrite of its marker landing after the delete would bring it back.
-        let _key = self.ns.locks().key(ino).await;
-        let path = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            if n.entry.kind != Kind::Dir {
-                return Err(FsError::NotDir);
-            }
-            t.path(ino).ok_or(FsError::NotFound)?
-        };
-        if self.dir_has_children(ino, &path).await? {
-            return Err(FsError::NotEmpty);
-        }
-        self.client.delete(&self.dir_prefix(&path)).await?;
-        let mut t = self.ns.lock();
-        t.detach(parent, name);
-        Self::listing_put(&mut t, parent, name, None);
-        Self::entries_changed(&mut t, parent);
-        t.add_negative(parent, name);
-        Ok(())
     }
 
     /// Adds a new node `name` in `parent` for entry `e` (a file, symlink or special file

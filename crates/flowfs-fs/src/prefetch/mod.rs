@@ -181,6 +181,16 @@ impl Prefetcher {
         }
     }
 
+    /// Every byte of the small version `r` reads, if the cache has them (in memory, in
+    /// its segment or its data file): no request is sent.
+    pub(crate) fn cached_small(&self, r: &Reader) -> Option<Bytes> {
+        if r.obj.size > crate::cache::SMALL {
+            return None;
+        }
+        let got = self.cache.read(&r.obj.entry, 0, r.obj.size as usize);
+        got.ok().flatten().filter(|b| b.len() as u64 == r.obj.size)
+    }
+
     /// The handle of `r` closed: the last one on its cache entry saves its bitmap.
     pub(crate) fn close(&self, r: &Reader) {
         self.cache.release(&r.obj.entry);

@@ -30,7 +30,7 @@ impl Prefetcher {
         });
     }
 
-    /// Locks the chunks `[c0, c1)` of a GET across processes (entry.rs `FetchLock`):
+    /// Locks the chunks `[c0, c1)` of a GET across processes (cache/entry/ `FetchLock`):
     /// at once, or after the process fetching some of them is done, within `LOCK_WAIT`.
     /// `None`: fetched without the lock, the bytes are not cached.
     async fn lock_fetch(&self, obj: &Arc<Object>, c0: u64, c1: u64) -> Option<Arc<FetchLock>> {

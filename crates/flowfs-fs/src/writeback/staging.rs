@@ -1,8 +1,3 @@
-//! The write side: staging files on local disk, the journal that lets a later mount
-//! finish what a killed one had not uploaded, and the upload of one staged file (one PUT
-//! when small, a parallel multipart upload when large; a failed multipart upload is
-//! aborted, so no partial object is ever visible).
-
 //! Staged files on local disk and the journal: the staging directory of a mount (locked
 //! while it lives), one `<n>.data` file per staged file, its journal record `<n>.rec`
 //! that lets a later mount finish an upload this one could not, and the scan of a dead
@@ -19,6 +14,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::record::{read_record, record_text, Record};
 use super::spares::{JournalCounts, Spares, SPARE_EXT};
 use crate::dirlock::{being_created, create_locked, try_lock};
 
@@ -139,52 +135,6 @@ pub struct Staging {
     _lock: File,
     next: AtomicU64,
     spares: Arc<Spares>,
-}
-
-/// What a journal record says of its file beside its key.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Record {
-    /// The data is a symlink's target.
-    pub symlink: bool,
-    /// The user metadata its object carries (mode with the type bits of a FIFO, socket or
-    /// device, rdev, uid, gid: meta.rs), so that a recovered file keeps them.
-    pub metadata: Vec<(String, String)>,
-    /// The keys of the file's other names (hard links): a recovered upload is copied to
-    /// each, as a live one is.
-    pub links: Vec<String>,
-}
-
-/// `bucket`, `key`, `symlink` or `file`, then a line `meta NAME VALUE` per metadata
-/// entry and `link KEY` (percent-encoded) per other name. Records of earlier versions end
-/// after the key (or `symlink`).
-fn record_text(bucket: &str, key: &str, rec: &Record) -> String {
-    let kind = if rec.symlink { "symlink" } else { "file" };
-    let mut text = format!("{bucket}\n{key}\n{kind}\n");
-    for (k, v) in &rec.metadata {
-        text.push_str(&format!("meta {k} {v}\n"));
-    }
-    for key in &rec.links {
-        text.push_str(&format!("link {}\n", crate::meta::percent_encode(key)));
-    }
-    text
-}
-
-/// The lines after the key of a record (see `write_record`).
-fn read_record<'a>(mut lines: impl Iterator<Item = &'a str>) -> Record {
-    let symlink = lines.next() == Some("symlink");
-    let (mut metadata, mut links) = (Vec::new(), Vec::new());
-    for l in lines {
-        if let Some((k, v)) = l.strip_prefix("meta ").and_then(|l| l.split_once(' ')) {
-            metadata.push((k.to_string(), v.to_string()));
-        } else if let Some(key) = l.strip_prefix("link ") {
-            links.push(crate::meta::percent_decode(key));
-        }
-    }
-    Record {
-        symlink,
-        metadata,
-        links,
-    }
 }
 
 /// Notes a multipart upload of `key` in `path` (see `StagedFile::upload_note_path`):

@@ -351,6 +351,45 @@ async fn a_copy_onto_a_passthrough_writer_is_filled_locally_and_copied_on_the_se
     assert!(mock.object("pub").unwrap() == bytes);
 }
 
+/// The same copy when the source's upload landed before the source was opened (a fast
+/// upload, or a publish that comes later: the JDK opens its source after the task ended).
+/// The source is then read from the node cache, where its upload left it: the staged
+/// file is filled from the cache's data file, and the upload is still the server's copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_of_an_uploaded_source_onto_a_passthrough_writer_is_filled_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mock, fs) = setup(dir.path(), "");
+    let bytes = data(3 << 20, 11);
+    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
+    fs.write(w, 0, &bytes).unwrap();
+    fs.release(w).unwrap();
+    assert!(fs.flush_all().await.is_empty(), "out is in the bucket");
+    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let (_, dst, hints) = created(&fs, "pub").await;
+    let sent = mock.count(Op::UploadPart) + mock.count(Op::Put);
+    let got = mock.count(Op::Get);
+    assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
+    let mut local = vec![0u8; bytes.len()];
+    backing_file(&hints.backing)
+        .read_exact_at(&mut local, 0)
+        .unwrap();
+    assert!(
+        local == bytes,
+        "the staged file holds the copy for the kernel"
+    );
+    fs.release(dst).unwrap();
+    fs.release(src).unwrap();
+    assert!(fs.flush_all().await.is_empty());
+    assert_eq!(
+        mock.count(Op::UploadPart) + mock.count(Op::Put),
+        sent,
+        "no byte went up again"
+    );
+    assert_eq!(mock.count(Op::Get), got, "nor came down");
+    assert!(mock.count(Op::Copy) >= 1);
+    assert!(mock.object("pub").unwrap() == bytes);
+}
+
 /// The source removed before the copy's upload: the store refuses the copy, and the bytes
 /// staged for the kernel are sent instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
