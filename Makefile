@@ -68,13 +68,18 @@ test-workflows: setup workflow-deps build
 	$(PYTHON) -m pytest tests/integration -v -m workflows
 
 # Everything under a failing store at full size (issue 14): the fault suites with the write
-# mix in full at both levels, the whole pipeline matrix (Nextflow and Snakemake at 5 % and
-# 20 %, the server stopped mid-run for each), kill -9 at 20 moments of the write mix.
+# mix in full at both levels (also on Azurite and fake-gcs-server, which CI leaves out), the
+# whole pipeline matrix (Nextflow and Snakemake at 5 % and 20 %, the server stopped mid-run
+# for each), kill -9 at 20 moments of the write mix.
 # FLOWFS_WF_FAULT_REPEAT=N repeats each pipeline case. About an hour on 2 cores.
 test-faults: setup workflow-deps build
 	FLOWFS_FAULTS_FULL=1 FLOWFS_CRASH_ROUNDS=$${FLOWFS_CRASH_ROUNDS:-20} $(PYTHON) -m pytest -v \
 		tests/integration/test_faults.py tests/integration/test_workflow_faults.py \
-		tests/integration/test_crash_mix.py
+		tests/integration/test_crash_mix.py \
+		tests/integration/test_azure.py::test_read_set_under_faults \
+		tests/integration/test_azure.py::test_write_mix_under_faults \
+		tests/integration/test_gcs.py::test_read_set_under_faults \
+		tests/integration/test_gcs.py::test_write_mix_under_faults
 
 # The real-tools suite in full (tests/integration/test_realworld.py): sh, tar, rsync, git,
 # pip, sqlite3, mmap and O_APPEND writers, stress-ng, dbench and fs_mark on real mounts

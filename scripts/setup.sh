@@ -41,6 +41,8 @@ APT_PKGS=(fuse3 libacl1-dev
   tar git rsync sqlite3 stress-ng dbench fsmark
   # getfattr, as a user reads an object's checksum (tests/integration/test_checksums.py)
   attr
+  # s3fs-fuse reads and writes flowfs's xattrs (tests/integration/test_xattrs.py)
+  s3fs
   # the metrics test scrapes a mount with a real Prometheus (tests/integration/test_metrics.py)
   prometheus)
 # crates.io binaries: name and exact version (`cargo install --locked`)

@@ -43,7 +43,12 @@ from workflow_helpers import (
 
 # The same bodies, run here on GCS (pytest collects them in this module, with its
 # fixtures; the data fixtures of test_read come along, the session ones are redefined below).
-from test_faults import test_read_set_under_faults, test_write_mix_under_faults  # noqa: F401
+from test_faults import full_only
+from test_faults import test_read_set_under_faults as _read_set_under_faults
+from test_faults import test_write_mix_under_faults as _write_mix_under_faults
+
+test_read_set_under_faults = full_only(_read_set_under_faults)
+test_write_mix_under_faults = full_only(_write_mix_under_faults)
 from test_fsx import test_fsx_seeds  # noqa: F401
 from test_read import (  # noqa: F401
     boundary_bucket,
