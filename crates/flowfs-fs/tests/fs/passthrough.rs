@@ -25,6 +25,13 @@ fn backing_file(b: &Option<Backing>) -> &std::fs::File {
     b.as_ref().expect("a backing file is offered").file()
 }
 
+/// Whether the backing file offered holds exactly `bytes` from its start.
+fn holds(b: &Option<Backing>, bytes: &[u8]) -> bool {
+    let mut local = vec![0u8; bytes.len()];
+    backing_file(b).read_exact_at(&mut local, 0).unwrap();
+    local == bytes
+}
+
 /// A new file written only through its backing file is uploaded whole at its close,
 /// and stat shows its size while the writer is open.
 #[tokio::test]
@@ -330,12 +337,8 @@ async fn a_copy_onto_a_passthrough_writer_is_filled_locally_and_copied_on_the_se
     let (_, src) = written(&fs, "out", &bytes).await;
     let (d, dst, hints) = created(&fs, "pub").await;
     assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
-    let mut local = vec![0u8; bytes.len()];
-    backing_file(&hints.backing)
-        .read_exact_at(&mut local, 0)
-        .unwrap();
     assert!(
-        local == bytes,
+        holds(&hints.backing, &bytes),
         "the kernel reads the copy's bytes from the staged file"
     );
     assert_eq!(fs.getattr(d.ino).await.unwrap().size, bytes.len() as u64);
@@ -369,13 +372,9 @@ async fn a_copy_of_an_uploaded_source_onto_a_passthrough_writer_is_filled_from_t
     let sent = mock.count(Op::UploadPart) + mock.count(Op::Put);
     let got = mock.count(Op::Get);
     assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
-    let mut local = vec![0u8; bytes.len()];
-    backing_file(&hints.backing)
-        .read_exact_at(&mut local, 0)
-        .unwrap();
     assert!(
-        local == bytes,
-        "the staged file holds the copy for the kernel"
+        holds(&hints.backing, &bytes),
+        "the kernel reads the copy's bytes from the staged file"
     );
     fs.release(dst).unwrap();
     fs.release(src).unwrap();
