@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use fuser::{FileHandle, FopenFlags, InitFlags, KernelConfig, ReplyCreate, ReplyOpen};
 
 use super::ops::Op;
-use super::passthrough::{Access, Created, Plan};
+use super::passthrough::{Created, OpenAccess, Plan};
 use super::reply::{open_flags, to_fuse, utf8, About};
 use super::FuseAdapter;
 use crate::error::FsError;
@@ -65,8 +65,8 @@ impl FuseAdapter {
     /// open(2) of `ino` with the kernel's `flags`.
     pub(super) fn open_file(&self, ino: u64, flags: i32, reply: ReplyOpen) {
         let truncate = flags & libc::O_TRUNC != 0;
-        let access = Access::of(flags);
-        let write = access != Access::Read;
+        let access = OpenAccess::of(flags);
+        let write = access != OpenAccess::Read;
         let pt = self.pt.clone();
         let plan_pt = self.pt.clone();
         self.run(
@@ -108,8 +108,8 @@ impl FuseAdapter {
         let span = self.req(Op::Create, About::Entry(parent, name));
         let (name, ttl) = (utf8(name), self.ttl);
         // A new file opened for reading and writing may be mapped: through flowfs
-        // (passthrough.rs `Access::ReadWrite`).
-        let passthrough = self.pt.enabled() && Access::of(flags) != Access::ReadWrite;
+        // (passthrough.rs `OpenAccess::ReadWrite`).
+        let passthrough = self.pt.enabled() && OpenAccess::of(flags) != OpenAccess::ReadWrite;
         let pt = self.pt.clone();
         self.run(
             span,

@@ -63,7 +63,7 @@ pub(super) struct Passthrough {
 
 /// How an open uses the file, as far as passthrough is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Access {
+pub(super) enum OpenAccess {
     Read,
     /// Write only (O_WRONLY): such a descriptor can never be mapped (mmap needs read
     /// access), so every change it makes is a `write` while it is open.
@@ -79,13 +79,13 @@ pub(super) enum Access {
     ReadWrite,
 }
 
-impl Access {
+impl OpenAccess {
     /// From the flags of open or create.
-    pub(super) fn of(flags: i32) -> Access {
+    pub(super) fn of(flags: i32) -> OpenAccess {
         match flags & libc::O_ACCMODE {
-            libc::O_RDONLY if flags & libc::O_TRUNC == 0 => Access::Read,
-            libc::O_RDWR => Access::ReadWrite,
-            _ => Access::Write,
+            libc::O_RDONLY if flags & libc::O_TRUNC == 0 => OpenAccess::Read,
+            libc::O_RDWR => OpenAccess::ReadWrite,
+            _ => OpenAccess::Write,
         }
     }
 }
@@ -179,25 +179,25 @@ impl Passthrough {
     /// `Refuse`d while the inode's readers read the cache's file: its writes could go
     /// nowhere else, and refused before the core opens it, an O_TRUNC truncates nothing.
     /// An open for reading and writing starts its inode's mode through flowfs: see
-    /// `Access::ReadWrite`.
-    fn plan(&self, ino: u64, access: Access) -> Plan {
+    /// `OpenAccess::ReadWrite`.
+    fn plan(&self, ino: u64, access: OpenAccess) -> Plan {
         let s = self.state.lock();
         match s.inodes.get(&ino) {
             Some(IoMode::Kernel { key, .. })
-                if access != Access::Read && matches!(key, BackingKey::Cached(_)) =>
+                if access != OpenAccess::Read && matches!(key, BackingKey::Cached(_)) =>
             {
                 Plan::Refuse
             }
             Some(IoMode::Flowfs { .. }) => Plan::Flowfs,
             // Served from one file already: every open of the inode must be too.
             Some(IoMode::Kernel { .. }) => Plan::Offer,
-            _ if s.usage == Use::Off || access == Access::ReadWrite => Plan::Flowfs,
+            _ if s.usage == Use::Off || access == OpenAccess::ReadWrite => Plan::Flowfs,
             _ => Plan::Offer,
         }
     }
 
     /// `plan`, waiting up to `RELEASE_WAIT` for releases while it says `Refuse`.
-    pub(super) async fn plan_waiting(&self, ino: u64, access: Access) -> Plan {
+    pub(super) async fn plan_waiting(&self, ino: u64, access: OpenAccess) -> Plan {
         let plan = || Some(self.plan(ino, access)).filter(|p| *p != Plan::Refuse);
         self.until_released(plan).await.unwrap_or(Plan::Refuse)
     }

@@ -28,7 +28,9 @@ fn backing_file(b: &Option<Backing>) -> &std::fs::File {
 /// Whether the backing file offered holds exactly `bytes` from its start.
 fn holds(b: &Option<Backing>, bytes: &[u8]) -> bool {
     let mut local = vec![0u8; bytes.len()];
-    backing_file(b).read_exact_at(&mut local, 0).unwrap();
+    backing_file(b)
+        .read_exact_at(&mut local, 0)
+        .expect("read the backing file");
     local == bytes
 }
 
