@@ -38,14 +38,13 @@ mod walk;
 mod xattrs;
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use flowfs_client::ObjectClient;
 
 use crate::cache::DiskCache;
 use crate::config::FsConfig;
 use crate::error::{FsError, Result};
-use crate::inode::{Entry, Inodes, Kind};
+use crate::inode::{Entry, Kind};
 use crate::prefetch::Prefetcher;
 pub use crate::writeback::PendingState;
 use crate::writeback::{Staging, Uploader, WriteBack};
@@ -233,12 +232,13 @@ impl Fs {
 
     /// The target of symlink `ino`.
     pub async fn readlink(&self, ino: u64) -> Result<String> {
-        let t = self.ns.lock();
-        let n = t.get(ino).ok_or(FsError::NotFound)?;
-        match (&n.entry.kind, &n.entry.target) {
-            (Kind::Symlink, Some(target)) => Ok(target.to_string()),
-            _ => Err(FsError::Invalid("not a symlink")),
-        }
+        let target = self
+            .ns
+            .read(ino, |n| match (&n.entry.kind, &n.entry.target) {
+                (Kind::Symlink, Some(target)) => Ok(target.to_string()),
+                _ => Err(FsError::Invalid("not a symlink")),
+            });
+        target.ok_or(FsError::NotFound)?
     }
 
     /// EROFS where writes are refused: the whole mount is read-only, or the store
@@ -254,7 +254,7 @@ impl Fs {
     /// namespace) has no key to refuse: the operation answers for itself, as it did
     /// before writes were checked per key.
     fn check_writable(&self, ino: u64) -> Result<()> {
-        match self.ns.lock().path(ino) {
+        match self.ns.path(ino) {
             Some(path) => self.check_writable_key(&self.key(&path)),
             None => self.check_writable_key(""),
         }
@@ -262,7 +262,7 @@ impl Fs {
 
     /// `check_writable_key` of the name `name` in the directory `parent`.
     fn check_writable_in(&self, parent: u64, name: &str) -> Result<()> {
-        match self.ns.lock().path(parent) {
+        match self.ns.path(parent) {
             Some(path) => self.check_writable_key(&format!("{}{name}", self.dir_prefix(&path))),
             None => self.check_writable_key(""),
         }
@@ -290,27 +290,10 @@ impl Fs {
         a
     }
 
-    fn attr_of(&self, t: &Inodes, ino: u64) -> Result<Attr> {
-        let n = t.get(ino).ok_or(FsError::NotFound)?;
-        Ok(self.node_attr(ino, n))
-    }
-
-    /// Records a name in the parent's cached listing so that lookups of it need no request.
-    fn listing_put(t: &mut Inodes, parent: u64, name: &str, e: Option<Entry>) {
-        t.listing_put(parent, name, e);
-    }
-
-    /// An entry was added to, removed from or renamed in `dir` through this mount: its
-    /// mtime and ctime are now, as on a local file system. Kept in memory only (a marker's
-    /// metadata is not rewritten for it).
-    fn entries_changed(t: &mut Inodes, dir: u64) {
-        if let Some(n) = t.get_mut(dir) {
-            let now = SystemTime::now();
-            n.entry.mtime = now;
-            let p = n.entry.posix_mut();
-            p.mtime = Some(now);
-            p.ctime = Some(now);
-        }
+    /// The attributes `ino` has now.
+    fn attr_now(&self, ino: u64) -> Result<Attr> {
+        let attr = self.ns.read(ino, |n| self.node_attr(ino, n));
+        attr.ok_or(FsError::NotFound)
     }
 
     /// Saves what must survive a restart (cache bitmaps); called at unmount.

@@ -146,7 +146,7 @@ impl Fs {
         if let Some((_, true)) = self.wb.request_upload(ino) {
             self.spawn_upload(ino);
         }
-        self.attr_of(&self.ns.lock(), ino)
+        self.attr_now(ino)
     }
 
     /// Changes mode bits, size (truncation, staged) or mtime.
@@ -180,7 +180,7 @@ impl Fs {
             self.check_writable(ino)?;
         }
         if let Some(size) = size {
-            let kind = self.ns.lock().get(ino).map(|n| n.entry.kind);
+            let kind = self.ns.read(ino, |n| n.entry.kind);
             match kind {
                 Some(Kind::File) => {}
                 Some(Kind::Dir) => return Err(FsError::IsDir),
@@ -189,7 +189,7 @@ impl Fs {
             self.truncate(ino, size, fh).await?;
         }
         self.change_attrs(ino, c)?;
-        self.attr_of(&self.ns.lock(), ino)
+        self.attr_now(ino)
     }
 
     /// truncate(2) and ftruncate(2): the staged content gets its new length; without an

@@ -59,8 +59,10 @@ impl Fs {
 
     /// Whether a change that drops setuid and setgid (`kill_suidgid`) would change `ino`.
     pub(super) fn has_privs(&self, ino: u64) -> bool {
-        let t = self.ns.lock();
-        let mode = t.get(ino).and_then(|n| n.entry.posix.as_ref()?.mode);
+        let mode = self
+            .ns
+            .read(ino, |n| n.entry.posix.as_ref()?.mode)
+            .flatten();
         mode.is_some_and(|m| m & S_IFMT != libc::S_IFDIR && without_privs(m) != m)
     }
 
@@ -86,23 +88,21 @@ impl Fs {
         ino: u64,
         change: impl FnOnce(&mut Posix) -> Result<()>,
     ) -> Result<()> {
-        let rewrite = {
-            let mut t = self.ns.lock();
-            let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
+        let changed = self.ns.update_listed(ino, |n| -> Result<bool> {
             let mut p = n.entry.posix().unwrap_or_default();
             change(&mut p)?;
             p.ctime = Some(SystemTime::now());
             n.entry.set_posix(Some(p));
-            let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
+            let e = &n.entry;
             // A directory rewrites its marker, if it has one (a HEAD tells). An object
             // rewrites its metadata unless an upload to come carries them (one in flight
             // is compared with them at its end, `finish_upload`): a staged file already
             // uploaded and still open (fchmod after fsync) has none to come.
             let durable = (e.kind == Kind::Dir && ino != ROOT)
                 || (e.etag.is_some() && !self.wb.carries_attrs(ino));
-            Self::listing_put(&mut t, parent, &name, Some(e));
-            durable && !self.cfg.read_only
-        };
+            Ok(durable && !self.cfg.read_only)
+        });
+        let rewrite = changed.ok_or(FsError::NotFound)??;
         if rewrite && self.up.rewrite_due(ino) {
             let fs = self.clone();
             tokio::spawn(async move { fs.rewrite_meta(ino).await });
@@ -130,16 +130,9 @@ impl Fs {
         // own key, then the moves).
         let _key = self.ns.locks().key(ino).await;
         let _moves = self.up.hold_shared().await;
-        let (key, posix) = {
-            let t = self.ns.lock();
-            // A staged file's coming upload carries them too; an upload landing first
-            // makes the copy's condition fail, and one landing later carries them.
-            let Some(n) = t.get(ino).filter(|n| !n.is_unlinked()) else {
-                return Ok(());
-            };
-            let Some(path) = t.path(ino) else {
-                return Ok(());
-            };
+        // A staged file's coming upload carries them too; an upload landing first
+        // makes the copy's condition fail, and one landing later carries them.
+        let known = self.ns.read_at(ino, |n, path| {
             let key = match n.entry.kind {
                 Kind::Dir => format!("{}/", self.key(&path)),
                 _ => self.key(&path),
@@ -147,7 +140,10 @@ impl Fs {
             // The copy gets a new LastModified: the time shown so far goes with it.
             let mut posix = self.full_posix(&n.entry);
             posix.mtime = Some(n.entry.shown_mtime());
-            (key, posix)
+            (!n.is_unlinked()).then_some((key, posix))
+        });
+        let Some((key, posix)) = known.flatten() else {
+            return Ok(());
         };
         let head = match self.client.head(&key).await {
             Err(ClientError::NotFound(_)) => return Ok(()),
@@ -165,13 +161,12 @@ impl Fs {
             .await
         {
             Ok(put) => {
-                let mut t = self.ns.lock();
-                if let Some(n) = t.get_mut(ino) {
-                    // The body is the same: what the kernel and the cache hold stays good.
+                // The body is the same: what the kernel and the cache hold stays good.
+                self.ns.update(ino, |n| {
                     if n.entry.etag.as_deref() == Some(etag) {
                         n.retag(put.etag.as_str().into());
                     }
-                }
+                });
                 Ok(())
             }
             // Changed meanwhile (an upload, which carried the attributes, or another

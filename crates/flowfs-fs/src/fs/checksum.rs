@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::error::{FsError, Result};
 use crate::inode::Kind;
 
+use super::names::Which;
 use super::remote::same_etag;
 use super::Fs;
 
@@ -21,20 +22,19 @@ impl Fs {
         ino: u64,
         algorithm: &str,
     ) -> Result<Vec<u8>> {
-        let staged = self.closed_staged(|_, i| i == ino);
+        let staged = self.closed_staged(Which::Node(ino));
         self.wait_all_durable(staged).await?;
         if self.wb.stat(ino).is_some() {
             return Err(FsError::NoAttr);
         }
-        let (key, etag) = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            let path = t.path(ino).filter(|_| !n.is_unlinked());
+        let known = self.ns.read_maybe_at(ino, |n, path| {
+            let path = path.filter(|_| !n.is_unlinked());
             match (path, n.entry.kind, n.entry.etag.clone()) {
-                (Some(p), Kind::File, Some(etag)) => (self.key(&p), etag),
-                _ => return Err(FsError::NoAttr),
+                (Some(p), Kind::File, Some(etag)) => Ok((self.key(&p), etag)),
+                _ => Err(FsError::NoAttr),
             }
-        };
+        });
+        let (key, etag) = known.ok_or(FsError::NotFound)??;
         let head = self.client.head(&key).await?;
         if !same_etag(Some(&etag), Some(&head.info.etag)) {
             // Changed in the bucket since it was looked up: not this file's bytes.

@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use crate::error::Result;
-use crate::inode::Inodes;
 use crate::writeback::StagedFile;
 
 use super::handles::Ahead;
+use super::names::NodeEdit;
 use super::passthrough::Access;
 use super::Fs;
 
@@ -154,16 +154,15 @@ impl Fs {
             .handles
             .advance(c.to.0, n)
             .map_or(a.acked, |now| now.acked);
-        let mut t = self.ns.lock();
-        if let Some(node) = t.get_mut(ino) {
+        self.ns.edit(ino, |mut t| {
+            let Some(node) = t.node_mut() else { return };
             node.entry.size = acked;
             if acked == a.size {
                 // Whole: the file is the object in the bucket again.
                 node.confirm(Instant::now());
-                let (parent, name, e) = (node.parent(), node.name().clone(), node.entry.clone());
-                Self::listing_put(&mut t, parent, &name, Some(e));
+                t.relist();
             }
-        }
+        });
         Ok(Some(n))
     }
 
@@ -178,7 +177,7 @@ impl Fs {
     pub async fn settle(self: &Arc<Self>, fh: u64) -> Result<()> {
         if let Some((ino, _)) = self.handles.ahead(fh) {
             if let Err(e) = self.stage(fh, u64::MAX).await {
-                let gone = self.ns.lock().get(ino).is_none_or(|n| n.is_unlinked());
+                let gone = self.ns.read(ino, |n| n.is_unlinked()).unwrap_or(true);
                 if !gone {
                     return Err(e);
                 }
@@ -214,11 +213,12 @@ impl Fs {
             return Some((src, key.to_string(), etag?.to_string(), size));
         }
         let (src, staged) = self.handles.local(Access::Read, fh)?;
-        let t = self.ns.lock();
-        let (n, path) = (t.get(src)?, t.path(src)?);
-        let etag = n.entry.etag.as_deref()?.to_string();
-        let durable = self.wb.durable_source(src, &staged) && !n.is_unlinked();
-        durable.then(|| (src, self.key(&path), etag, n.entry.size))
+        let known = self.ns.read_at(src, |n, path| {
+            let etag = n.entry.etag.as_deref()?.to_string();
+            let durable = self.wb.durable_source(src, &staged) && !n.is_unlinked();
+            durable.then(|| (src, self.key(&path), etag, n.entry.size))
+        });
+        known.flatten()
     }
 
     /// The copy `c` of `source` (`source_version`) asks for, if the server can make it.
@@ -243,13 +243,12 @@ impl Fs {
     /// names (each name's object must get the bytes: its upload copies them there) and for
     /// a completion marker (its upload waits for the outputs beside it).
     fn copy_target_attrs(&self, ino: u64) -> Option<(String, HashMap<String, String>, SystemTime)> {
-        let t = self.ns.lock();
-        let (n, path) = (t.get(ino)?, t.path(ino)?);
-        if !self.copyable_target(&t, ino) {
-            return None;
-        }
+        let (path, entry) = self.ns.edit(ino, |t| {
+            let copyable = self.copyable_target(&t);
+            Some((t.path()?, t.node()?.entry.clone())).filter(|_| copyable)
+        })?;
         let now = SystemTime::now();
-        let mut posix = self.full_posix(&n.entry);
+        let mut posix = self.full_posix(&entry);
         (posix.mtime, posix.ctime) = (Some(now), Some(now));
         let mut metadata = HashMap::new();
         posix.encode_into(&mut metadata);
@@ -259,19 +258,19 @@ impl Fs {
     /// Whether a copy may be `ino`'s content: not a file with other names (each name's
     /// object must get the bytes: its upload copies them there), nor a completion marker
     /// (its upload waits for the outputs beside it).
-    pub(super) fn copyable_target(&self, t: &Inodes, ino: u64) -> bool {
-        let named = t.get(ino).is_some_and(|n| !self.is_marker(n.name()));
-        named && t.extra_paths(ino).is_empty()
+    pub(super) fn copyable_target(&self, t: &NodeEdit<'_>) -> bool {
+        let named = t.node().is_some_and(|n| !self.is_marker(n.name()));
+        named && !t.has_other_names()
     }
 
     /// The copy is in the bucket: the staged file leaves the table and the node describes
     /// the copy, in one step under the namespace lock. False: the file changed meanwhile.
     fn finish_copy(&self, plan: &ServerCopy, etag: &str, mtime: SystemTime) -> bool {
-        let mut t = self.ns.lock();
-        if !self.wb.replace_by_copy(plan.ino, &plan.staged) {
-            return false;
-        }
-        if let Some(n) = t.get_mut(plan.ino) {
+        self.ns.edit(plan.ino, |mut t| {
+            if !self.wb.replace_by_copy(plan.ino, &plan.staged) {
+                return false;
+            }
+            let Some(n) = t.node_mut() else { return true };
             let etag: Arc<str> = etag.into();
             n.entry.size = plan.acked;
             n.entry.etag = Some(etag.clone());
@@ -283,10 +282,9 @@ impl Fs {
                 // No listing or lookup shows the copy's size until the calls asked for all.
                 n.own();
             }
-            let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
-            Self::listing_put(&mut t, parent, &name, Some(e));
-        }
-        true
+            t.relist();
+            true
+        })
     }
 
     /// The copy was not made or not taken: the file is staged as before, its record back.

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use crate::error::{FsError, Result};
-use crate::inode::Inodes;
 use crate::writeback::{Durability, StagedFile};
 
+use super::names::Which;
 use super::{Fs, Handle};
 
 impl Fs {
@@ -80,28 +80,20 @@ impl Fs {
 
     /// Waits until every file closed so far below `dir` (but `except`) is durable.
     pub(super) async fn wait_tree(self: &Arc<Self>, dir: u64, except: u64) -> Result<()> {
-        let staged = self.closed_staged(|t, i| i != except && t.is_within(i, dir));
+        let staged = self.closed_staged(Which::Below { dir, except });
         self.wait_all_durable(staged).await
     }
 
     /// `fsync` of a directory: the names in it that this mount wrote back (symlinks,
     /// closed files) are in the bucket when it returns, or it fails with their error.
     pub async fn fsyncdir(self: &Arc<Self>, ino: u64) -> Result<()> {
-        let staged = self.closed_staged(|t, i| {
-            t.get(i)
-                .is_some_and(|n| n.parent() == ino && t.child(ino, n.name()) == Some(i))
-        });
+        let staged = self.closed_staged(Which::NamedIn(ino));
         self.wait_all_durable(staged).await
     }
 
     /// The staged files with no writer among the nodes `pick` selects.
-    pub(super) fn closed_staged(
-        &self,
-        pick: impl Fn(&Inodes, u64) -> bool,
-    ) -> Vec<(u64, Arc<StagedFile>)> {
-        let staged = self.wb.staged(true);
-        let t = self.ns.lock();
-        staged.into_iter().filter(|(i, _)| pick(&t, *i)).collect()
+    pub(super) fn closed_staged(&self, which: Which) -> Vec<(u64, Arc<StagedFile>)> {
+        self.ns.pick(self.wb.staged(true), which)
     }
 
     pub(super) async fn wait_all_durable(

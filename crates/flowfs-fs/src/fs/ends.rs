@@ -72,7 +72,7 @@ impl Fs {
         match e {
             FsError::Upload(e) => e.to_string(),
             other => {
-                let key = self.ns.lock().path(ino).map(|p| self.key(&p));
+                let key = self.ns.path(ino).map(|p| self.key(&p));
                 format!("{}: {other}", key.unwrap_or_else(|| format!("inode {ino}")))
             }
         }
@@ -82,18 +82,16 @@ impl Fs {
     /// last upload failed), for an unmount that gave up.
     fn not_durable(&self, waited: Duration) -> Vec<String> {
         let pending = self.wb.pending_report();
-        let t = self.ns.lock();
         let mut out: Vec<String> = pending
             .into_iter()
             .filter_map(|p| match p.state {
                 PendingState::Failed(error) => Some(error),
-                _ => t.path(p.ino).map(|path| {
+                _ => self.ns.path(p.ino).map(|path| {
                     let key = self.key(&path);
                     format!("{key}: not uploaded after {} s", waited.as_secs())
                 }),
             })
             .collect();
-        drop(t);
         out.extend(self.recovery_failures());
         out
     }

@@ -82,13 +82,10 @@ impl Fs {
         max_pages: usize,
     ) -> Result<Option<(BTreeMap<String, Entry>, Option<Posix>, bool)>> {
         let prefix = self.dir_prefix(path);
-        let splits = {
-            let t = self.ns.lock();
-            let last = t.get(ino).and_then(|n| n.listing());
-            last.filter(|l| l.entries.len() <= RELIST_MAX)
-                .map(pages::splits_of)
-                .unwrap_or_default()
-        };
+        let splits = self.ns.read_dir(ino, |d| {
+            let last = d.listing().filter(|l| l.entries.len() <= RELIST_MAX);
+            last.map(pages::splits_of).unwrap_or_default()
+        });
         let Some(pages) = self.list_pages(&prefix, &splits, max_pages).await? else {
             return Ok(None);
         };
@@ -106,12 +103,10 @@ impl Fs {
         } = self.entries_of(&prefix, &pages, heads);
         meta_candidates(heads, marked, &entries, &mut candidates, others);
         // The directory's own attributes, from its marker, unless known already.
-        let known = {
-            let t = self.ns.lock();
-            t.get(ino)
-                .and_then(|n| n.entry.posix())
-                .is_some_and(|p| p.mode.is_some())
-        };
+        let known = self
+            .ns
+            .read(ino, |n| n.entry.posix().is_some_and(|p| p.mode.is_some()));
+        let known = known == Some(true);
         let marker = async {
             match marked && !known {
                 true => self.marker_posix(&prefix).await,
@@ -195,14 +190,12 @@ impl Fs {
         ino: u64,
         mut dirs: Vec<(String, String)>,
     ) -> Result<Vec<(String, Posix)>> {
-        {
-            let t = self.ns.lock();
+        self.ns.read_dir(ino, |d| {
             dirs.retain(|(name, _)| {
-                let node = t.child(ino, name).and_then(|c| t.get(c));
-                node.and_then(|n| n.entry.posix())
-                    .is_none_or(|p| p.mode.is_none())
-            });
-        }
+                let known = d.child_entry(name).and_then(|e| e.posix());
+                known.is_none_or(|p| p.mode.is_none())
+            })
+        });
         let client = &self.client;
         let mut found = Vec::new();
 
@@ -239,14 +232,13 @@ impl Fs {
         candidates.retain(|(n, _)| entries.get(n).is_some_and(|e| e.kind != Kind::Dir));
         // A symlink this mount already knows under the same ETag needs no HEAD: a
         // pipeline's task directories hold many (Nextflow stages inputs as symlinks).
-        {
-            let t = self.ns.lock();
-            let before = t.get(ino).and_then(|n| n.listing().cloned());
+        self.ns.read_dir(ino, |d| {
+            let before = d.listing();
             let resolved =
                 |e: &Entry| (e.kind == Kind::Symlink && e.target.is_some()) || e.posix.is_some();
             candidates.retain(|(name, _)| {
-                let node = t.child(ino, name).and_then(|c| t.get(c)).map(|n| &n.entry);
-                let listed_before = before.as_ref().and_then(|l| l.entries.get(name.as_str()));
+                let node = d.child_entry(name);
+                let listed_before = before.and_then(|l| l.entries.get(name.as_str()));
                 let Some(listed) = entries.get_mut(name) else {
                     return false;
                 };
@@ -265,7 +257,7 @@ impl Fs {
                     None => true,
                 }
             });
-        }
+        });
         let client = &self.client;
         batched(
             &candidates,

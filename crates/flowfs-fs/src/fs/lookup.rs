@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::{FsError, Result};
-use crate::inode::{Entry, Inodes, Kind, Listing};
+use crate::inode::{Entry, Kind, Listing};
 
-use super::{join, pages, valid_name, Attr, Fs, RELIST_MAX};
+use super::names::{Ask, Known};
+use super::{pages, valid_name, Attr, Fs, RELIST_MAX};
 
 impl Fs {
     /// The attributes of `name` in `parent`, asking the store if the cached answer is older
@@ -16,56 +17,25 @@ impl Fs {
     pub async fn lookup(self: &Arc<Self>, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
         self.refresh_passthrough(None);
-        let (path, marker, was_dir) = {
-            let mut t = self.ns.lock();
-            let p = t.get(parent).ok_or(FsError::NotFound)?;
-            if p.entry.kind != Kind::Dir {
-                return Err(FsError::NotDir);
-            }
-            if let Some(ino) = t.child(parent, name) {
-                let fresh = t.get(ino).is_some_and(|n| n.fresh(self.cfg.metadata_ttl));
-                // A staged file is what this mount made of the name: the bucket's copy is
-                // older until the upload (a HEAD of a file created and then renamed here
-                // finds nothing).
-                if fresh || self.wb.stat(ino).is_some() {
-                    return self.counted(&mut t, ino);
-                }
-            }
-            let path = join(&t.path(parent).ok_or(FsError::NotFound)?, name);
-            match self.check_key(&path, false) {
-                // A name the store cannot hold is in no bucket; asking would find another
-                // (SeaweedFS answers a HEAD of `x\y` with `x/y`).
-                Err(FsError::KeyRefused { .. }) => return Err(FsError::NotFound),
-                r => r?,
-            }
-            let p = t.get(parent).ok_or(FsError::NotFound)?;
-            match p.cached_child(name, self.cfg.metadata_ttl) {
-                Some(Some((e, at))) => {
-                    let ino = t.upsert(parent, name, &e, Some(at));
-                    return self.counted(&mut t, ino);
-                }
-                Some(None) => return Err(FsError::NotFound),
-                None => {}
-            }
-            let node = t.child(parent, name).and_then(|c| t.get(c));
-            let was_dir = node.is_some_and(|n| n.entry.kind == Kind::Dir);
-            // A directory known here does not read its marker again.
-            let known = node.and_then(|n| n.entry.posix());
-            (path, known.is_none_or(|p| p.mode.is_none()), was_dir)
+        let ttl = self.cfg.metadata_ttl;
+        // A staged file is what this mount made of the name: the bucket's copy is older
+        // until the upload (a HEAD of a file created and then renamed here finds nothing).
+        let staged = |ino| self.wb.stat(ino).is_some();
+        // A name the store cannot hold is in no bucket; asking would find another
+        // (SeaweedFS answers a HEAD of `x\y` with `x/y`).
+        let check = |path: &str| match self.check_key(path, false) {
+            Err(FsError::KeyRefused { .. }) => Err(FsError::NotFound),
+            r => r,
         };
-        let (found, at) = self
-            .ask_store(parent, name, &path, (marker, was_dir))
-            .await?;
-        let mut t = self.ns.lock();
-        match found {
-            Some(e) => {
-                let ino = t.upsert(parent, name, &e, Some(at));
-                self.counted(&mut t, ino)
-            }
-            None => {
-                t.add_negative(parent, name);
-                Err(FsError::NotFound)
-            }
+        let ask = match self.ns.known(parent, name, ttl, staged, check)? {
+            Known::Node(ino) => return self.attr_now(ino),
+            Known::Absent => return Err(FsError::NotFound),
+            Known::Ask(ask) => ask,
+        };
+        let (found, at) = self.ask_store(parent, name, &ask).await?;
+        match self.ns.answered(parent, name, found, at) {
+            Some(ino) => self.attr_now(ino),
+            None => Err(FsError::NotFound),
         }
     }
 
@@ -82,58 +52,47 @@ impl Fs {
         if self.cfg.metadata_ttl.is_zero() {
             return; // no listing is used twice
         }
-        let unlisted = self
-            .ns
-            .lock()
-            .get(parent)
-            .is_some_and(|p| p.listed_len().is_none());
-        if unlisted {
+        let unlisted = self.ns.read(parent, |p| p.listed_len().is_none());
+        if unlisted == Some(true) {
             self.list_ahead(parent, RELIST_MAX.div_ceil(pages::PAGE), true);
         }
     }
 
-    pub(super) fn counted(&self, t: &mut Inodes, ino: u64) -> Result<Attr> {
-        let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
-        n.looked_up();
-        self.attr_of(t, ino)
-    }
-
     /// The kernel dropped `n` references to `ino`; a node neither referenced nor open goes.
     pub fn forget(&self, ino: u64, n: u64) {
-        self.ns.lock().forget(ino, n);
+        self.ns.forget(ino, n);
     }
 
     /// The attributes of `ino`; a file not open is confirmed with the store once the TTL
     /// has passed (a directory by the lookups of its parent).
     pub async fn getattr(self: &Arc<Self>, ino: u64) -> Result<Attr> {
         self.refresh_passthrough(Some(ino));
-        let path = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            // Directories are confirmed by the lookups of their parent; a staged file is
-            // newer than the bucket's copy.
-            if n.fresh(self.cfg.metadata_ttl)
+        // Directories are confirmed by the lookups of their parent; a staged file is
+        // newer than the bucket's copy.
+        let known = self.ns.read_at(ino, |n, path| {
+            let kept = n.fresh(self.cfg.metadata_ttl)
                 || n.entry.kind == Kind::Dir
                 || n.is_open()
-                || self.wb.stat(ino).is_some()
-            {
-                return Ok(self.node_attr(ino, n));
+                || self.wb.stat(ino).is_some();
+            if kept {
+                Ok(self.node_attr(ino, n))
+            } else {
+                Err(path)
             }
-            t.path(ino).ok_or(FsError::NotFound)?
+        });
+        let path = match known.ok_or(FsError::NotFound)? {
+            Ok(attr) => return Ok(attr),
+            Err(path) => path,
         };
         self.revalidate(ino, &path).await
     }
 
     pub(super) async fn revalidate(self: &Arc<Self>, ino: u64, path: &str) -> Result<Attr> {
-        let (parent, name) = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            (n.parent(), n.name().clone())
-        };
-        let (found, at) = self.ask_store(parent, &name, path, (false, false)).await?;
-        let mut t = self.ns.lock();
-        let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
-        match found {
+        let named = self.ns.read(ino, |n| (n.parent(), n.name().clone()));
+        let (parent, name) = named.ok_or(FsError::NotFound)?;
+        let ask = Ask::name(path);
+        let (found, at) = self.ask_store(parent, &name, &ask).await?;
+        let attr = self.ns.update(ino, |n| match found {
             Some(e) if e.kind == n.entry.kind => {
                 if n.validated().is_some_and(|v| at >= v) {
                     n.entry.refresh(&e);
@@ -143,7 +102,8 @@ impl Fs {
             }
             Some(_) => Err(FsError::Stale),
             None => Err(FsError::NotFound),
-        }
+        });
+        attr.ok_or(FsError::NotFound)?
     }
 
     /// What `parent/name` is, asked of the store (`marker`: read a directory's marker;
@@ -160,12 +120,12 @@ impl Fs {
         self: &Arc<Self>,
         parent: u64,
         name: &str,
-        path: &str,
-        (marker, was_dir): (bool, bool),
+        ask: &Ask,
     ) -> Result<(Option<Entry>, Instant)> {
+        let (path, marker) = (ask.path.as_str(), ask.marker);
         let by_name = async {
             let at = Instant::now();
-            let found = if was_dir {
+            let found = if ask.was_dir {
                 self.stat_remote_dir(path, marker).await?
             } else {
                 self.stat_remote(path, marker).await?
@@ -198,18 +158,20 @@ impl Fs {
         if self.cfg.metadata_ttl.is_zero() {
             return None;
         }
-        let t = self.ns.lock();
-        let p = t.get(parent)?;
-        if p.listed_len()? > RELIST_MAX {
-            return None;
-        }
-        Some(p.listing().is_none_or(|l| l.entries.contains_key(name)))
+        self.ns
+            .read(parent, |p| {
+                if p.listed_len()? > RELIST_MAX {
+                    return None;
+                }
+                Some(p.listing().is_none_or(|l| l.entries.contains_key(name)))
+            })
+            .flatten()
     }
 
     /// Lists `parent` again in a task of its own; a listing already under way is joined,
     /// not repeated.
     fn relist_behind(self: &Arc<Self>, parent: u64) {
-        let Some(lock) = self.ns.lock().get_mut(parent).map(|p| p.list_lock()) else {
+        let Some(lock) = self.ns.update(parent, |p| p.list_lock()) else {
             return;
         };
         if lock.try_lock().is_ok() {
@@ -225,15 +187,13 @@ impl Fs {
     /// The listing of `parent` once the one under way ends; never ready if that one
     /// failed (the lookup's own request answers then).
     async fn listing_when_relisted(&self, parent: u64) -> Listing {
-        let lock = self.ns.lock().get_mut(parent).map(|p| p.list_lock());
+        let lock = self.ns.update(parent, |p| p.list_lock());
         if let Some(lock) = lock {
             let _guard = lock.lock().await;
-            let t = self.ns.lock();
-            let fresh = t
-                .get(parent)
-                .and_then(|p| p.fresh_listing(self.cfg.metadata_ttl));
-            if let Some(l) = fresh {
-                return l.clone();
+            let ttl = self.cfg.metadata_ttl;
+            let fresh = self.ns.read(parent, |p| p.fresh_listing(ttl).cloned());
+            if let Some(l) = fresh.flatten() {
+                return l;
             }
         }
         std::future::pending().await

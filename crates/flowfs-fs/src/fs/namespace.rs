@@ -3,24 +3,22 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use crate::error::{FsError, Result};
-use crate::inode::{Entry, Kind, Listing};
+use crate::inode::{Entry, Kind};
 use crate::writeback::{NewFile, StagedFile};
 
-use super::{join, valid_name, Access, Attr, Backing, Fs, OpenHints, MAX_SYMLINK};
+use super::{valid_name, Access, Attr, Backing, Fs, OpenHints, MAX_SYMLINK};
 
 impl Fs {
     pub(super) async fn resolve(self: &Arc<Self>, parent: u64, name: &str) -> Result<u64> {
-        if let Some(ino) = self.ns.lock().child(parent, name) {
+        if let Some(ino) = self.ns.child(parent, name) {
             return Ok(ino);
         }
         let a = self.lookup(parent, name).await?;
         // The lookup above is ours, not the kernel's.
-        if let Some(n) = self.ns.lock().get_mut(a.ino) {
-            n.lookup_undone();
-        }
+        self.ns.lookup_undone(a.ino);
         Ok(a.ino)
     }
 
@@ -83,7 +81,7 @@ impl Fs {
                 return Err(e);
             }
         }
-        let attr = self.attr_of(&self.ns.lock(), ino)?;
+        let attr = self.attr_now(ino)?;
         let hints = OpenHints {
             backing: passthrough.then(|| Backing::Staged(staged)),
             ..OpenHints::default()
@@ -128,22 +126,10 @@ impl Fs {
     ) -> Result<Attr> {
         self.check_writable_in(parent, name)?;
         valid_name(name)?;
-        let (path, known_absent) = {
-            let t = self.ns.lock();
-            let p = t.get(parent).ok_or(FsError::NotFound)?;
-            if p.entry.kind != Kind::Dir {
-                return Err(FsError::NotDir);
-            }
-            // The kernel's lookup just before found nothing: from a listing or a negative
-            // entry younger than the TTL, that answer stands without a second round trip
-            // (Nextflow makes two directories per task).
-            let absent = t.child(parent, name).is_none()
-                && matches!(p.cached_child(name, self.cfg.metadata_ttl), Some(None));
-            (
-                join(&t.path(parent).ok_or(FsError::NotFound)?, name),
-                absent,
-            )
-        };
+        // The kernel's lookup just before found nothing: from a listing or a negative
+        // entry younger than the TTL, that answer stands without a second round trip
+        // (Nextflow makes two directories per task).
+        let (path, known_absent) = self.ns.new_name(parent, name, self.cfg.metadata_ttl)?;
         self.check_key(&path, true)?;
         if !known_absent && self.stat_remote(&path, false).await?.is_some() {
             return Err(FsError::Exists);
@@ -164,23 +150,8 @@ impl Fs {
                 &metadata,
             )
             .await?;
-        let mut t = self.ns.lock();
-        let at = Instant::now();
-        let ino = t.upsert(parent, name, &e, Some(at));
-        if let Some(n) = t.get_mut(ino) {
-            n.set_marked(true);
-        }
-        Self::listing_put(&mut t, parent, name, Some(e));
-        Self::entries_changed(&mut t, parent);
-        // It was just checked to be empty: names created in it need no lookup request.
-        t.set_listing(
-            ino,
-            Some(Listing {
-                at,
-                entries: Arc::default(),
-            }),
-        );
-        self.counted(&mut t, ino)
+        let ino = self.ns.dir_made(parent, name, e);
+        self.attr_now(ino)
     }
 
     /// Creates a symlink: staged and uploaded like a file, as a small object whose metadata
@@ -217,7 +188,7 @@ impl Fs {
         if let Some((_, true)) = self.wb.request_upload(ino) {
             self.spawn_upload(ino);
         }
-        self.attr_of(&self.ns.lock(), ino)
+        self.attr_now(ino)
     }
 
     /// Adds a new node `name` in `parent` for entry `e` (a file, symlink or special file
@@ -232,25 +203,13 @@ impl Fs {
         kind: NewFile,
         content: &[u8],
     ) -> Result<(u64, Arc<StagedFile>)> {
-        let ino = {
-            let mut t = self.ns.lock();
-            if t.get(parent).map(|p| p.entry.kind) != Some(Kind::Dir) {
-                return Err(FsError::NotDir);
-            }
-            let path = join(&t.path(parent).ok_or(FsError::NotFound)?, name);
-            self.check_key(&path, false)?;
-            let ino = t.new_node(parent, name, e.clone());
-            if let Some(n) = t.get_mut(ino) {
-                n.looked_up();
-            }
-            Self::listing_put(&mut t, parent, name, Some(e));
-            Self::entries_changed(&mut t, parent);
-            ino
-        };
+        let ino = self
+            .ns
+            .add(parent, name, e, |path| self.check_key(path, false))?;
         match self.new_staged(ino, kind, content) {
             Ok(staged) => Ok((ino, staged)),
             Err(e) => {
-                self.undo_create(parent, name, ino);
+                self.ns.undo_add(parent, name, ino);
                 Err(e)
             }
         }
@@ -264,16 +223,5 @@ impl Fs {
             return Err(e);
         }
         Ok(file)
-    }
-
-    /// Takes back a name whose staged file could not be made.
-    fn undo_create(&self, parent: u64, name: &str, ino: u64) {
-        let mut t = self.ns.lock();
-        if let Some(n) = t.get_mut(ino) {
-            n.lookup_undone();
-            n.confirm(Instant::now());
-        }
-        t.detach(parent, name);
-        Self::listing_put(&mut t, parent, name, None);
     }
 }

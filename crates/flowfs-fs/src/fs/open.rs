@@ -2,17 +2,16 @@
 //! prefetcher, prefetch/), the choice of a directory's next files to fetch ahead, and
 //! close.
 
-use std::ops::Bound::{Excluded, Included, Unbounded};
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::error::{FsError, Result};
-use crate::inode::{Entry, Kind};
+use crate::inode::Kind;
 use crate::prefetch::Reader;
 use crate::writeback::StagedFile;
 
-use super::{join, Access, Backing, Fs, Handle, OpenHints, OpenMode, SIBLING_PREFETCH};
+use super::{Access, Backing, Fs, Handle, OpenHints, OpenMode};
 
 impl Fs {
     /// Opens a file; returns the handle and what the kernel may skip for it.
@@ -43,19 +42,15 @@ impl Fs {
         if mode.writes() {
             self.check_writable(ino)?;
         }
-        let (path, fresh) = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            match n.entry.kind {
-                Kind::Dir => return Err(FsError::IsDir),
-                Kind::Symlink => return Err(FsError::Invalid("symlink")),
-                Kind::Special(_) => return Err(FsError::Invalid("special file")),
-                Kind::File => {}
-            }
-            (
-                t.path(ino).ok_or(FsError::NotFound)?,
-                n.fresh(self.cfg.metadata_ttl),
-            )
+        let ttl = self.cfg.metadata_ttl;
+        let known = self
+            .ns
+            .read_at(ino, |n, path| (n.entry.kind, path, n.fresh(ttl)));
+        let (path, fresh) = match known.ok_or(FsError::NotFound)? {
+            (Kind::Dir, ..) => return Err(FsError::IsDir),
+            (Kind::Symlink, ..) => return Err(FsError::Invalid("symlink")),
+            (Kind::Special(_), ..) => return Err(FsError::Invalid("special file")),
+            (Kind::File, path, fresh) => (path, fresh),
         };
         if mode.writes() {
             let truncate = mode == OpenMode::Truncate;
@@ -73,15 +68,14 @@ impl Fs {
             self.revalidate(ino, &path).await?;
         }
         let key = self.key(&path);
-        let (etag, size, keep) = {
-            let mut t = self.ns.lock();
-            let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
+        let opened = self.ns.update(ino, |n| {
             let etag = n.entry.etag.clone().filter(|e| !e.is_empty());
             let keep = etag.is_some() && n.page_cache_etag() == etag.as_ref();
             n.set_page_cache_etag(etag.clone());
             n.opened();
             (etag, n.entry.size, keep)
-        };
+        });
+        let (etag, size, keep) = opened.ok_or(FsError::NotFound)?;
         let (handle, backing) = if size == 0 {
             (Handle::Empty { ino }, None)
         } else {
@@ -162,9 +156,7 @@ impl Fs {
 
     /// A handle on a staged file `WriteBack` has already counted.
     pub(super) fn open_local(&self, ino: u64, staged: Arc<StagedFile>, access: Access) -> u64 {
-        if let Some(n) = self.ns.lock().get_mut(ino) {
-            n.opened();
-        }
+        self.ns.update(ino, |n| n.opened());
         self.handles.add(Handle::Local {
             ino,
             staged,
@@ -205,9 +197,9 @@ impl Fs {
         match h {
             Handle::Remote { ino, reader, .. } | Handle::Unstaged { ino, reader, .. } => {
                 self.prefetch.close(&reader);
-                self.close_node(ino);
+                self.ns.closed(ino);
             }
-            Handle::Empty { ino } => self.close_node(ino),
+            Handle::Empty { ino } => self.ns.closed(ino),
             Handle::Local {
                 ino,
                 staged,
@@ -250,55 +242,8 @@ impl Fs {
     /// cat *, tar) gets the next small files fetched in parallel ahead of it: many small
     /// files then come as fast as one big one.
     pub(super) fn prefetch_siblings(&self, ino: u64) {
-        let todo: Vec<(String, Entry)> = {
-            let mut t = self.ns.lock();
-            let Some(n) = t.get(ino) else { return };
-            let (parent, name) = (n.parent(), n.name().to_string());
-            let Some(dir) = t.path(parent) else { return };
-            let Some(p) = t.get_mut(parent) else { return };
-            let Some((l, last, prefetched_to)) = p.opened_child(&name) else {
-                return;
-            };
-            let in_order = last.is_some_and(|lo| {
-                lo < name
-                    && l.entries
-                        .range::<str, _>((Included(lo.as_str()), Excluded(name.as_str())))
-                        .take(6)
-                        .count()
-                        <= 5
-            });
-            if !in_order {
-                return;
-            }
-            // At most SIBLING_PREFETCH files and --max-readahead bytes ahead: what is
-            // fetched waits in memory for its reader.
-            let mut bytes = 0u64;
-            let window_end = l
-                .entries
-                .range::<str, _>((Included(name.as_str()), Unbounded))
-                .enumerate()
-                .find(|(i, (_, e))| {
-                    bytes += e.size;
-                    *i >= SIBLING_PREFETCH || bytes > self.cfg.max_readahead
-                })
-                .map(|(_, (k, _))| k.clone());
-            let from = prefetched_to.filter(|f| *f > name).unwrap_or(name.clone());
-            let mut out = Vec::new();
-            for (k, e) in l
-                .entries
-                .range::<str, _>((Excluded(from.as_str()), Unbounded))
-            {
-                if window_end.as_ref().is_some_and(|w| k > w) {
-                    // Keys come in order: the rest lie beyond the window too.
-                    break;
-                }
-                p.set_prefetched_to(k.to_string());
-                if e.kind == Kind::File && e.size > 0 && e.size <= self.cfg.part_size {
-                    out.push((join(&dir, k), e.clone()));
-                }
-            }
-            out
-        };
+        let (window, part) = (self.cfg.max_readahead, self.cfg.part_size);
+        let todo = self.ns.next_siblings(ino, window, part);
         for (path, e) in todo {
             let etag = e
                 .etag

@@ -2,7 +2,7 @@
 //! and rmdir (only an empty directory, as the store and this mount see it).
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use crate::error::{FsError, Result};
 use crate::inode::Kind;
@@ -17,16 +17,13 @@ impl Fs {
         let ino = self.resolve(parent, name).await?;
         // A metadata rewrite landing after the delete would bring the object back.
         let _key = self.ns.locks().key(ino).await;
-        let key = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            if n.entry.kind == Kind::Dir {
-                return Err(FsError::IsDir);
-            }
-            self.key(&t.path(ino).ok_or(FsError::NotFound)?)
+        let kind = self.ns.read_at(ino, |n, path| (n.entry.kind, path));
+        let key = match kind.ok_or(FsError::NotFound)? {
+            (Kind::Dir, _) => return Err(FsError::IsDir),
+            (_, path) => self.key(&path),
         };
         // The file lives on under its other names.
-        if self.has_links(ino) {
+        if self.ns.has_links(ino) {
             return self.unlink_one_name(ino, parent, name).await;
         }
         let retired = self.wb.retire(ino);
@@ -37,28 +34,15 @@ impl Fs {
             self.client.delete(&key).await?;
         }
         self.wb.forget_key(&key);
-        let mut t = self.ns.lock();
-        if let Some(n) = t.get_mut(ino) {
-            n.confirm(Instant::now());
-            // Its link count changed (still open, fstat shows it).
-            n.entry.posix_mut().ctime = Some(SystemTime::now());
-        }
-        t.detach(parent, name);
-        Self::listing_put(&mut t, parent, name, None);
-        Self::entries_changed(&mut t, parent);
-        t.add_negative(parent, name);
+        // Its link count changed (still open, fstat shows it).
+        self.ns.update(ino, |n| n.confirm(Instant::now()));
+        self.ns.name_removed(parent, name, Some(ino));
         Ok(())
     }
 
     /// Whether a directory holds anything, in the bucket or staged here.
     pub(super) async fn dir_has_children(&self, ino: u64, path: &str) -> Result<bool> {
-        let staged_child = {
-            let t = self.ns.lock();
-            let any = t
-                .children_of(ino)
-                .any(|(_, i, _)| self.wb.stat(i).is_some());
-            any
-        };
+        let staged_child = self.ns.any_child(ino, |i| self.wb.stat(i).is_some());
         if staged_child {
             return Ok(true);
         }
@@ -79,23 +63,16 @@ impl Fs {
         let ino = self.resolve(parent, name).await?;
         // A rewrite of its marker landing after the delete would bring it back.
         let _key = self.ns.locks().key(ino).await;
-        let path = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            if n.entry.kind != Kind::Dir {
-                return Err(FsError::NotDir);
-            }
-            t.path(ino).ok_or(FsError::NotFound)?
+        let kind = self.ns.read_at(ino, |n, path| (n.entry.kind, path));
+        let path = match kind.ok_or(FsError::NotFound)? {
+            (Kind::Dir, path) => path,
+            _ => return Err(FsError::NotDir),
         };
         if self.dir_has_children(ino, &path).await? {
             return Err(FsError::NotEmpty);
         }
         self.client.delete(&self.dir_prefix(&path)).await?;
-        let mut t = self.ns.lock();
-        t.detach(parent, name);
-        Self::listing_put(&mut t, parent, name, None);
-        Self::entries_changed(&mut t, parent);
-        t.add_negative(parent, name);
+        self.ns.name_removed(parent, name, None);
         Ok(())
     }
 }

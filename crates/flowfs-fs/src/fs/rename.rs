@@ -4,14 +4,13 @@
 use flowfs_client::Version;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use flowfs_client::ClientError;
 
 use crate::error::{FsError, Result};
 use crate::inode::Kind;
 
-use super::{batched, join, valid_name, Fs};
+use super::{batched, valid_name, Fs};
 
 impl Fs {
     /// Renames a file (copy and delete) or a directory (every key below it); `noreplace`
@@ -41,7 +40,7 @@ impl Fs {
         }
         // A target with other names keeps them: only this name goes (not atomically).
         let target = match target {
-            Some(t) if self.has_links(t) => {
+            Some(t) if self.ns.has_links(t) => {
                 let _target = self.ns.locks().key(t).await;
                 self.unlink_one_name(t, newparent, newname).await?;
                 None
@@ -56,11 +55,12 @@ impl Fs {
             i => Some(self.ns.locks().key(i).await),
         };
         let _second = self.ns.locks().key(second).await;
-        if self.is_other_name(ino, parent, name) {
+        if self.ns.is_other_name(ino, parent, name) {
             return (self.rename_other_name(ino, (parent, name), (newparent, newname), target))
                 .await;
         }
-        let (kind, old_path, new_path) = self.rename_paths(ino, newparent, newname)?;
+        let check = |path: &str, dir: bool| self.check_key(path, dir);
+        let (kind, old_path, new_path) = self.ns.rename_paths(ino, (newparent, newname), check)?;
         let replaced_remote = match target {
             Some(tino) => self.rename_clear_target(kind, tino, &new_path).await?,
             None => false,
@@ -82,54 +82,8 @@ impl Fs {
         // Until its upload lands, a staged source shadows the object it replaced.
         self.wb.set_shadows(ino, replaced_remote);
         self.rename_nodes(ino, (parent, name), (newparent, newname))?;
-        self.take_copied_etags(ino, &copied);
+        self.ns.take_copied_etags(ino, &copied);
         Ok(())
-    }
-
-    /// The moved nodes (`ino`, or the nodes below it at the paths `copied` names relative
-    /// to it, `""` for itself) take the ETags of their copies: a copy's ETag is not always
-    /// its source's (S3's copy of a multipart object, Azure's of any blob), and a read
-    /// with the old one fails as if the file had changed on the server.
-    fn take_copied_etags(&self, ino: u64, copied: &[(String, String)]) {
-        let mut t = self.ns.lock();
-        for (rel, etag) in copied {
-            let mut at = Some(ino);
-            for name in rel.split('/').filter(|n| !n.is_empty()) {
-                // A listing kept below the moved directory holds the old ETags: the
-                // next lookup there lists again.
-                if let Some(dir) = at.filter(|&d| d != ino) {
-                    t.set_listing(dir, None);
-                }
-                // A hard link's other name is a copy: the file reads its first name.
-                at = at.and_then(|d| t.child(d, name).filter(|&i| !t.is_extra_name(i, d, name)));
-            }
-            let Some(n) = at.and_then(|i| t.get_mut(i)) else {
-                continue;
-            };
-            n.retag(etag.as_str().into());
-        }
-    }
-
-    /// The source's kind, its path and the path it goes to; a directory cannot move into
-    /// itself, and the new key must be one the store takes.
-    fn rename_paths(
-        &self,
-        ino: u64,
-        newparent: u64,
-        newname: &str,
-    ) -> Result<(Kind, String, String)> {
-        let t = self.ns.lock();
-        let n = t.get(ino).ok_or(FsError::NotFound)?;
-        if n.entry.kind == Kind::Dir && t.is_within(newparent, ino) {
-            return Err(FsError::Invalid("cannot move a directory into itself"));
-        }
-        let new_path = join(&t.path(newparent).ok_or(FsError::NotFound)?, newname);
-        self.check_key(&new_path, n.entry.kind == Kind::Dir)?;
-        Ok((
-            n.entry.kind,
-            t.path(ino).ok_or(FsError::NotFound)?,
-            new_path,
-        ))
     }
 
     /// Makes room at the target name: an empty directory's marker goes, a file's pending
@@ -140,7 +94,7 @@ impl Fs {
         tino: u64,
         new_path: &str,
     ) -> Result<bool> {
-        let tkind = self.ns.lock().get(tino).map(|n| n.entry.kind);
+        let tkind = self.ns.read(tino, |n| n.entry.kind);
         match (kind == Kind::Dir, tkind == Some(Kind::Dir)) {
             (false, true) => Err(FsError::IsDir),
             (true, false) => Err(FsError::NotDir),
@@ -190,32 +144,9 @@ impl Fs {
     /// old name's negative entry; staged files below a moved directory (or with a hard
     /// link there) journaled under their new keys.
     fn rename_nodes(&self, ino: u64, from: (u64, &str), to: (u64, &str)) -> Result<()> {
-        let ((parent, name), (newparent, newname)) = (from, to);
         let staged = self.wb.staged(false);
-        let rejournal: Vec<u64> = {
-            let mut t = self.ns.lock();
-            t.rename(ino, newparent, newname);
-            let entry = t.get_mut(ino).map(|n| {
-                n.reconfirm();
-                // Its ctime is now, as Linux file systems show (in memory only: the copy
-                // keeps the metadata it had). Unknown attributes stay unknown.
-                if let Some(p) = n.entry.posix.as_mut().map(Arc::make_mut) {
-                    p.ctime = Some(SystemTime::now());
-                }
-                n.entry.clone()
-            });
-            Self::listing_put(&mut t, parent, name, None);
-            Self::entries_changed(&mut t, parent);
-            Self::listing_put(&mut t, newparent, newname, entry);
-            Self::entries_changed(&mut t, newparent);
-            t.add_negative(parent, name);
-            t.set_listing(ino, None);
-            staged
-                .iter()
-                .map(|(i, _)| *i)
-                .filter(|i| t.is_within(*i, ino) || t.has_extra_name_within(*i, ino))
-                .collect()
-        };
+        let staged: Vec<u64> = staged.iter().map(|(i, _)| *i).collect();
+        let rejournal = self.ns.renamed(ino, from, to, &staged);
         for i in rejournal {
             if self.wb.rekey(i) {
                 self.journal(i)?;

@@ -30,17 +30,11 @@ impl Fs {
         if let Some(f) = self.wb.open(ino, write) {
             return Ok(f);
         }
-        let (path, etag, size, mtime) = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
-            let path = t.path(ino).ok_or(FsError::NotFound)?;
-            (
-                path,
-                n.entry.etag.clone(),
-                n.entry.size,
-                n.entry.shown_mtime(),
-            )
-        };
+        let known = self.ns.read_at(ino, |n, path| {
+            let e = &n.entry;
+            (path, e.etag.clone(), e.size, e.shown_mtime())
+        });
+        let (path, etag, size, mtime) = known.ok_or(FsError::NotFound)?;
         let kept = size.min(keep);
         let file = self.wb.staging().create()?;
         if kept > 0 {
@@ -69,9 +63,7 @@ impl Fs {
         let staged = self.wb.install(ino, file, (kept, mtime), write, durable);
         // The node describes the staged copy until it is uploaded or given up (then it
         // is confirmed): a kernel forget meanwhile left a lookup the bucket's older copy.
-        if let Some(n) = self.ns.lock().get_mut(ino) {
-            n.own();
-        }
+        self.ns.update(ino, |n| n.own());
         Ok(staged)
     }
 
@@ -85,23 +77,21 @@ impl Fs {
     /// bucket lacks, removed once durable). A record that cannot be written fails the
     /// operation: a file is never changed without crash protection.
     pub(super) fn journal(&self, ino: u64) -> Result<()> {
-        let (key, rec) = {
-            let t = self.ns.lock();
-            let mut rec = crate::writeback::Record::default();
-            if let Some(n) = t.get(ino) {
-                rec.symlink = n.entry.kind == Kind::Symlink;
-                // A recovered FIFO stays a FIFO, a script executable (the times go:
-                // recovery takes the data file's).
-                let mut p = self.full_posix(&n.entry);
-                (p.mtime, p.atime, p.ctime) = (None, None, None);
-                let mut m = HashMap::new();
-                p.encode_into(&mut m);
-                rec.metadata = m.into_iter().collect();
-                rec.metadata.sort();
-                rec.links = t.extra_paths(ino).iter().map(|p| self.key(p)).collect();
-            }
-            (t.path(ino).map(|p| self.key(&p)), rec)
-        };
+        let named = self.ns.names_of(ino);
+        let mut rec = crate::writeback::Record::default();
+        if let Some(entry) = &named.entry {
+            rec.symlink = entry.kind == Kind::Symlink;
+            // A recovered FIFO stays a FIFO, a script executable (the times go:
+            // recovery takes the data file's).
+            let mut p = self.full_posix(entry);
+            (p.mtime, p.atime, p.ctime) = (None, None, None);
+            let mut m = HashMap::new();
+            p.encode_into(&mut m);
+            rec.metadata = m.into_iter().collect();
+            rec.metadata.sort();
+            rec.links = named.extra.iter().map(|p| self.key(p)).collect();
+        }
+        let key = named.path.map(|p| self.key(&p));
         self.wb
             .sync_journal(ino, key.as_deref(), &self.cfg.bucket, &rec)
             .map_err(|e| {
@@ -140,13 +130,12 @@ impl Fs {
     fn send_early(&self, ino: u64) {
         let ps = self.cfg.part_size;
         let mut metadata = HashMap::new();
-        let key = {
-            let t = self.ns.lock();
-            let (Some(n), Some(path)) = (t.get(ino), t.path(ino)) else {
-                return;
-            };
+        let named = self.ns.read_at(ino, |n, path| {
             self.full_posix(&n.entry).encode_into(&mut metadata);
             self.key(&path)
+        });
+        let Some(key) = named else {
+            return;
         };
         let claimed = self.wb.claim_early_parts(ino, ps, |file| {
             let note = file.upload_note_path();
@@ -169,13 +158,5 @@ impl Fs {
             self.journal(ino)?;
         }
         Ok(())
-    }
-
-    pub(super) fn close_node(&self, ino: u64) {
-        let mut t = self.ns.lock();
-        if let Some(n) = t.get_mut(ino) {
-            n.closed();
-        }
-        t.remove_if_unreferenced(ino);
     }
 }

@@ -82,13 +82,12 @@ impl Fs {
     pub fn status(&self) -> Status {
         let report = self.wb.pending_report();
         let mut pending: Vec<PendingFile> = {
-            let t = self.ns.lock();
             report
                 .into_iter()
                 .map(|r| PendingFile {
                     // An open file whose name is gone is retired and not listed, so a
                     // missing path is a race with a rename: say which file it is.
-                    key: t
+                    key: (self.ns)
                         .path(r.ino)
                         .map_or_else(|| format!("(inode {})", r.ino), |p| self.key(&p)),
                     bytes: r.size,

@@ -20,16 +20,18 @@ impl Fs {
         if self.wb.stat(ino).is_some() {
             return Ok(None);
         }
-        let (key, etag, size) = {
-            let mut t = self.ns.lock();
-            let path = t.path(ino).ok_or(FsError::NotFound)?;
-            let n = t.get_mut(ino).ok_or(FsError::NotFound)?;
+        let opened = self.ns.edit(ino, |mut t| {
+            let path = t.path()?;
+            let n = t.node_mut()?;
             let etag = n.entry.etag.clone().filter(|e| !e.is_empty());
             if n.entry.size == 0 || etag.is_none() {
-                return Ok(None);
+                return Some(None);
             }
             n.opened();
-            (self.key(&path), etag, n.entry.size)
+            Some(Some((self.key(&path), etag, n.entry.size)))
+        });
+        let Some((key, etag, size)) = opened.ok_or(FsError::NotFound)? else {
+            return Ok(None);
         };
         let reader = self.open_reader(key, etag, size);
         let h = Handle::Unstaged {

@@ -9,10 +9,11 @@ use std::time::{Instant, SystemTime};
 
 use flowfs_client::ClientError;
 
-use crate::inode::{Inodes, Kind};
+use crate::inode::Kind;
 use crate::meta::Posix;
 use crate::writeback::{Finished, Released, StagedFile, UploadError, UploadJob};
 
+use super::names::NodeEdit;
 use super::{percent_encode, Fs, SYMLINK_META};
 
 /// The pause before the first background retry of a failed upload, and the longest
@@ -59,13 +60,10 @@ impl Fs {
     /// `retry`: the pause before a background retry if this upload fails retryably.
     pub(super) async fn upload(self: Arc<Self>, ino: u64, retry: std::time::Duration) {
         // A completion marker goes last: whoever sees it may read the task's outputs.
-        let marker = {
-            let t = self.ns.lock();
-            t.get(ino)
-                .filter(|n| self.is_marker(n.name()))
-                .map(|n| n.parent())
-        };
-        if let Some(dir) = marker {
+        let marker = self
+            .ns
+            .read(ino, |n| self.is_marker(n.name()).then(|| n.parent()));
+        if let Some(dir) = marker.flatten() {
             if let Err(e) = self.wait_tree(dir, ino).await {
                 let source = Arc::new(e);
                 self.wb
@@ -119,39 +117,36 @@ impl Fs {
         &self,
         ino: u64,
     ) -> Option<(UploadJob, String, HashMap<String, String>, Posix)> {
-        let mut t = self.ns.lock();
-        let Some(path) = t.path(ino) else {
-            drop(t);
-            self.wb.cancel_queued(ino, None);
-            return None;
-        };
-        let key = self.key(&path);
-        let mut job = self.wb.begin_upload(ino, &key)?;
-        let mut metadata = HashMap::new();
-        let mut posix = Posix::default();
-        let marked = t
-            .get(ino)
-            .and_then(|n| t.get(n.parent()))
-            .is_some_and(|p| p.is_marked());
-        if let Some(n) = t.get_mut(ino) {
-            if let Some(target) = &n.entry.target {
-                metadata.insert(SYMLINK_META.to_string(), percent_encode(target));
-                // A listing of a marked directory reads every object's metadata: one PUT
-                // is enough there. Elsewhere only the `-1` ETag of a single-part
-                // multipart upload tells a listing to look (3 requests).
-                job.one_part = !marked;
+        self.ns.edit(ino, |mut t| {
+            let Some(path) = t.path() else {
+                self.wb.cancel_queued(ino, None);
+                return None;
+            };
+            let key = self.key(&path);
+            let mut job = self.wb.begin_upload(ino, &key)?;
+            let mut metadata = HashMap::new();
+            let mut posix = Posix::default();
+            let marked = t.parent_marked();
+            if let Some(n) = t.node_mut() {
+                if let Some(target) = &n.entry.target {
+                    metadata.insert(SYMLINK_META.to_string(), percent_encode(target));
+                    // A listing of a marked directory reads every object's metadata: one PUT
+                    // is enough there. Elsewhere only the `-1` ETag of a single-part
+                    // multipart upload tells a listing to look (3 requests).
+                    job.one_part = !marked;
+                }
+                posix = self.full_posix(&n.entry);
+                if let Some(st) = self.wb.stat(ino) {
+                    posix.mtime = Some(st.mtime);
+                    posix.ctime = Some(posix.ctime.map_or(st.ctime, |c| c.max(st.ctime)));
+                }
+                posix.encode_into(&mut metadata);
+                // A utimens from now on differs from this: after_upload_attrs tells it so.
+                let p = n.entry.posix_mut();
+                (p.mtime, p.ctime) = (posix.mtime, posix.ctime);
             }
-            posix = self.full_posix(&n.entry);
-            if let Some(st) = self.wb.stat(ino) {
-                posix.mtime = Some(st.mtime);
-                posix.ctime = Some(posix.ctime.map_or(st.ctime, |c| c.max(st.ctime)));
-            }
-            posix.encode_into(&mut metadata);
-            // A utimens from now on differs from this: after_upload_attrs tells it so.
-            let p = n.entry.posix_mut();
-            (p.mtime, p.ctime) = (posix.mtime, posix.ctime);
-        }
-        Some((job, key, metadata, posix))
+            Some((job, key, metadata, posix))
+        })
     }
 
     /// After an upload that `carried` went with: a chmod, chown or utimens that came
@@ -161,8 +156,8 @@ impl Fs {
     /// `change_attrs` takes, in the same step as the upload's end: a chmod between a
     /// separate look and that end was carried by neither (issue 26).
     /// Returns whether the caller must start that rewrite's task.
-    fn after_upload_attrs(&self, t: &Inodes, ino: u64, carried: &Carried) -> bool {
-        let Some(n) = t.get(ino) else {
+    fn after_upload_attrs(&self, t: &NodeEdit<'_>, ino: u64, carried: &Carried) -> bool {
+        let Some(n) = t.node() else {
             return false;
         };
         let mut now = self.full_posix(&n.entry);
@@ -183,11 +178,37 @@ impl Fs {
         r: std::result::Result<String, ClientError>,
         carried: &Carried,
     ) -> (Finished, bool) {
-        let mut t = self.ns.lock();
+        let (fin, rewrite, kind) =
+            (self.ns).edit(ino, |t| self.upload_ended(t, (ino, job, key), &r, carried));
+        if let (true, Ok(etag), Some(file)) = (fin.durable, &r, &fin.released) {
+            if kind == Some(Kind::File) {
+                // Downstream tasks read what upstream ones wrote: keep it as a cached
+                // copy of the new object.
+                self.cache
+                    .adopt(&self.cfg.bucket, key, etag, job.size, file.data_path());
+            }
+            file.discard();
+            return (fin, rewrite);
+        }
+        if fin.durable {
+            // Not under the namespace lock: the record's removal is disk I/O.
+            let _ = self.journal(ino);
+        }
+        (fin, rewrite)
+    }
+
+    /// `finish_upload`'s one step in the namespace; also the kind of a file released.
+    fn upload_ended(
+        &self,
+        mut t: NodeEdit<'_>,
+        (ino, job, key): (u64, &UploadJob, &str),
+        r: &std::result::Result<String, ClientError>,
+        carried: &Carried,
+    ) -> (Finished, bool, Option<Kind>) {
         let mtime = r.as_ref().ok().and(carried.posix.mtime);
         let rewrite = r.is_ok() && self.after_upload_attrs(&t, ino, carried);
-        let named = t.path(ino).map(|p| self.key(&p)).as_deref() == Some(key);
-        let result = match &r {
+        let named = t.path().map(|p| self.key(&p)).as_deref() == Some(key);
+        let result = match r {
             Ok(_) => Ok(()),
             Err(e) => Err(UploadError::Store {
                 key: key.to_string(),
@@ -198,8 +219,9 @@ impl Fs {
         if let Some(e) = &fin.error {
             tracing::error!(%key, "{e}");
         }
+        let mut kind = None;
         if let (true, Ok(etag)) = (fin.durable, r) {
-            if let Some(n) = t.get_mut(ino) {
+            if let Some(n) = t.node_mut() {
                 // The node now describes the object in the bucket.
                 n.entry.size = job.size;
                 let etag: Arc<str> = etag.as_str().into();
@@ -212,29 +234,14 @@ impl Fs {
                 if fin.released.is_some() {
                     n.confirm(Instant::now());
                 }
-                let (parent, name, e) = (n.parent(), n.name().clone(), n.entry.clone());
-                Self::listing_put(&mut t, parent, &name, Some(e));
+                t.relist();
             }
-            if let Some(file) = &fin.released {
-                let kind = t.get(ino).map(|n| n.entry.kind);
-                t.remove_if_unreferenced(ino);
-                drop(t);
-                if kind == Some(Kind::File) {
-                    // Downstream tasks read what upstream ones wrote: keep it as a
-                    // cached copy of the new object.
-                    self.cache
-                        .adopt(&self.cfg.bucket, key, &etag, job.size, file.data_path());
-                }
-                file.discard();
-                return (fin, rewrite);
+            if fin.released.is_some() {
+                kind = t.node().map(|n| n.entry.kind);
+                t.remove_if_unreferenced();
             }
         }
-        drop(t);
-        if fin.durable {
-            // Not under the namespace lock: the record's removal is disk I/O.
-            let _ = self.journal(ino);
-        }
-        (fin, rewrite)
+        (fin, rewrite, kind)
     }
 
     /// A handle on a staged file is closed: queue its upload, or give the staged copy up
@@ -246,23 +253,24 @@ impl Fs {
         write: bool,
     ) {
         let out = self.wb.release(ino, staged, write);
-        let mut t = self.ns.lock();
-        if let Some(n) = t.get_mut(ino) {
-            n.closed();
-            match out {
-                // The time of the last change, as a local file system shows.
-                Released::Upload => n.entry.mtime = SystemTime::now(),
-                // The bucket's copy is current again: the node follows it as before.
-                Released::Dropped | Released::Clean => n.confirm(Instant::now()),
-                Released::Nothing => {}
+        let adopt = self.ns.edit(ino, |mut t| {
+            if let Some(n) = t.node_mut() {
+                n.closed();
+                match out {
+                    // The time of the last change, as a local file system shows.
+                    Released::Upload => n.entry.mtime = SystemTime::now(),
+                    // The bucket's copy is current again: the node follows it as before.
+                    Released::Dropped | Released::Clean => n.confirm(Instant::now()),
+                    Released::Nothing => {}
+                }
             }
-        }
-        let adopt = match out {
-            Released::Clean => self.adoptable(&t, ino),
-            _ => None,
-        };
-        t.remove_if_unreferenced(ino);
-        drop(t);
+            let adopt = match out {
+                Released::Clean => self.adoptable(&t),
+                _ => None,
+            };
+            t.remove_if_unreferenced();
+            adopt
+        });
         if out == Released::Clean {
             if let Some((key, etag, size)) = adopt {
                 // A file whose upload ended while a reader had it open (`samtools
@@ -280,11 +288,11 @@ impl Fs {
 
     /// Key, ETag and size of the object version a clean staged file of `ino` holds: a
     /// regular file that still has its name and the ETag of its upload (or download).
-    fn adoptable(&self, t: &Inodes, ino: u64) -> Option<(String, Arc<str>, u64)> {
+    fn adoptable(&self, t: &NodeEdit<'_>) -> Option<(String, Arc<str>, u64)> {
         let n = t
-            .get(ino)
+            .node()
             .filter(|n| n.entry.kind == Kind::File && !n.is_unlinked())?;
         let etag = n.entry.etag.clone()?;
-        Some((self.key(&t.path(ino)?), etag, n.entry.size))
+        Some((self.key(&t.path()?), etag, n.entry.size))
     }
 }

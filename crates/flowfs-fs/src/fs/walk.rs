@@ -15,20 +15,19 @@
 //! the walker gets there, so a walk's waste is at most a LIST per directory it skips.
 
 use std::collections::HashSet;
-use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
-use crate::inode::{Entry, Inodes, Kind, Listing, ROOT};
+use crate::inode::Listing;
 
 use super::pages::PAGE;
 use super::Fs;
 
 /// Directories listed ahead per directory read: its first subdirectories, and as many
 /// of the directories that follow it in its parent.
-const AHEAD: usize = 32;
+pub(super) const AHEAD: usize = 32;
 /// LISTs in flight for walks over the whole mount (the GETs' budget is separate).
 const LISTS: usize = 16;
 /// Listings waiting for one of `LISTS` at most; more are not asked for.
@@ -136,12 +135,7 @@ impl Fs {
         if self.cfg.metadata_ttl.is_zero() {
             return; // no listing is used twice: one fetched ahead would be waste
         }
-        let todo = {
-            let mut t = self.ns.lock();
-            let mut todo = self.subdirs_ahead(&mut t, ino, listing);
-            todo.extend(self.siblings_ahead(&mut t, ino));
-            todo
-        };
+        let todo = self.ns.dirs_ahead(ino, listing, self.cfg.metadata_ttl);
         for dir in todo {
             self.list_ahead(dir, 1, false);
         }
@@ -163,51 +157,10 @@ impl Fs {
             };
             match &kept {
                 Err(e) => tracing::debug!(dir, "listing ahead failed: {e}"),
-                Ok(None) if note_too_big => {
-                    me.ns.lock().set_too_big_to_list(dir, max_pages * PAGE + 1)
-                }
+                Ok(None) if note_too_big => me.ns.too_big_to_list(dir, max_pages * PAGE + 1),
                 Ok(_) => {}
             }
             me.ns.walks().done(dir, matches!(kept, Ok(Some(_))));
         });
-    }
-
-    /// The first `AHEAD` subdirectories of `ino` not listed yet, as nodes.
-    fn subdirs_ahead(&self, t: &mut Inodes, ino: u64, listing: &Listing) -> Vec<u64> {
-        self.dirs_to_list(t, ino, listing, listing.entries.iter())
-    }
-
-    /// The next `AHEAD` directories after `ino` in its parent's listing not listed yet.
-    fn siblings_ahead(&self, t: &mut Inodes, ino: u64) -> Vec<u64> {
-        let Some(n) = t.get(ino).filter(|_| ino != ROOT) else {
-            return Vec::new();
-        };
-        let (parent, name) = (n.parent(), n.name().clone());
-        let Some(l) = t.get(parent).and_then(|p| p.listing()).cloned() else {
-            return Vec::new();
-        };
-        let next = l.entries.range::<str, _>((Excluded(&*name), Unbounded));
-        self.dirs_to_list(t, parent, &l, next)
-    }
-
-    /// Of `entries` of `dir`'s listing `l`, the first `AHEAD` directories, as nodes, that
-    /// have no fresh listing.
-    fn dirs_to_list<'a>(
-        &self,
-        t: &mut Inodes,
-        dir: u64,
-        l: &Listing,
-        entries: impl Iterator<Item = (&'a Arc<str>, &'a Entry)>,
-    ) -> Vec<u64> {
-        let ttl = self.cfg.metadata_ttl;
-        entries
-            .filter(|(_, e)| e.kind == Kind::Dir)
-            .take(AHEAD)
-            .filter_map(|(k, e)| {
-                let d = t.upsert(dir, k.clone(), e, Some(l.at));
-                let fresh = t.get(d).and_then(|n| n.fresh_listing(ttl)).is_some();
-                (!fresh).then_some(d)
-            })
-            .collect()
     }
 }

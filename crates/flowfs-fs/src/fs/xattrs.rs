@@ -145,19 +145,23 @@ impl Fs {
     /// The attributes of `ino`: what the node knows, else what its object's (or its
     /// marker's) metadata holds, read in one HEAD and kept while the object is the same.
     async fn xattrs(self: &Arc<Self>, ino: u64) -> Result<Arc<Xattrs>> {
-        let (key, etag) = {
-            let t = self.ns.lock();
-            let n = t.get(ino).ok_or(FsError::NotFound)?;
+        let known = self.ns.read_maybe_at(ino, |n, path| {
             if let Some(x) = n.entry.posix.as_ref().and_then(|p| p.xattrs.clone()) {
-                return Ok(x);
+                return Err(x);
             }
-            let path = t.path(ino).filter(|_| !n.is_unlinked());
+            let path = path.filter(|_| !n.is_unlinked());
             match (path, n.entry.kind, n.entry.etag.clone()) {
-                (Some(p), Kind::File | Kind::Special(_), Some(etag)) => (self.key(&p), Some(etag)),
-                (Some(p), Kind::Dir, _) if ino != ROOT => (format!("{}/", self.key(&p)), None),
+                (Some(p), Kind::File | Kind::Special(_), Some(etag)) => {
+                    Ok((self.key(&p), Some(etag)))
+                }
+                (Some(p), Kind::Dir, _) if ino != ROOT => Ok((format!("{}/", self.key(&p)), None)),
                 // Made here and not uploaded yet, or the root: none were set.
-                _ => return Ok(xattr::none()),
+                _ => Err(xattr::none()),
             }
+        });
+        let (key, etag) = match known.ok_or(FsError::NotFound)? {
+            Ok(asked) => asked,
+            Err(known) => return Ok(known),
         };
         let head = match self.client.head(&key).await {
             Ok(head) => Some(head),
@@ -175,18 +179,18 @@ impl Fs {
             .as_ref()
             .and_then(|p| p.xattrs.clone())
             .unwrap_or_else(xattr::none);
-        let mut t = self.ns.lock();
-        let Some(n) = t.get_mut(ino) else {
-            return x;
-        };
-        let same = etag.is_none()
-            || same_etag(n.entry.etag.as_deref(), head.map(|h| h.info.etag.as_str()));
-        match n.entry.posix() {
-            // Nothing known of its metadata: all of it is now (a file's, of this version).
-            None if same && etag.is_some() => n.entry.set_posix(read),
-            Some(p) if p.xattrs.is_none() && same => n.entry.posix_mut().xattrs = Some(x.clone()),
-            _ => {}
-        }
+        self.ns.update(ino, |n| {
+            let same = etag.is_none()
+                || same_etag(n.entry.etag.as_deref(), head.map(|h| h.info.etag.as_str()));
+            match n.entry.posix() {
+                // Nothing known of its metadata: all of it is now (a file's, of this version).
+                None if same && etag.is_some() => n.entry.set_posix(read),
+                Some(p) if p.xattrs.is_none() && same => {
+                    n.entry.posix_mut().xattrs = Some(x.clone())
+                }
+                _ => {}
+            }
+        });
         x
     }
 }

@@ -26,7 +26,7 @@ const MAX_NEGATIVE: usize = 4096;
 const MAX_LISTED: usize = 100_000;
 
 /// The inode table and the names that lead to its nodes. Its state is private: every
-/// change is one of the methods below, taken under the caller's one lock (`Fs::inodes`).
+/// change is one of the methods below, taken under its owner's one lock (`Namespace`, fs/names/).
 pub struct Inodes {
     /// Boxed: a table slot is then 16 bytes, and a table of a million nodes, which
     /// doubles as it grows, leaves half its slots empty.

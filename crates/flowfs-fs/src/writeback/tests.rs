@@ -59,7 +59,7 @@ fn a_failed_truncation_keeps_the_size() {
     assert_eq!(wb.stat(7).map(|st| st.size), Some(4096));
 }
 
-/// The lock order is namespace (`Fs::inodes`) → write-back table, never the other way:
+/// The lock order is namespace (`Namespace::inodes`) → write-back table, never the other way:
 /// the upload task takes the table under the namespace lock (begin_upload, finish_upload).
 /// It holds because write-back knows nothing of the namespace: none of its files names it.
 #[test]
