@@ -17,6 +17,7 @@ mod copy_fill;
 mod durable;
 mod ends;
 mod handles;
+mod keys;
 mod links;
 mod listing;
 mod locks;
@@ -44,15 +45,17 @@ use flowfs_client::ObjectClient;
 use crate::cache::DiskCache;
 use crate::config::FsConfig;
 use crate::error::{FsError, Result};
-use crate::inode::{Entry, Kind};
+use crate::inode::Kind;
 use crate::prefetch::Prefetcher;
 pub use crate::writeback::PendingState;
 use crate::writeback::{Staging, Uploader, WriteBack};
+use attrs::Defaults;
 pub use attrs::{Attr, AttrChanges, DirItem};
 use batch::batched;
 pub use copy::CopyRange;
 use flowfs_client::meta::{percent_encode, SYMLINK_META};
 use handles::{Handle, Handles};
+use keys::Keys;
 use names::Namespace;
 use passthrough::Access;
 pub use passthrough::{Backing, BackingKey};
@@ -101,10 +104,6 @@ pub struct OpenHints {
 const RELIST_MAX: usize = 10_000;
 /// Files fetched ahead of a reader that opens a directory's files in listing order.
 const SIBLING_PREFETCH: usize = 64;
-/// Longest object key the store accepts: 1,024 bytes on S3. A longer name is refused
-/// with ENAMETOOLONG before anything is staged; an upload to such a key could never
-/// succeed, and it used to stay in the journal failing every later mount.
-const MAX_KEY: usize = 1024;
 /// Longest target a symlink may have (PATH_MAX).
 const MAX_SYMLINK: u64 = 4096;
 
@@ -122,6 +121,10 @@ pub struct Fs {
     prefetch: Arc<Prefetcher>,
     /// Sends staged files to the bucket.
     up: Uploader,
+    /// The keys of the mount's names, and which the store refuses.
+    keys: Keys,
+    /// What a node shows where its object says nothing.
+    shown: Defaults,
     /// Every staged file and where it stands on its way to the bucket.
     wb: WriteBack,
 }
@@ -157,6 +160,8 @@ impl Fs {
             up: Uploader::new(client.clone(), &cfg.bucket, cfg.part_size, cfg.max_uploads),
             wb: WriteBack::new(staging),
             ns: Namespace::new(),
+            keys: Keys::new(&cfg, client.clone()),
+            shown: Defaults::new(&cfg),
             cfg,
             client,
             cache,
@@ -167,67 +172,6 @@ impl Fs {
     /// The settings this mount was built with.
     pub fn config(&self) -> &FsConfig {
         &self.cfg
-    }
-
-    fn attr(&self, ino: u64, e: &Entry) -> Attr {
-        let (perm, size) = match e.kind {
-            Kind::Dir => (self.cfg.dir_mode, 0),
-            Kind::File | Kind::Special(_) => (self.cfg.file_mode, e.size),
-            Kind::Symlink => (0o777, e.target.as_ref().map_or(e.size, |t| t.len() as u64)),
-        };
-        // What the object's metadata (or this mount) says, else the mount's defaults.
-        let p = e.posix().unwrap_or_default();
-        let mtime = e.shown_mtime();
-        Attr {
-            ino,
-            kind: e.kind,
-            size,
-            mtime,
-            atime: p.atime.unwrap_or(mtime),
-            ctime: p.ctime.unwrap_or(mtime),
-            perm: p.perm().filter(|_| e.kind != Kind::Symlink).unwrap_or(perm),
-            uid: p.uid.unwrap_or(self.cfg.uid),
-            gid: p.gid.unwrap_or(self.cfg.gid),
-            nlink: if e.kind == Kind::Dir { 2 } else { 1 },
-            rdev: p.rdev.unwrap_or(0),
-        }
-    }
-
-    /// Refuses a path whose key (with a directory marker's `/` for `dir`) the store
-    /// cannot hold, or would change or refuse by its key rules (flowfs-client rules.rs):
-    /// such a file would vanish after its upload or never be uploaded (issue 47).
-    fn check_key(&self, path: &str, dir: bool) -> Result<()> {
-        if self.cfg.prefix.len() + path.len() + usize::from(dir) > MAX_KEY {
-            return Err(FsError::NameTooLong);
-        }
-        let rules = self.client.key_rules();
-        let key = self.key(path);
-        match rules.check(&key) {
-            Ok(()) => Ok(()),
-            Err(rule) => Err(FsError::KeyRefused {
-                key,
-                store: rules.store,
-                rule,
-            }),
-        }
-    }
-
-    /// Whether `name` is a completion marker (`--completion-marker`): its upload waits
-    /// for the outputs beside it.
-    fn is_marker(&self, name: &str) -> bool {
-        self.cfg.completion_markers.iter().any(|m| m == name)
-    }
-
-    fn key(&self, path: &str) -> String {
-        format!("{}{}", self.cfg.prefix, path)
-    }
-
-    fn dir_prefix(&self, path: &str) -> String {
-        if path.is_empty() {
-            self.cfg.prefix.clone()
-        } else {
-            format!("{}{}/", self.cfg.prefix, path)
-        }
     }
 
     /// The target of symlink `ino`.
@@ -241,35 +185,28 @@ impl Fs {
         target.ok_or(FsError::NotFound)?
     }
 
-    /// EROFS where writes are refused: the whole mount is read-only, or the store
-    /// refuses writes of this key (an archive's view, `--archives`).
-    fn check_writable_key(&self, key: &str) -> Result<()> {
-        if self.cfg.read_only || self.client.refuses_writes(key) {
-            return Err(FsError::ReadOnly);
-        }
-        Ok(())
-    }
-
-    /// `check_writable_key` of the node `ino`. A node without a path (gone from the
+    /// `Keys::check_writable` of the node `ino`. A node without a path (gone from the
     /// namespace) has no key to refuse: the operation answers for itself, as it did
     /// before writes were checked per key.
     fn check_writable(&self, ino: u64) -> Result<()> {
         match self.ns.path(ino) {
-            Some(path) => self.check_writable_key(&self.key(&path)),
-            None => self.check_writable_key(""),
+            Some(path) => self.keys.check_writable(&self.keys.key(&path)),
+            None => self.keys.check_writable(""),
         }
     }
 
-    /// `check_writable_key` of the name `name` in the directory `parent`.
+    /// `Keys::check_writable` of the name `name` in the directory `parent`.
     fn check_writable_in(&self, parent: u64, name: &str) -> Result<()> {
         match self.ns.path(parent) {
-            Some(path) => self.check_writable_key(&format!("{}{name}", self.dir_prefix(&path))),
-            None => self.check_writable_key(""),
+            Some(path) => self
+                .keys
+                .check_writable(&format!("{}{name}", self.keys.dir_prefix(&path))),
+            None => self.keys.check_writable(""),
         }
     }
 
     fn node_attr(&self, ino: u64, n: &crate::inode::Node) -> Attr {
-        let mut a = self.attr(ino, &n.entry);
+        let mut a = self.shown.attr(ino, &n.entry);
         if let Some(st) = self.wb.stat(ino) {
             let p = n.entry.posix().unwrap_or_default();
             a.size = st.size;

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::config::FsConfig;
 use crate::error::{FsError, Result};
 use crate::inode::{Entry, Kind};
 use crate::meta::{Posix, S_IFMT, S_IFREG};
@@ -84,16 +85,59 @@ impl AttrChanges {
     }
 }
 
-impl Fs {
+/// What a node shows where its object's metadata says nothing: the mount's modes and
+/// owner (`--file-mode`, `--dir-mode`, `--uid`, `--gid`).
+pub(super) struct Defaults {
+    file_mode: u16,
+    dir_mode: u16,
+    uid: u32,
+    gid: u32,
+}
+
+impl Defaults {
+    pub(super) fn new(cfg: &FsConfig) -> Defaults {
+        Defaults {
+            file_mode: cfg.file_mode,
+            dir_mode: cfg.dir_mode,
+            uid: cfg.uid,
+            gid: cfg.gid,
+        }
+    }
+
+    /// The attributes entry `e` of node `ino` shows.
+    pub(super) fn attr(&self, ino: u64, e: &Entry) -> Attr {
+        let (perm, size) = match e.kind {
+            Kind::Dir => (self.dir_mode, 0),
+            Kind::File | Kind::Special(_) => (self.file_mode, e.size),
+            Kind::Symlink => (0o777, e.target.as_ref().map_or(e.size, |t| t.len() as u64)),
+        };
+        // What the object's metadata (or this mount) says, else the mount's defaults.
+        let p = e.posix().unwrap_or_default();
+        let mtime = e.shown_mtime();
+        Attr {
+            ino,
+            kind: e.kind,
+            size,
+            mtime,
+            atime: p.atime.unwrap_or(mtime),
+            ctime: p.ctime.unwrap_or(mtime),
+            perm: p.perm().filter(|_| e.kind != Kind::Symlink).unwrap_or(perm),
+            uid: p.uid.unwrap_or(self.uid),
+            gid: p.gid.unwrap_or(self.gid),
+            nlink: if e.kind == Kind::Dir { 2 } else { 1 },
+            rdev: p.rdev.unwrap_or(0),
+        }
+    }
+
     /// Every attribute an object written now carries: what the node holds (its metadata
     /// or this mount's changes), the mount's defaults for the rest, and its type bits.
     pub(super) fn full_posix(&self, e: &Entry) -> Posix {
         let mut p = e.posix().unwrap_or_default();
         let (kind, default) = match e.kind {
             Kind::Symlink => (S_IFLNK, 0o777),
-            Kind::Dir => (libc::S_IFDIR, u32::from(self.cfg.dir_mode)),
-            Kind::File => (S_IFREG, u32::from(self.cfg.file_mode)),
-            Kind::Special(bits) => (bits, u32::from(self.cfg.file_mode)),
+            Kind::Dir => (libc::S_IFDIR, u32::from(self.dir_mode)),
+            Kind::File => (S_IFREG, u32::from(self.file_mode)),
+            Kind::Special(bits) => (bits, u32::from(self.file_mode)),
         };
         let perm = p.perm().map_or(default, u32::from);
         let kind = p
@@ -102,14 +146,14 @@ impl Fs {
             .filter(|k| *k != 0)
             .unwrap_or(kind);
         p.mode = Some(kind | perm);
-        p.uid = Some(p.uid.unwrap_or(self.cfg.uid));
-        p.gid = Some(p.gid.unwrap_or(self.cfg.gid));
+        p.uid = Some(p.uid.unwrap_or(self.uid));
+        p.gid = Some(p.gid.unwrap_or(self.gid));
         p
     }
 
     /// The attributes of a new node made by the user `owner` (uid, gid) with `mode`.
     pub(super) fn new_posix(&self, mode: u32, owner: Option<(u32, u32)>) -> Posix {
-        let (uid, gid) = owner.unwrap_or((self.cfg.uid, self.cfg.gid));
+        let (uid, gid) = owner.unwrap_or((self.uid, self.gid));
         Posix {
             mode: Some(mode),
             uid: Some(uid),
@@ -118,7 +162,9 @@ impl Fs {
             ..Posix::default()
         }
     }
+}
 
+impl Fs {
     /// mknod of a FIFO, socket or device node: an empty object whose metadata holds its
     /// mode (type bits included) and rdev, staged and uploaded in the background like a
     /// symlink. The kernel opens, reads and writes it locally, never through flowfs.
@@ -132,7 +178,7 @@ impl Fs {
     ) -> Result<Attr> {
         self.check_writable_in(parent, name)?;
         valid_name(name)?;
-        let mut posix = self.new_posix(mode, owner);
+        let mut posix = self.shown.new_posix(mode, owner);
         posix.rdev = (rdev != 0).then_some(rdev);
         let e = Entry {
             kind: Kind::Special(mode & S_IFMT),

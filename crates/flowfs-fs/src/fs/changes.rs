@@ -134,11 +134,11 @@ impl Fs {
         // makes the copy's condition fail, and one landing later carries them.
         let known = self.ns.read_at(ino, |n, path| {
             let key = match n.entry.kind {
-                Kind::Dir => format!("{}/", self.key(&path)),
-                _ => self.key(&path),
+                Kind::Dir => format!("{}/", self.keys.key(&path)),
+                _ => self.keys.key(&path),
             };
             // The copy gets a new LastModified: the time shown so far goes with it.
-            let mut posix = self.full_posix(&n.entry);
+            let mut posix = self.shown.full_posix(&n.entry);
             posix.mtime = Some(n.entry.shown_mtime());
             (!n.is_unlinked()).then_some((key, posix))
         });

@@ -30,7 +30,7 @@ impl Fs {
         let known = self.ns.read_maybe_at(ino, |n, path| {
             let path = path.filter(|_| !n.is_unlinked());
             match (path, n.entry.kind, n.entry.etag.clone()) {
-                (Some(p), Kind::File, Some(etag)) => Ok((self.key(&p), etag)),
+                (Some(p), Kind::File, Some(etag)) => Ok((self.keys.key(&p), etag)),
                 _ => Err(FsError::NoAttr),
             }
         });

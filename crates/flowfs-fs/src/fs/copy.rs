@@ -216,7 +216,7 @@ impl Fs {
         let known = self.ns.read_at(src, |n, path| {
             let etag = n.entry.etag.as_deref()?.to_string();
             let durable = self.wb.durable_source(src, &staged) && !n.is_unlinked();
-            durable.then(|| (src, self.key(&path), etag, n.entry.size))
+            durable.then(|| (src, self.keys.key(&path), etag, n.entry.size))
         });
         known.flatten()
     }
@@ -248,18 +248,18 @@ impl Fs {
             Some((t.path()?, t.node()?.entry.clone())).filter(|_| copyable)
         })?;
         let now = SystemTime::now();
-        let mut posix = self.full_posix(&entry);
+        let mut posix = self.shown.full_posix(&entry);
         (posix.mtime, posix.ctime) = (Some(now), Some(now));
         let mut metadata = HashMap::new();
         posix.encode_into(&mut metadata);
-        Some((self.key(&path), metadata, now))
+        Some((self.keys.key(&path), metadata, now))
     }
 
     /// Whether a copy may be `ino`'s content: not a file with other names (each name's
     /// object must get the bytes: its upload copies them there), nor a completion marker
     /// (its upload waits for the outputs beside it).
     pub(super) fn copyable_target(&self, t: &NodeEdit<'_>) -> bool {
-        let named = t.node().is_some_and(|n| !self.is_marker(n.name()));
+        let named = t.node().is_some_and(|n| !self.keys.is_marker(n.name()));
         named && !t.has_other_names()
     }
 

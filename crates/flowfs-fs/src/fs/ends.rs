@@ -72,7 +72,7 @@ impl Fs {
         match e {
             FsError::Upload(e) => e.to_string(),
             other => {
-                let key = self.ns.path(ino).map(|p| self.key(&p));
+                let key = self.ns.path(ino).map(|p| self.keys.key(&p));
                 format!("{}: {other}", key.unwrap_or_else(|| format!("inode {ino}")))
             }
         }
@@ -87,7 +87,7 @@ impl Fs {
             .filter_map(|p| match p.state {
                 PendingState::Failed(error) => Some(error),
                 _ => self.ns.path(p.ino).map(|path| {
-                    let key = self.key(&path);
+                    let key = self.keys.key(&path);
                     format!("{key}: not uploaded after {} s", waited.as_secs())
                 }),
             })

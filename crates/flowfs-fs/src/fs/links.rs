@@ -43,12 +43,16 @@ impl Fs {
         // No upload starts until the new name is recorded: the next one copies to it.
         let _name = self.wb.hold_name(ino).await;
         let to = self.ns.child_path(newparent, newname)?;
-        self.check_key(&to, false)?;
+        self.keys.check(&to, false)?;
         let from = self.ns.path(ino).ok_or(FsError::NotFound)?;
         let (id, etag) = self.link_id(ino, &from).await?;
-        let _dest = self.up.keys().hold(&self.key(&to)).await;
+        let _dest = self.up.keys().hold(&self.keys.key(&to)).await;
         self.client
-            .copy(Version::any(&self.key(&from)), &self.key(&to), None)
+            .copy(
+                Version::any(&self.keys.key(&from)),
+                &self.keys.key(&to),
+                None,
+            )
             .await?;
         self.ns.linked(ino, (newparent, newname), id, etag)?;
         let attr = self.attr_now(ino)?;
@@ -68,7 +72,7 @@ impl Fs {
     /// The link id of the object at `path` (given to it, by a copy onto itself with
     /// its metadata kept, if it has none yet) and its ETag afterwards.
     async fn link_id(&self, ino: u64, path: &str) -> Result<(u64, Arc<str>)> {
-        let key = self.key(path);
+        let key = self.keys.key(path);
         let head = self.client.head(&key).await?;
         let mut posix = Posix::decode(&head.metadata);
         if let Some(id) = posix.link {
@@ -96,7 +100,7 @@ impl Fs {
         let paths = self.ns.extra_paths(ino);
         for path in paths {
             self.client
-                .copy(Version::any(key), &self.key(&path), None)
+                .copy(Version::any(key), &self.keys.key(&path), None)
                 .await?;
         }
         Ok(())
@@ -109,7 +113,7 @@ impl Fs {
         // An upload in flight copies to every name: this one must not come back.
         let _name = self.wb.hold_name(ino).await;
         let path = self.ns.child_path(parent, name)?;
-        self.client.delete(&self.key(&path)).await?;
+        self.client.delete(&self.keys.key(&path)).await?;
         self.ns.name_removed(parent, name, Some(ino));
         // Its first name may have changed: the journal names the key it goes to.
         self.rejournal(ino)
@@ -127,12 +131,12 @@ impl Fs {
     ) -> Result<()> {
         let old = self.ns.child_path(from.0, from.1)?;
         let new = self.ns.child_path(to.0, to.1)?;
-        self.check_key(&new, false)?;
+        self.keys.check(&new, false)?;
         if let Some(tino) = target {
             self.rename_clear_target(Kind::File, tino, &new).await?;
         }
         let _name = self.wb.hold_name(ino).await;
-        let (old_key, new_key) = (self.key(&old), self.key(&new));
+        let (old_key, new_key) = (self.keys.key(&old), self.keys.key(&new));
         {
             let _dest = self.up.keys().hold(&new_key).await;
             self.client

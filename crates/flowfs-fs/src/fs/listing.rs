@@ -81,7 +81,7 @@ impl Fs {
         path: &str,
         max_pages: usize,
     ) -> Result<Option<(BTreeMap<String, Entry>, Option<Posix>, bool)>> {
-        let prefix = self.dir_prefix(path);
+        let prefix = self.keys.dir_prefix(path);
         let splits = self.ns.read_dir(ino, |d| {
             let last = d.listing().filter(|l| l.entries.len() <= RELIST_MAX);
             last.map(pages::splits_of).unwrap_or_default()

@@ -23,7 +23,7 @@ impl Fs {
         let staged = |ino| self.wb.stat(ino).is_some();
         // A name the store cannot hold is in no bucket; asking would find another
         // (SeaweedFS answers a HEAD of `x\y` with `x/y`).
-        let check = |path: &str| match self.check_key(path, false) {
+        let check = |path: &str| match self.keys.check(path, false) {
             Err(FsError::KeyRefused { .. }) => Err(FsError::NotFound),
             r => r,
         };

@@ -64,7 +64,8 @@ impl Fs {
             etag: None,
             target: None,
             posix: Some(Arc::new(
-                self.new_posix(crate::meta::S_IFREG | mode & 0o7777, owner),
+                self.shown
+                    .new_posix(crate::meta::S_IFREG | mode & 0o7777, owner),
             )),
         };
         let (ino, staged) = self.add_new(parent, name, e, NewFile::Created, b"")?;
@@ -130,7 +131,7 @@ impl Fs {
         // entry younger than the TTL, that answer stands without a second round trip
         // (Nextflow makes two directories per task).
         let (path, known_absent) = self.ns.new_name(parent, name, self.cfg.metadata_ttl)?;
-        self.check_key(&path, true)?;
+        self.keys.check(&path, true)?;
         if !known_absent && self.stat_remote(&path, false).await?.is_some() {
             return Err(FsError::Exists);
         }
@@ -138,14 +139,16 @@ impl Fs {
         // holds the directory's attributes (as s3fs writes them), and tells a listing of
         // it that its objects may carry theirs.
         let mut e = Entry::dir(SystemTime::now());
-        e.set_posix(Some(self.new_posix(libc::S_IFDIR | mode & 0o7777, owner)));
+        e.set_posix(Some(
+            self.shown.new_posix(libc::S_IFDIR | mode & 0o7777, owner),
+        ));
         let mut metadata = HashMap::new();
-        let mut posix = self.full_posix(&e);
+        let mut posix = self.shown.full_posix(&e);
         posix.mtime = Some(e.mtime);
         posix.encode_into(&mut metadata);
         self.client
             .put(
-                &format!("{}/", self.key(&path)),
+                &format!("{}/", self.keys.key(&path)),
                 Default::default(),
                 &metadata,
             )
@@ -182,7 +185,7 @@ impl Fs {
             mtime: SystemTime::now(),
             etag: None,
             target: Some(target.into()),
-            posix: Some(Arc::new(self.new_posix(0o120_777, owner))),
+            posix: Some(Arc::new(self.shown.new_posix(0o120_777, owner))),
         };
         let (ino, _) = self.add_new(parent, name, e, NewFile::Closed, target.as_bytes())?;
         if let Some((_, true)) = self.wb.request_upload(ino) {
@@ -205,7 +208,7 @@ impl Fs {
     ) -> Result<(u64, Arc<StagedFile>)> {
         let ino = self
             .ns
-            .add(parent, name, e, |path| self.check_key(path, false))?;
+            .add(parent, name, e, |path| self.keys.check(path, false))?;
         match self.new_staged(ino, kind, content) {
             Ok(staged) => Ok((ino, staged)),
             Err(e) => {

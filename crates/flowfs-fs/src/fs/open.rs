@@ -67,7 +67,7 @@ impl Fs {
         if !fresh {
             self.revalidate(ino, &path).await?;
         }
-        let key = self.key(&path);
+        let key = self.keys.key(&path);
         let opened = self.ns.update(ino, |n| {
             let etag = n.entry.etag.clone().filter(|e| !e.is_empty());
             let keep = etag.is_some() && n.page_cache_etag() == etag.as_ref();
@@ -250,7 +250,7 @@ impl Fs {
                 .as_deref()
                 .filter(|x| !x.is_empty())
                 .map(String::from);
-            self.prefetch.object(self.key(&path), etag, e.size);
+            self.prefetch.object(self.keys.key(&path), etag, e.size);
         }
     }
 }

@@ -95,7 +95,7 @@ impl Fs {
         let items = h.items.clone().unwrap_or_default();
         let at = h.at.unwrap_or_else(Instant::now);
         let attrs = Attrs {
-            entry: &|i, e| self.attr(i, e),
+            entry: &|i, e| self.shown.attr(i, e),
             node: &|i, n| self.node_attr(i, n),
         };
         self.ns

@@ -64,7 +64,7 @@ impl Fs {
     /// marker) wins over an object of the same name. `marker`: a directory's marker is
     /// read for its attributes (this mount does not know them yet).
     pub(super) async fn stat_remote(&self, path: &str, marker: bool) -> Result<Option<Entry>> {
-        let key = self.key(path);
+        let key = self.keys.key(path);
         let dir = format!("{key}/");
         let (head, list) = tokio::join!(
             self.client.head(&key),
@@ -90,7 +90,7 @@ impl Fs {
     /// sent only when nothing is below it any more. A walk into a deep work directory
     /// re-checks each of its directories once a TTL: one request each, not two.
     pub(super) async fn stat_remote_dir(&self, path: &str, marker: bool) -> Result<Option<Entry>> {
-        let key = self.key(path);
+        let key = self.keys.key(path);
         let dir = format!("{key}/");
         let list = self
             .client

@@ -20,7 +20,7 @@ impl Fs {
         let kind = self.ns.read_at(ino, |n, path| (n.entry.kind, path));
         let key = match kind.ok_or(FsError::NotFound)? {
             (Kind::Dir, _) => return Err(FsError::IsDir),
-            (_, path) => self.key(&path),
+            (_, path) => self.keys.key(&path),
         };
         // The file lives on under its other names.
         if self.ns.has_links(ino) {
@@ -46,7 +46,7 @@ impl Fs {
         if staged_child {
             return Ok(true);
         }
-        let prefix = self.dir_prefix(path);
+        let prefix = self.keys.dir_prefix(path);
         let page = self
             .client
             .list_page(&prefix, Some("/"), None, Some(2))
@@ -71,7 +71,7 @@ impl Fs {
         if self.dir_has_children(ino, &path).await? {
             return Err(FsError::NotEmpty);
         }
-        self.client.delete(&self.dir_prefix(&path)).await?;
+        self.client.delete(&self.keys.dir_prefix(&path)).await?;
         self.ns.name_removed(parent, name, None);
         Ok(())
     }

@@ -59,7 +59,7 @@ impl Fs {
             return (self.rename_other_name(ino, (parent, name), (newparent, newname), target))
                 .await;
         }
-        let check = |path: &str, dir: bool| self.check_key(path, dir);
+        let check = |path: &str, dir: bool| self.keys.check(path, dir);
         let (kind, old_path, new_path) = self.ns.rename_paths(ino, (newparent, newname), check)?;
         let replaced_remote = match target {
             Some(tino) => self.rename_clear_target(kind, tino, &new_path).await?,
@@ -102,7 +102,7 @@ impl Fs {
                 if self.dir_has_children(tino, new_path).await? {
                     return Err(FsError::NotEmpty);
                 }
-                self.client.delete(&self.dir_prefix(new_path)).await?;
+                self.client.delete(&self.keys.dir_prefix(new_path)).await?;
                 Ok(false)
             }
             // A staged target loses its pending upload: the source replaces it.
@@ -124,17 +124,21 @@ impl Fs {
             Some((false, _)) => Ok(Vec::new()),
             // Staged and changed since its last upload: drop the old object.
             Some((true, true)) => {
-                self.client.delete(&self.key(old_path)).await?;
+                self.client.delete(&self.keys.key(old_path)).await?;
                 Ok(Vec::new())
             }
             // Clean: the bucket's copy moves, once an upload of a file it replaced that
             // may still land there is over (its stray's delete would take the copy).
             Some((true, false)) | None => {
-                let _dest = self.up.keys().hold(&self.key(new_path)).await;
+                let _dest = self.up.keys().hold(&self.keys.key(new_path)).await;
                 let copy = (self.client)
-                    .copy(Version::any(&self.key(old_path)), &self.key(new_path), None)
+                    .copy(
+                        Version::any(&self.keys.key(old_path)),
+                        &self.keys.key(new_path),
+                        None,
+                    )
                     .await?;
-                self.client.delete(&self.key(old_path)).await?;
+                self.client.delete(&self.keys.key(old_path)).await?;
                 Ok(vec![(String::new(), copy.etag)])
             }
         }
@@ -162,7 +166,7 @@ impl Fs {
         old: &str,
         new: &str,
     ) -> Result<Vec<(String, String)>> {
-        let (from, to) = (self.dir_prefix(old), self.dir_prefix(new));
+        let (from, to) = (self.keys.dir_prefix(old), self.keys.dir_prefix(new));
         let keys = self.all_keys(&from).await?;
         // Every folder below `from`, whether it has a marker object or not.
         let mut folders = BTreeSet::new();

@@ -41,7 +41,7 @@ impl Fs {
             let etag = etag.filter(|e| !e.is_empty());
             let r = download_into(
                 &self.client,
-                &self.key(&path),
+                &self.keys.key(&path),
                 etag.as_deref(),
                 kept,
                 self.cfg.part_size,
@@ -83,15 +83,15 @@ impl Fs {
             rec.symlink = entry.kind == Kind::Symlink;
             // A recovered FIFO stays a FIFO, a script executable (the times go:
             // recovery takes the data file's).
-            let mut p = self.full_posix(entry);
+            let mut p = self.shown.full_posix(entry);
             (p.mtime, p.atime, p.ctime) = (None, None, None);
             let mut m = HashMap::new();
             p.encode_into(&mut m);
             rec.metadata = m.into_iter().collect();
             rec.metadata.sort();
-            rec.links = named.extra.iter().map(|p| self.key(p)).collect();
+            rec.links = named.extra.iter().map(|p| self.keys.key(p)).collect();
         }
-        let key = named.path.map(|p| self.key(&p));
+        let key = named.path.map(|p| self.keys.key(&p));
         self.wb
             .sync_journal(ino, key.as_deref(), &self.cfg.bucket, &rec)
             .map_err(|e| {
@@ -131,8 +131,8 @@ impl Fs {
         let ps = self.cfg.part_size;
         let mut metadata = HashMap::new();
         let named = self.ns.read_at(ino, |n, path| {
-            self.full_posix(&n.entry).encode_into(&mut metadata);
-            self.key(&path)
+            self.shown.full_posix(&n.entry).encode_into(&mut metadata);
+            self.keys.key(&path)
         });
         let Some(key) = named else {
             return;

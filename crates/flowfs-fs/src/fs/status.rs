@@ -89,7 +89,7 @@ impl Fs {
                     // missing path is a race with a rename: say which file it is.
                     key: (self.ns)
                         .path(r.ino)
-                        .map_or_else(|| format!("(inode {})", r.ino), |p| self.key(&p)),
+                        .map_or_else(|| format!("(inode {})", r.ino), |p| self.keys.key(&p)),
                     bytes: r.size,
                     since: r.since,
                     open_for_writing: r.writers > 0,

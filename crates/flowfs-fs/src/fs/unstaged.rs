@@ -28,7 +28,7 @@ impl Fs {
                 return Some(None);
             }
             n.opened();
-            Some(Some((self.key(&path), etag, n.entry.size)))
+            Some(Some((self.keys.key(&path), etag, n.entry.size)))
         });
         let Some((key, etag, size)) = opened.ok_or(FsError::NotFound)? else {
             return Ok(None);

@@ -62,7 +62,7 @@ impl Fs {
         // A completion marker goes last: whoever sees it may read the task's outputs.
         let marker = self
             .ns
-            .read(ino, |n| self.is_marker(n.name()).then(|| n.parent()));
+            .read(ino, |n| self.keys.is_marker(n.name()).then(|| n.parent()));
         if let Some(dir) = marker.flatten() {
             if let Err(e) = self.wait_tree(dir, ino).await {
                 let source = Arc::new(e);
@@ -122,7 +122,7 @@ impl Fs {
                 self.wb.cancel_queued(ino, None);
                 return None;
             };
-            let key = self.key(&path);
+            let key = self.keys.key(&path);
             let mut job = self.wb.begin_upload(ino, &key)?;
             let mut metadata = HashMap::new();
             let mut posix = Posix::default();
@@ -135,7 +135,7 @@ impl Fs {
                     // multipart upload tells a listing to look (3 requests).
                     job.one_part = !marked;
                 }
-                posix = self.full_posix(&n.entry);
+                posix = self.shown.full_posix(&n.entry);
                 if let Some(st) = self.wb.stat(ino) {
                     posix.mtime = Some(st.mtime);
                     posix.ctime = Some(posix.ctime.map_or(st.ctime, |c| c.max(st.ctime)));
@@ -160,7 +160,7 @@ impl Fs {
         let Some(n) = t.node() else {
             return false;
         };
-        let mut now = self.full_posix(&n.entry);
+        let mut now = self.shown.full_posix(&n.entry);
         now.atime = carried.posix.atime;
         let stale = now != carried.posix || !carried.stamped;
         stale && self.up.rewrite_due(ino)
@@ -207,7 +207,7 @@ impl Fs {
     ) -> (Finished, bool, Option<Kind>) {
         let mtime = r.as_ref().ok().and(carried.posix.mtime);
         let rewrite = r.is_ok() && self.after_upload_attrs(&t, ino, carried);
-        let named = t.path().map(|p| self.key(&p)).as_deref() == Some(key);
+        let named = t.path().map(|p| self.keys.key(&p)).as_deref() == Some(key);
         let result = match r {
             Ok(_) => Ok(()),
             Err(e) => Err(UploadError::Store {
@@ -293,6 +293,6 @@ impl Fs {
             .node()
             .filter(|n| n.entry.kind == Kind::File && !n.is_unlinked())?;
         let etag = n.entry.etag.clone()?;
-        Some((self.key(&t.path()?), etag, n.entry.size))
+        Some((self.keys.key(&t.path()?), etag, n.entry.size))
     }
 }

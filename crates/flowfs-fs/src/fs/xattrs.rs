@@ -152,9 +152,11 @@ impl Fs {
             let path = path.filter(|_| !n.is_unlinked());
             match (path, n.entry.kind, n.entry.etag.clone()) {
                 (Some(p), Kind::File | Kind::Special(_), Some(etag)) => {
-                    Ok((self.key(&p), Some(etag)))
+                    Ok((self.keys.key(&p), Some(etag)))
                 }
-                (Some(p), Kind::Dir, _) if ino != ROOT => Ok((format!("{}/", self.key(&p)), None)),
+                (Some(p), Kind::Dir, _) if ino != ROOT => {
+                    Ok((format!("{}/", self.keys.key(&p)), None))
+                }
                 // Made here and not uploaded yet, or the root: none were set.
                 _ => Err(xattr::none()),
             }
