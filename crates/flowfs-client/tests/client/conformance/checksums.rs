@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use flowfs_client::{ClientError, Crc, ObjectClient, Payload};
+use flowfs_client::{ClientError, Crc, ObjectClient, Payload, Upload, Version};
 
 use super::{data, open_upload, put, upload};
 
@@ -27,9 +27,11 @@ async fn holds(c: &dyn ObjectClient, key: &str, body: &Bytes) {
     let n = body.len() as u64;
     let cuts = [n / 3, n];
     let mut got = Vec::new();
-    (c.get_whole_pieces(key, &cuts, Some(&h.info.etag), &mut |_, b| got.push(b)))
-        .await
-        .expect("whole get");
+    (c.get_whole_pieces(Version::new(key, Some(&h.info.etag)), &cuts, &mut |_, b| {
+        got.push(b)
+    }))
+    .await
+    .expect("whole get");
     assert_eq!(got.len(), 2, "{key}: one piece per cut");
     assert_eq!(got.concat(), body.to_vec(), "{key}: whole get");
 }
@@ -46,7 +48,7 @@ pub async fn every_upload_has_a_full_object_checksum(c: &dyn ObjectClient, p: &s
         upload(c, &key, &id, 1, a.clone()).await,
         upload(c, &key, &id, 2, b.clone()).await,
     ];
-    c.complete_multipart(&key, &id, parts)
+    c.complete_multipart(Upload::new(&key, &id).completion(&parts))
         .await
         .expect("complete");
     let whole: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
@@ -69,9 +71,11 @@ pub async fn an_upload_whose_checksum_is_not_of_its_bytes_is_refused(
     let r = c.put(&key, wrong(), &HashMap::new()).await;
     assert!(matches!(r, Err(ClientError::Corrupt(_))), "put: {r:?}");
     let id = open_upload(c, &key).await;
-    let r = c.upload_part(&key, &id, 1, wrong()).await;
+    let r = c.upload_part(Upload::new(&key, &id).part(1), wrong()).await;
     assert!(matches!(r, Err(ClientError::Corrupt(_))), "part: {r:?}");
-    c.abort_multipart(&key, &id).await.expect("abort");
+    c.abort_multipart(Upload::new(&key, &id))
+        .await
+        .expect("abort");
     // The right one is taken.
     let right = Payload::new(body.clone(), Some(crc.of(&body)));
     c.put(&key, right, &HashMap::new()).await.expect("put");

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flowfs_client::{ClientError, CompletedPart, ObjectClient, Result};
+use flowfs_client::{ClientError, CompletedPart, ObjectClient, Result, Upload};
 
 pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -223,7 +223,7 @@ pub async fn upload(
     body: Bytes,
 ) -> CompletedPart {
     let etag = c
-        .upload_part(key, id, n, body.into())
+        .upload_part(Upload::new(key, id).part(n), body.into())
         .await
         .unwrap_or_else(|e| panic!("upload part {n}: {e}"));
     CompletedPart {
