@@ -1,6 +1,7 @@
 //! `impl ObjectClient for AzureClient`: each method is the Azure Blob REST call of
 //! docs/STORES.md's table (multipart uploads: uploads.rs).
 
+use crate::rest::Call;
 use crate::{ByteRange, Completion, List, ListAfter, Metadata, Part, Payload, Pieces, Rewrite};
 use crate::{Sink, Upload, Version};
 use std::time::{Duration, SystemTime};
@@ -31,7 +32,8 @@ impl AzureClient {
         what: &str,
     ) -> Result<reqwest::Response> {
         let url = self.url(key, query);
-        self.send(method, &url, headers, Bytes::new(), what).await
+        self.send(Call::new(method, &url, what).headers(headers))
+            .await
     }
 
     /// A PUT of `body`: a blob, a block, a block list.
@@ -44,7 +46,8 @@ impl AzureClient {
         what: &str,
     ) -> Result<reqwest::Response> {
         let url = self.url(key, query);
-        self.send(Method::PUT, &url, headers, body, what).await
+        let call = Call::new(Method::PUT, &url, what).headers(headers);
+        self.send(call.body(body)).await
     }
 
     /// One page of List Blobs below `prefix`, its entries in key order.

@@ -69,7 +69,7 @@ impl GcsClient {
             ("accept-encoding", "gzip".to_string()),
         ];
         match self
-            .send(Method::GET, &url, &h, bytes::Bytes::new(), key)
+            .send(crate::rest::Call::new(Method::GET, &url, key).headers(&h))
             .await
         {
             Err(ClientError::NotFound(m)) if etag.is_some() => Err(ClientError::Precondition(m)),

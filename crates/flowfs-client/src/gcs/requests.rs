@@ -1,6 +1,7 @@
 //! `impl ObjectClient for GcsClient`: each method is the GCS JSON API call of
 //! docs/STORES.md's table (multipart uploads as composed part objects: uploads.rs).
 
+use crate::rest::Call;
 use crate::{ByteRange, Completion, Crc, List, ListAfter, Metadata, Part, Payload, Pieces};
 use crate::{Rewrite, Sink, Upload, Version};
 use std::collections::{BTreeMap, HashMap};
@@ -41,7 +42,8 @@ impl GcsClient {
             query_value(OBJECT_FIELDS)
         ));
         let h = [("content-type", content_type)];
-        let got = self.send_read(Method::POST, &url, &h, body, what).await?;
+        let call = Call::new(Method::POST, &url, what).headers(&h).body(body);
+        let got = self.send_read(call).await?;
         let o = json::parse(&got, what)?;
         checks::stored_as_sent(&o, &sent, what)?;
         Ok(o)
