@@ -158,10 +158,8 @@ async fn a_gzipped_tar_is_read_from_the_restart_point_before_each_range() {
     mock.reset_counts();
     let big = &f.files[1].1;
     let n = big.len() as u64;
-    let got = c
-        .get_range(Version::any("dir/b.fa").range(n - 5000, n))
-        .await
-        .unwrap();
+    let range = Version::any("dir/b.fa").range(n - 5000, n);
+    let got = c.get_range(range).await.unwrap();
     assert_eq!(&got[..], &big[big.len() - 5000..]);
     assert_eq!(mock.count(Op::Get), 1);
     assert!(
@@ -171,10 +169,8 @@ async fn a_gzipped_tar_is_read_from_the_restart_point_before_each_range() {
         gz.len()
     );
     // The span is kept: another read in it costs no request.
-    let got = c
-        .get_range(Version::any("dir/b.fa").range(n - 9000, n - 8000))
-        .await
-        .unwrap();
+    let range = Version::any("dir/b.fa").range(n - 9000, n - 8000);
+    let got = c.get_range(range).await.unwrap();
     assert_eq!(&got[..], &big[big.len() - 9000..big.len() - 8000]);
     assert_eq!(mock.count(Op::Get), 1);
 }
@@ -234,10 +230,8 @@ async fn the_index_is_built_once_per_archive_version() {
         Err(ClientError::NotFound(_))
     ));
     // The first client's reads now fail rather than return the new version's bytes.
-    let e = again
-        .get_range(Version::any("a.txt").range(0, 10))
-        .await
-        .unwrap_err();
+    let range = Version::any("a.txt").range(0, 10);
+    let e = again.get_range(range).await.unwrap_err();
     assert!(matches!(e, ClientError::Precondition(_)), "{e:?}");
     let meta = mock.head("r.tar").await.unwrap();
     let files = IndexFiles::new(dir.path(), "b/r.tar", &meta.info.etag, meta.info.size);
@@ -283,10 +277,8 @@ async fn damaged_archives_are_errors_not_bytes() {
     // Same ETag rules as S3 (the mock's ETag is of the content): the damaged version is
     // another object, so replace it under the index's ETag by hand.
     mock.insert("bad.tar.gz", bad);
-    let e = c
-        .get_range(Version::any("dir/b.fa").range(0, SPAN * 2))
-        .await
-        .unwrap_err();
+    let range = Version::any("dir/b.fa").range(0, SPAN * 2);
+    let e = c.get_range(range).await.unwrap_err();
     assert!(
         matches!(e, ClientError::Precondition(_) | ClientError::Other(_)),
         "{e:?}"

@@ -118,10 +118,8 @@ async fn members_read_through_a_view_and_writes_below_it_are_refused() {
     assert_eq!(keys, ["d/a.tar.d/", "d/a.tar.d/m.txt"]);
     let m = v.head("d/a.tar.d/m.txt").await.unwrap();
     assert_eq!(m.info.key, "d/a.tar.d/m.txt");
-    let got = v
-        .get_range(Version::any("d/a.tar.d/m.txt").range(0, 7))
-        .await
-        .unwrap();
+    let range = Version::any("d/a.tar.d/m.txt").range(0, 7);
+    let got = v.get_range(range).await.unwrap();
     assert_eq!(&got[..], b"member\n");
     assert!(v.heads_are_free("d/a.tar.d/") && !v.heads_are_free("d/"));
     for k in [
@@ -159,10 +157,8 @@ async fn a_view_follows_its_archive_when_it_is_written_again() {
         v.head("d/a.tar.d/m.txt").await,
         Err(ClientError::NotFound(_))
     ));
-    let got = v
-        .get_range(Version::any("d/a.tar.d/new.txt").range(0, 4))
-        .await
-        .unwrap();
+    let range = Version::any("d/a.tar.d/new.txt").range(0, 4);
+    let got = v.get_range(range).await.unwrap();
     assert_eq!(&got[..], b"new\n");
     // Written behind its back: the listing that shows the new ETag forgets the old index.
     mock.insert("d/a.tar", one_file_tar("third.txt", b"3\n"));

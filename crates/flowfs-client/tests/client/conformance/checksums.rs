@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use flowfs_client::{ClientError, Crc, ObjectClient, Payload, Upload, Version};
 
-use super::{data, open_upload, put, upload};
+use super::{complete, data, open_upload, put, upload};
 
 /// S3's smallest part but the last.
 const PART: usize = 5 << 20;
@@ -48,9 +48,7 @@ pub async fn every_upload_has_a_full_object_checksum(c: &dyn ObjectClient, p: &s
         upload(c, &key, &id, 1, a.clone()).await,
         upload(c, &key, &id, 2, b.clone()).await,
     ];
-    c.complete_multipart(Upload::new(&key, &id).completion(&parts))
-        .await
-        .expect("complete");
+    complete(c, &key, &id, &parts).await;
     let whole: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
     holds(c, &key, &Bytes::from(whole)).await;
 }

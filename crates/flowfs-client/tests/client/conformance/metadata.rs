@@ -4,9 +4,9 @@
 //! lower-cased, a copy of a non-multipart object keeps its MD5 ETag).
 
 use flowfs_client::copy::{copy_in_parts, CopyLimits};
-use flowfs_client::{ClientError, ObjectClient, Upload, Version};
+use flowfs_client::{ClientError, ObjectClient, Version};
 
-use super::{assert_not_found, data, err, meta, upload};
+use super::{assert_not_found, complete, data, err, get, meta, upload};
 
 /// S3's smallest part but the last.
 const PART: usize = 5 << 20;
@@ -59,10 +59,7 @@ pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str)
         meta(&[("mode", "33188")]),
         "replaced, not merged"
     );
-    let got = c
-        .get_range(Version::any(&key).range(0, 3000))
-        .await
-        .expect("get");
+    let got = get(c, &key, 0, 3000).await;
     assert_eq!(got, data(3000, 2));
 }
 
@@ -78,10 +75,7 @@ pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &st
         upload(c, &key, &id, 1, data(PART, 3)).await,
         upload(c, &key, &id, 2, data(10, 4)).await,
     ];
-    let done = c
-        .complete_multipart(Upload::new(&key, &id).completion(&parts))
-        .await
-        .expect("complete");
+    let done = complete(c, &key, &id, &parts).await;
     let r = c
         .replace_metadata(
             Version::new(&key, Some(&done.etag))
@@ -92,10 +86,7 @@ pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &st
     let h = c.head(&key).await.expect("head");
     assert_eq!(h.info.etag, r.etag, "HEAD's ETag is the one returned");
     assert_eq!(h.metadata, meta(&[("mode", "33188")]));
-    let tail = c
-        .get_range(Version::any(&key).range(PART as u64, PART as u64 + 10))
-        .await
-        .expect("get");
+    let tail = get(c, &key, PART as u64, PART as u64 + 10).await;
     assert_eq!(tail, data(10, 4));
 }
 
@@ -141,10 +132,7 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
         part: PART as u64,
     };
     let other = meta(&[("mode", "1")]);
-    let old = Version {
-        key: &key,
-        etag: Some("\"0\""),
-    };
+    let old = Version::new(&key, Some("\"0\""));
     let stale = copy_in_parts(c, old, &key, &other, size as u64, limits);
     let e = err(stale.await, "stale ETag");
     assert!(matches!(e, ClientError::Precondition(_)), "{e:?}");
@@ -153,10 +141,7 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
         "aborted"
     );
     let m = meta(&[("mode", "33188")]);
-    let this = Version {
-        key: &key,
-        etag: Some(&put.etag),
-    };
+    let this = Version::new(&key, Some(&put.etag));
     let done = copy_in_parts(c, this, &key, &m, size as u64, limits)
         .await
         .expect("copy in parts");
@@ -166,10 +151,7 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
         (done.etag.as_str(), size as u64)
     );
     assert_eq!(h.metadata, m);
-    let got = c
-        .get_range(Version::any(&key).range(0, size as u64))
-        .await
-        .expect("get");
+    let got = get(c, &key, 0, size as u64).await;
     assert_eq!(got, data(size, 6));
 }
 
@@ -186,20 +168,14 @@ pub async fn copy_in_parts_to_another_key(c: &dyn ObjectClient, p: &str) {
         max_copy: PART as u64,
         part: PART as u64,
     };
-    let src = Version {
-        key: &from,
-        etag: Some(&put.etag),
-    };
+    let src = Version::new(&from, Some(&put.etag));
     let m = meta(&[("mode", "33188")]);
     copy_in_parts(c, src, &to, &m, size as u64, limits)
         .await
         .expect("copy in parts");
     let h = c.head(&to).await.expect("head");
     assert_eq!((h.info.size, &h.metadata), (size as u64, &m));
-    let got = c
-        .get_range(Version::any(&to).range(0, size as u64))
-        .await
-        .expect("get");
+    let got = get(c, &to, 0, size as u64).await;
     assert_eq!(got, data(size, 7));
     assert_eq!(c.head(&from).await.expect("source").info.etag, put.etag);
 }

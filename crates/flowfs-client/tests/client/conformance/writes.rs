@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use flowfs_client::{ClientError, List, ObjectClient, Upload};
 
-use super::{assert_not_found, data, err, meta, open_upload, put, upload};
+use super::{assert_not_found, complete, data, err, get, meta, open_upload, put, upload};
 
 /// S3's smallest part but the last.
 const PART: usize = 5 << 20;
@@ -45,10 +45,7 @@ pub async fn multipart_round_trip(c: &dyn ObjectClient, p: &str) {
         upload(c, &key, &id, 2, b.clone()).await,
     ];
     assert_not_found(c.head(&key).await, "not visible before completion");
-    let done = c
-        .complete_multipart(Upload::new(&key, &id).completion(&parts))
-        .await
-        .expect("complete");
+    let done = complete(c, &key, &id, &parts).await;
     let h = c.head(&key).await.expect("head");
     assert_eq!(h.info.size, (PART + 1000) as u64);
     assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the completion's");
@@ -59,14 +56,11 @@ pub async fn multipart_round_trip(c: &dyn ObjectClient, p: &str) {
         h.info.etag
     );
     assert_eq!(h.metadata, m, "metadata given at creation");
-    let got = c
-        .get_range(Version::any(&key).range(PART as u64 - 10, PART as u64 + 1000))
-        .await
-        .expect("get");
+    let got = get(c, &key, PART as u64 - 10, PART as u64 + 1000).await;
     let want: Vec<u8> = a[PART - 10..].iter().chain(b.iter()).copied().collect();
     assert_eq!(got, Bytes::from(want));
     let again = c
-        .complete_multipart(Upload::new(&key, &id).completion(&Vec::new()))
+        .complete_multipart(Upload::new(&key, &id).completion(&[]))
         .await;
     let e = err(again, "completing a completed upload");
     assert!(!e.is_retryable(), "got {e:?}");
@@ -182,12 +176,7 @@ pub async fn copy_keeps_content_and_metadata(c: &dyn ObjectClient, p: &str) {
     assert_eq!(h.info.size, 3000);
     assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the copy's");
     assert_eq!(h.metadata, m, "metadata copied");
-    assert_eq!(
-        c.get_range(Version::any(&to).range(0, 3000))
-            .await
-            .expect("get"),
-        data(3000, 7)
-    );
+    assert_eq!(get(c, &to, 0, 3000).await, data(3000, 7));
     assert_eq!(c.head(&from).await.expect("source stays").info.size, 3000);
 }
 
@@ -221,16 +210,7 @@ pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, 
     let (from, to) = (format!("{p}from"), format!("{p}to"));
     let old = put(c, &from, data(1500, 3)).await;
     let new = put(c, &from, data(1700, 4)).await;
-    let refused = c
-        .copy(
-            Version {
-                key: &from,
-                etag: Some(&old),
-            },
-            &to,
-            None,
-        )
-        .await;
+    let refused = c.copy(Version::new(&from, Some(&old)), &to, None).await;
     assert!(
         matches!(
             refused,
@@ -241,14 +221,7 @@ pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, 
     assert_not_found(c.head(&to).await, "no copy of an old version appears");
     let m = meta(&[("flowfs-mode", "100600")]);
     let done = c
-        .copy(
-            Version {
-                key: &from,
-                etag: Some(&new),
-            },
-            &to,
-            Some(&m),
-        )
+        .copy(Version::new(&from, Some(&new)), &to, Some(&m))
         .await
         .expect("copy");
     let h = c.head(&to).await.expect("head");
@@ -257,12 +230,7 @@ pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, 
         h.metadata, m,
         "the copy has the metadata given, not the source's"
     );
-    assert_eq!(
-        c.get_range(Version::any(&to).range(0, 1700))
-            .await
-            .expect("get"),
-        data(1700, 4)
-    );
+    assert_eq!(get(c, &to, 0, 1700).await, data(1700, 4));
 }
 
 pub async fn copy_of_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
@@ -289,10 +257,7 @@ pub async fn multipart_over_an_existing_key_is_a_new_version(c: &dyn ObjectClien
         upload(c, &key, &id, 1, data(PART, 2)).await,
         upload(c, &key, &id, 2, data(10, 3)).await,
     ];
-    let new = c
-        .complete_multipart(Upload::new(&key, &id).completion(&parts))
-        .await
-        .expect("complete");
+    let new = complete(c, &key, &id, &parts).await;
     assert_ne!(new.etag, old, "a new version, a new ETag");
     let head = c.head(&key).await.expect("head");
     assert_eq!(
