@@ -8,7 +8,7 @@ use std::path::{Component, Path};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flowfs_client::{ClientError, ObjectClient, ObjectInfo};
+use flowfs_client::{ClientError, ObjectClient, ObjectInfo, Version};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -60,7 +60,8 @@ async fn feed(
             let end = (next + PART).min(info.size);
             let start = next;
             flight.0.push_back(tokio::spawn(async move {
-                c.get_range(&key, start, end, Some(&etag)).await
+                let of = Version::new(&key, Some(&etag));
+                c.get_range(of.range(start, end)).await
             }));
             next = end;
         }

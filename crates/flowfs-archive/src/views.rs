@@ -7,15 +7,15 @@
 //! order (a view that sorts past the end of a page is carried to the next one in its
 //! token), so the file system above lists, looks up and walks views as any directory.
 
-use flowfs_client::{Crc, Metadata, Payload, Version};
+use flowfs_client::{ByteRange, Completion, Crc, List, ListAfter, Metadata, Part, Payload};
+use flowfs_client::{Pieces, Rewrite, Sink, Upload, Version};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use flowfs_client::{
-    ClientError, CompletedPart, ListPage, ObjectClient, ObjectMeta, PutResult, Result, UploadInfo,
+    ClientError, ListPage, ObjectClient, ObjectMeta, PutResult, Result, UploadInfo,
 };
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
@@ -235,77 +235,51 @@ impl ObjectClient for ArchiveViews {
         Ok(m)
     }
 
-    async fn get_range_pieces(
-        &self,
-        key: &str,
-        start: u64,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        let Some((archive, member)) = place(key) else {
-            return (self.inner)
-                .get_range_pieces(key, start, cuts, etag, sink)
-                .await;
+    async fn get_range_pieces(&self, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
+        let Some((archive, member)) = place(get.src.key) else {
+            return self.inner.get_range_pieces(get, sink).await;
         };
         let a = self.archive(archive).await?;
-        let r = a.get_range_pieces(member, start, cuts, etag, sink).await;
+        let of_member = Version::new(member, get.src.etag).pieces(get.start, get.cuts);
+        let r = a.get_range_pieces(of_member, sink).await;
         self.after(archive, r)
     }
 
     /// An object of the bucket is checked as the store checks it; a member of an
     /// archive is a range of it, read as such.
-    async fn get_whole_pieces(
-        &self,
-        key: &str,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        if place(key).is_none() {
-            return self.inner.get_whole_pieces(key, cuts, etag, sink).await;
+    async fn get_whole_pieces(&self, src: Version<'_>, cuts: &[u64], sink: Sink<'_>) -> Result<()> {
+        if place(src.key).is_none() {
+            return self.inner.get_whole_pieces(src, cuts, sink).await;
         }
-        self.get_range_pieces(key, 0, cuts, etag, sink).await
+        self.get_range_pieces(src.pieces(0, cuts), sink).await
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, list: List<'_>) -> Result<ListPage> {
+        let prefix = list.prefix;
         if let Some((archive, member)) = place(prefix) {
-            let token_was_none = token.is_none();
-            let page = |a: Arc<ArchiveClient>| async move {
-                a.list_page(member, delimiter, token, max_keys).await
+            let root_marker = member.is_empty() && list.token.is_none();
+            let of_member = List {
+                prefix: member,
+                ..list
             };
-            let root_marker = member.is_empty() && token_was_none;
+            let page = |a: Arc<ArchiveClient>| async move { a.list_page(of_member).await };
             return self.view_page(archive, root_marker, page).await;
         }
-        if delimiter != Some("/") {
+        if list.delimiter != Some("/") {
             // A flat listing (a rename of a directory) names the bucket's keys only.
-            return (self.inner)
-                .list_page(prefix, delimiter, token, max_keys)
-                .await;
+            return self.inner.list_page(list).await;
         }
-        let (token, carried) = Self::untoken(token);
-        let page = (self.inner)
-            .list_page(prefix, delimiter, token, max_keys)
-            .await?;
+        let (token, carried) = Self::untoken(list.token.clone());
+        let page = self.inner.list_page(List { token, ..list }).await?;
         Ok(self.with_views(prefix, page, carried))
     }
 
-    async fn list_after(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        token: Option<String>,
-    ) -> Result<ListPage> {
+    async fn list_after(&self, list: ListAfter<'_>) -> Result<ListPage> {
+        let (prefix, start_after, token) = (list.prefix, list.start_after, list.token);
         if let Some((archive, member)) = place(prefix) {
             let after = start_after.get(prefix.len() - member.len()..).unwrap_or("");
-            let page =
-                |a: Arc<ArchiveClient>| async move { a.list_after(member, after, token).await };
+            let of_member = ListAfter::new(member, after).token(token);
+            let page = |a: Arc<ArchiveClient>| async move { a.list_after(of_member).await };
             return self.view_page(archive, false, page).await;
         }
         let (inner_token, carried) = Self::untoken(token.clone());
@@ -314,69 +288,48 @@ impl ObjectClient for ArchiveViews {
         } else {
             carried
         };
-        let page = (self.inner)
-            .list_after(prefix, start_after, inner_token)
-            .await?;
+        let inner = ListAfter::new(prefix, start_after).token(inner_token);
+        let page = self.inner.list_after(inner).await?;
         Ok(self.with_views(prefix, page, views))
     }
 
-    async fn put(
-        &self,
-        key: &str,
-        body: Payload,
-        metadata: &HashMap<String, String>,
-    ) -> Result<PutResult> {
+    async fn put(&self, key: &str, body: Payload, metadata: &Metadata) -> Result<PutResult> {
         self.writing(key)?;
         self.inner.put(key, body, metadata).await
     }
 
-    async fn create_multipart(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-    ) -> Result<String> {
+    async fn create_multipart(&self, key: &str, metadata: &Metadata) -> Result<String> {
         self.writing(key)?;
         self.inner.create_multipart(key, metadata).await
     }
 
-    async fn upload_part(&self, key: &str, id: &str, n: i32, body: Payload) -> Result<String> {
-        self.writing(key)?;
-        self.inner.upload_part(key, id, n, body).await
+    async fn upload_part(&self, part: Part<'_>, body: Payload) -> Result<String> {
+        self.writing(part.upload.key)?;
+        self.inner.upload_part(part, body).await
     }
 
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        id: &str,
-        parts: Vec<CompletedPart>,
-    ) -> Result<PutResult> {
+    async fn complete_multipart(&self, done: Completion<'_>) -> Result<PutResult> {
+        let key = done.upload.key;
         self.writing(key)?;
-        let r = self.inner.complete_multipart(key, id, parts).await;
+        let r = self.inner.complete_multipart(done).await;
         // Forgotten after it too: a use in between may have opened the old version.
         self.forget(key);
         r
     }
 
     /// A range of an archive's member is read and sent: the store cannot copy it.
-    async fn upload_part_copy(
-        &self,
-        src: Version<'_>,
-        key: &str,
-        id: &str,
-        n: i32,
-        range: (u64, u64),
-    ) -> Result<String> {
-        self.writing(key)?;
-        if place(src.key).is_some() {
-            let bytes = self.get_range(src.key, range.0, range.1, src.etag).await?;
-            return self.inner.upload_part(key, id, n, bytes.into()).await;
+    async fn upload_part_copy(&self, part: Part<'_>, range: ByteRange<'_>) -> Result<String> {
+        self.writing(part.upload.key)?;
+        if place(range.src.key).is_some() {
+            let bytes = self.get_range(range).await?;
+            return self.inner.upload_part(part, bytes.into()).await;
         }
-        self.inner.upload_part_copy(src, key, id, n, range).await
+        self.inner.upload_part_copy(part, range).await
     }
 
-    async fn abort_multipart(&self, key: &str, id: &str) -> Result<()> {
-        self.writing(key)?;
-        self.inner.abort_multipart(key, id).await
+    async fn abort_multipart(&self, upload: Upload<'_>) -> Result<()> {
+        self.writing(upload.key)?;
+        self.inner.abort_multipart(upload).await
     }
 
     async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>> {
@@ -396,15 +349,10 @@ impl ObjectClient for ArchiveViews {
         r
     }
 
-    async fn replace_metadata(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-        etag: Option<&str>,
-        size: u64,
-    ) -> Result<PutResult> {
+    async fn replace_metadata(&self, rw: Rewrite<'_>) -> Result<PutResult> {
+        let key = rw.object.key;
         self.writing(key)?;
-        let r = self.inner.replace_metadata(key, metadata, etag, size).await;
+        let r = self.inner.replace_metadata(rw).await;
         self.forget(key);
         r
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use flowfs_archive::{sniff, ArchiveClient, Format, IndexFiles, SPAN};
 use flowfs_client::mock::{MockClient, Op};
-use flowfs_client::{ClientError, ObjectClient};
+use flowfs_client::{ClientError, List, ObjectClient, Version};
 
 /// Bytes that compress about 3:1, different for every `seed`.
 fn text(seed: u64, len: usize) -> Vec<u8> {
@@ -85,7 +85,10 @@ async fn open(mock: &Arc<MockClient>, key: &str, cache: &std::path::Path) -> Arc
 
 async fn read(c: &ArchiveClient, key: &str) -> Vec<u8> {
     let size = c.head(key).await.unwrap().info.size;
-    c.get_range(key, 0, size, None).await.unwrap().to_vec()
+    c.get_range(Version::any(key).range(0, size))
+        .await
+        .unwrap()
+        .to_vec()
 }
 
 async fn members_read_back(
@@ -118,11 +121,11 @@ async fn a_tar_is_listed_and_read_member_by_member() {
     let f = fixture();
     assert_eq!(sniff(&f.tar), Some(Format::Tar));
     let (mock, c) = members_read_back("refs.tar", f.tar.clone(), &f).await;
-    let root = c.list_page("", Some("/"), None, None).await.unwrap();
+    let root = c.list_page(List::dir("")).await.unwrap();
     let keys: Vec<_> = root.objects.iter().map(|o| o.key.as_str()).collect();
     assert_eq!(keys, ["a.txt", "hard"]);
     assert_eq!(root.prefixes, ["deep/", "dir/"]);
-    let dir = c.list_page("dir/", Some("/"), None, None).await.unwrap();
+    let dir = c.list_page(List::dir("dir/")).await.unwrap();
     let keys: Vec<_> = dir.objects.iter().map(|o| o.key.as_str()).collect();
     assert_eq!(keys, ["dir/", "dir/b.fa", "dir/empty", "dir/link"]);
     assert_eq!(dir.prefixes, ["dir/sub/"]);
@@ -131,7 +134,9 @@ async fn a_tar_is_listed_and_read_member_by_member() {
     let dir = tempfile::tempdir().unwrap();
     let c = open(&mock, "refs.tar", dir.path()).await;
     mock.reset_counts();
-    c.get_range("dir/sub/c.txt", 100, 200, None).await.unwrap();
+    c.get_range(Version::any("dir/sub/c.txt").range(100, 200))
+        .await
+        .unwrap();
     assert_eq!((mock.count(Op::Get), mock.get_bytes()), (1, 100));
 }
 
@@ -153,7 +158,8 @@ async fn a_gzipped_tar_is_read_from_the_restart_point_before_each_range() {
     mock.reset_counts();
     let big = &f.files[1].1;
     let n = big.len() as u64;
-    let got = c.get_range("dir/b.fa", n - 5000, n, None).await.unwrap();
+    let range = Version::any("dir/b.fa").range(n - 5000, n);
+    let got = c.get_range(range).await.unwrap();
     assert_eq!(&got[..], &big[big.len() - 5000..]);
     assert_eq!(mock.count(Op::Get), 1);
     assert!(
@@ -163,10 +169,8 @@ async fn a_gzipped_tar_is_read_from_the_restart_point_before_each_range() {
         gz.len()
     );
     // The span is kept: another read in it costs no request.
-    let got = c
-        .get_range("dir/b.fa", n - 9000, n - 8000, None)
-        .await
-        .unwrap();
+    let range = Version::any("dir/b.fa").range(n - 9000, n - 8000);
+    let got = c.get_range(range).await.unwrap();
     assert_eq!(&got[..], &big[big.len() - 9000..big.len() - 8000]);
     assert_eq!(mock.count(Op::Get), 1);
 }
@@ -187,7 +191,7 @@ async fn pages_of_a_big_directory_follow_each_other() {
     let c = open(&mock, "many.tar", dir.path()).await;
     let (mut seen, mut token) = (Vec::new(), None);
     loop {
-        let p = c.list_page("d/", Some("/"), token, None).await.unwrap();
+        let p = c.list_page(List::dir("d/").token(token)).await.unwrap();
         seen.extend(p.objects.into_iter().map(|o| o.key));
         token = p.next_token;
         if token.is_none() {
@@ -226,7 +230,8 @@ async fn the_index_is_built_once_per_archive_version() {
         Err(ClientError::NotFound(_))
     ));
     // The first client's reads now fail rather than return the new version's bytes.
-    let e = again.get_range("a.txt", 0, 10, None).await.unwrap_err();
+    let range = Version::any("a.txt").range(0, 10);
+    let e = again.get_range(range).await.unwrap_err();
     assert!(matches!(e, ClientError::Precondition(_)), "{e:?}");
     let meta = mock.head("r.tar").await.unwrap();
     let files = IndexFiles::new(dir.path(), "b/r.tar", &meta.info.etag, meta.info.size);
@@ -272,10 +277,8 @@ async fn damaged_archives_are_errors_not_bytes() {
     // Same ETag rules as S3 (the mock's ETag is of the content): the damaged version is
     // another object, so replace it under the index's ETag by hand.
     mock.insert("bad.tar.gz", bad);
-    let e = c
-        .get_range("dir/b.fa", 0, SPAN * 2, None)
-        .await
-        .unwrap_err();
+    let range = Version::any("dir/b.fa").range(0, SPAN * 2);
+    let e = c.get_range(range).await.unwrap_err();
     assert!(
         matches!(e, ClientError::Precondition(_) | ClientError::Other(_)),
         "{e:?}"

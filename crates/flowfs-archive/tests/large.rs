@@ -4,7 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use flowfs_client::{Metadata, Payload, Version};
+use flowfs_client::{ByteRange, Completion, List, ListAfter, Metadata, Part, Payload, Pieces};
+use flowfs_client::{Rewrite, Sink, Upload, Version};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,8 +15,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use flowfs_archive::{ArchiveClient, MemberKind};
 use flowfs_client::{
-    ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
-    UploadInfo,
+    ClientError, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result, UploadInfo,
 };
 
 /// Bytes of the big member: past 8 GiB - 1, what an octal size field holds.
@@ -95,62 +95,37 @@ impl ObjectClient for Synthetic {
             checksum: None,
         })
     }
-    async fn get_range_pieces(
-        &self,
-        _: &str,
-        start: u64,
-        cuts: &[u64],
-        _: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        let mut from = start;
-        for (i, &c) in cuts.iter().enumerate() {
+    async fn get_range_pieces(&self, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
+        let mut from = get.start;
+        for (i, &c) in get.cuts.iter().enumerate() {
             self.read.fetch_add(c - from, Ordering::Relaxed);
             sink(i, Bytes::from(self.bytes(from, c)));
             from = c;
         }
         Ok(())
     }
-    async fn list_page(
-        &self,
-        _: &str,
-        _: Option<&str>,
-        _: Option<String>,
-        _: Option<i32>,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, _: List<'_>) -> Result<ListPage> {
         Ok(ListPage::default())
     }
-    async fn list_after(&self, _: &str, _: &str, _: Option<String>) -> Result<ListPage> {
+    async fn list_after(&self, _: ListAfter<'_>) -> Result<ListPage> {
         Ok(ListPage::default())
     }
-    async fn put(&self, _: &str, _: Payload, _: &HashMap<String, String>) -> Result<PutResult> {
+    async fn put(&self, _: &str, _: Payload, _: &Metadata) -> Result<PutResult> {
         Err(refused())
     }
-    async fn create_multipart(&self, _: &str, _: &HashMap<String, String>) -> Result<String> {
+    async fn create_multipart(&self, _: &str, _: &Metadata) -> Result<String> {
         Err(refused())
     }
-    async fn upload_part(&self, _: &str, _: &str, _: i32, _: Payload) -> Result<String> {
+    async fn upload_part(&self, _: Part<'_>, _: Payload) -> Result<String> {
         Err(refused())
     }
-    async fn complete_multipart(
-        &self,
-        _: &str,
-        _: &str,
-        _: Vec<CompletedPart>,
-    ) -> Result<PutResult> {
+    async fn complete_multipart(&self, _: Completion<'_>) -> Result<PutResult> {
         Err(refused())
     }
-    async fn upload_part_copy(
-        &self,
-        _: Version<'_>,
-        _: &str,
-        _: &str,
-        _: i32,
-        _: (u64, u64),
-    ) -> Result<String> {
+    async fn upload_part_copy(&self, _: Part<'_>, _: ByteRange<'_>) -> Result<String> {
         Err(refused())
     }
-    async fn abort_multipart(&self, _: &str, _: &str) -> Result<()> {
+    async fn abort_multipart(&self, _: Upload<'_>) -> Result<()> {
         Err(refused())
     }
     async fn list_uploads(&self, _: &str) -> Result<Vec<UploadInfo>> {
@@ -159,13 +134,7 @@ impl ObjectClient for Synthetic {
     async fn copy(&self, _: Version<'_>, _: &str, _: Option<&Metadata>) -> Result<PutResult> {
         Err(refused())
     }
-    async fn replace_metadata(
-        &self,
-        _: &str,
-        _: &HashMap<String, String>,
-        _: Option<&str>,
-        _: u64,
-    ) -> Result<PutResult> {
+    async fn replace_metadata(&self, _: Rewrite<'_>) -> Result<PutResult> {
         Err(refused())
     }
     async fn delete(&self, _: &str) -> Result<()> {
@@ -188,12 +157,11 @@ async fn a_member_over_8_gib_is_indexed_and_read_at_its_end() {
     // The member after it, then its last bytes: a GET of just those bytes each (in this
     // order: a read right after the big member's end would fetch ahead to the archive's end).
     store.read.store(0, Ordering::Relaxed);
-    let tail = c
-        .get_range("after.txt", 0, TAIL.len() as u64, None)
-        .await
-        .unwrap();
+    let tail = Version::any("after.txt").range(0, TAIL.len() as u64);
+    let tail = c.get_range(tail).await.unwrap();
     assert_eq!(&tail[..], TAIL);
-    let end = c.get_range("big.bin", BIG - 8, BIG, None).await.unwrap();
+    let end = Version::any("big.bin").range(BIG - 8, BIG);
+    let end = c.get_range(end).await.unwrap();
     assert_eq!(&end[..], &BIG.to_le_bytes());
     assert_eq!(store.read.load(Ordering::Relaxed), 8 + TAIL.len() as u64);
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use flowfs_archive::ArchiveViews;
 use flowfs_client::mock::{MockClient, Op};
-use flowfs_client::{ClientError, ListPage, ObjectClient};
+use flowfs_client::{ClientError, List, ListAfter, ListPage, ObjectClient, Version};
 
 fn one_file_tar(name: &str, data: &[u8]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
@@ -44,7 +44,7 @@ async fn listed(v: &ArchiveViews, max: i32) -> Vec<String> {
     let (mut out, mut token) = (Vec::new(), None);
     loop {
         let p: ListPage = v
-            .list_page("d/", Some("/"), token, Some(max))
+            .list_page(List::dir("d/").token(token).max_keys(max))
             .await
             .unwrap();
         let mut names: Vec<String> = p.objects.iter().map(|o| o.key.clone()).collect();
@@ -94,7 +94,7 @@ async fn a_listing_from_a_name_between_an_archive_and_its_view_shows_the_view() 
         "d/a.tar.d/",
         "d/b.txt",
     ] {
-        let p = v.list_after("d/", after, None).await.unwrap();
+        let p = v.list_after(ListAfter::new("d/", after)).await.unwrap();
         let views: Vec<_> = p.prefixes.iter().filter(|p| p.ends_with(".d/")).collect();
         let want: Vec<&str> = ["d/a.tar.d/", "d/y.tgz.d/"]
             .into_iter()
@@ -104,7 +104,7 @@ async fn a_listing_from_a_name_between_an_archive_and_its_view_shows_the_view() 
     }
     // A name that is no archive's costs no HEAD.
     mock.reset_counts();
-    v.list_after("d/", "d/b.txt", None).await.unwrap();
+    v.list_after(ListAfter::new("d/", "d/b.txt")).await.unwrap();
     assert_eq!(mock.count(Op::Head), 0);
 }
 
@@ -113,15 +113,13 @@ async fn members_read_through_a_view_and_writes_below_it_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mock = bucket();
     let v = ArchiveViews::new(mock.clone(), "b", dir.path());
-    let root = v
-        .list_page("d/a.tar.d/", Some("/"), None, None)
-        .await
-        .unwrap();
+    let root = v.list_page(List::dir("d/a.tar.d/")).await.unwrap();
     let keys: Vec<_> = root.objects.iter().map(|o| o.key.as_str()).collect();
     assert_eq!(keys, ["d/a.tar.d/", "d/a.tar.d/m.txt"]);
     let m = v.head("d/a.tar.d/m.txt").await.unwrap();
     assert_eq!(m.info.key, "d/a.tar.d/m.txt");
-    let got = v.get_range("d/a.tar.d/m.txt", 0, 7, None).await.unwrap();
+    let range = Version::any("d/a.tar.d/m.txt").range(0, 7);
+    let got = v.get_range(range).await.unwrap();
     assert_eq!(&got[..], b"member\n");
     assert!(v.heads_are_free("d/a.tar.d/") && !v.heads_are_free("d/"));
     for k in [
@@ -138,20 +136,11 @@ async fn members_read_through_a_view_and_writes_below_it_are_refused() {
     }
     assert!(!v.refuses_writes("d/a.tar") && !v.refuses_writes("d/a.tar.dd/x"));
     // A view of an archive that is gone is an empty directory; of a non-archive, an error.
-    let gone = v
-        .list_page("d/gone.tar.d/", Some("/"), None, None)
-        .await
-        .unwrap();
+    let gone = v.list_page(List::dir("d/gone.tar.d/")).await.unwrap();
     assert!(gone.objects.is_empty() && gone.prefixes.is_empty());
-    assert!(v
-        .list_page("d/a.tar.c", Some("/"), None, None)
-        .await
-        .is_ok());
+    assert!(v.list_page(List::dir("d/a.tar.c")).await.is_ok());
     mock.insert("d/bad.tar", b"no tar here".repeat(100));
-    assert!(v
-        .list_page("d/bad.tar.d/", Some("/"), None, None)
-        .await
-        .is_err());
+    assert!(v.list_page(List::dir("d/bad.tar.d/")).await.is_err());
 }
 
 #[tokio::test]
@@ -168,7 +157,8 @@ async fn a_view_follows_its_archive_when_it_is_written_again() {
         v.head("d/a.tar.d/m.txt").await,
         Err(ClientError::NotFound(_))
     ));
-    let got = v.get_range("d/a.tar.d/new.txt", 0, 4, None).await.unwrap();
+    let range = Version::any("d/a.tar.d/new.txt").range(0, 4);
+    let got = v.get_range(range).await.unwrap();
     assert_eq!(&got[..], b"new\n");
     // Written behind its back: the listing that shows the new ETag forgets the old index.
     mock.insert("d/a.tar", one_file_tar("third.txt", b"3\n"));

@@ -8,7 +8,7 @@ use std::future::Future;
 use bytes::Bytes;
 
 use crate::checksum::Running;
-use crate::{short_body, AlignedBuf, Checksum, Result};
+use crate::{short_body, AlignedBuf, Checksum, Pieces, Result, Sink, Version};
 
 /// A body read frame by frame, whatever the HTTP stack (an SDK stream, a reqwest answer).
 pub(crate) trait Frames: Send {
@@ -25,17 +25,12 @@ impl Frames for Whole {
     }
 }
 
-/// Reads `body`, the bytes of `key` from
-/// `start` on, and gives piece `i`, which ends at `cuts[i]` (not empty), to
-/// `sink(i, bytes)` once it is whole. A body that ends early is a short-body error after
-/// the pieces it completed.
-pub(crate) async fn deliver(
-    mut body: impl Frames,
-    key: &str,
-    start: u64,
-    cuts: &[u64],
-    sink: &mut (dyn FnMut(usize, Bytes) + Send),
-) -> Result<()> {
+/// Reads `body`, the bytes of `get.src` from `get.start` on, and gives piece `i`, which
+/// ends at `cuts[i]` (not empty), to `sink(i, bytes)` once it is whole. A body that ends
+/// early is a short-body error after the pieces it completed.
+pub(crate) async fn deliver(mut body: impl Frames, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
+    let Pieces { src, start, cuts } = get;
+    let key = src.key;
     let want = cuts.last().map_or(0, |&end| end - start);
     let (mut i, mut from) = (0, start);
     let mut buf = AlignedBuf::with_capacity((cuts[0] - start) as usize);
@@ -71,10 +66,11 @@ pub(crate) async fn deliver_checked(
     key: &str,
     cuts: &[u64],
     want: Option<Checksum>,
-    sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    sink: Sink<'_>,
 ) -> Result<()> {
+    let get = Version::any(key).pieces(0, cuts);
     let Some(mut check) = want.and_then(Running::against) else {
-        return deliver(body, key, 0, cuts, sink).await;
+        return deliver(body, get, sink).await;
     };
     let len = cuts.last().map_or(0, |&end| end as usize);
     let mut buf = AlignedBuf::with_capacity(len);
@@ -89,5 +85,5 @@ pub(crate) async fn deliver_checked(
         return Err(short_body(key, buf.len() as u64, len as u64));
     }
     check.check(key)?;
-    crate::split_pieces(key, 0, cuts, &buf.into_bytes(), sink)
+    crate::split_pieces(get, &buf.into_bytes(), sink)
 }

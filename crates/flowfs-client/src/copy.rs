@@ -3,10 +3,10 @@
 //! parts are UploadPartCopy ranges of the source, so that no byte leaves the server.
 //! Written once over the trait, so that the S3 backend and the mock run the same steps.
 
-use std::collections::HashMap;
 use std::future::Future;
 
-use crate::{ClientError, CompletedPart, Metadata, ObjectClient, PutResult, Result, Version};
+use crate::{ClientError, CompletedPart, Metadata, ObjectClient, PutResult, Result};
+use crate::{Rewrite, Upload, Version};
 
 /// The largest object one CopyObject copies (S3's limit).
 pub const MAX_COPY: u64 = 5 << 30;
@@ -68,11 +68,19 @@ pub async fn copy_any_size<C: ObjectClient + ?Sized>(
         return Err(ClientError::Precondition(src.key.to_string()));
     }
     let meta = meta.unwrap_or(&head.metadata);
-    let src = Version {
-        key: src.key,
-        etag: Some(&head.info.etag),
-    };
+    let src = Version::new(src.key, Some(&head.info.etag));
     copy_in_parts(client, src, to, meta, head.info.size, limits).await
+}
+
+/// `replace_metadata` of an object too large for one copy: `copy_in_parts` of it onto
+/// itself with the new metadata.
+pub async fn rewrite_in_parts<C: ObjectClient + ?Sized>(
+    client: &C,
+    rw: Rewrite<'_>,
+    limits: CopyLimits,
+) -> Result<PutResult> {
+    let Rewrite { object, .. } = rw;
+    copy_in_parts(client, object, object.key, rw.metadata, rw.size, limits).await
 }
 
 /// Copies `src` (`size` bytes; of version `src.etag` if given) to `to` with a multipart
@@ -83,26 +91,26 @@ pub async fn copy_in_parts<C: ObjectClient + ?Sized>(
     client: &C,
     src: Version<'_>,
     to: &str,
-    metadata: &HashMap<String, String>,
+    metadata: &Metadata,
     size: u64,
     limits: CopyLimits,
 ) -> Result<PutResult> {
     let key = to;
     let id = client.create_multipart(key, metadata).await?;
+    let upload = Upload::new(key, &id);
     let copied = async {
         let mut parts = Vec::new();
-        for (i, range) in limits.ranges(size).into_iter().enumerate() {
+        for (i, (start, end)) in limits.ranges(size).into_iter().enumerate() {
             let part_number = i as i32 + 1;
-            let etag = client
-                .upload_part_copy(src, key, &id, part_number, range)
-                .await?;
+            let part = upload.part(part_number);
+            let etag = client.upload_part_copy(part, src.range(start, end)).await?;
             parts.push(CompletedPart { part_number, etag });
         }
-        client.complete_multipart(key, &id, parts).await
+        client.complete_multipart(upload.completion(&parts)).await
     }
     .await;
     if copied.is_err() {
-        if let Err(e) = client.abort_multipart(key, &id).await {
+        if let Err(e) = client.abort_multipart(upload).await {
             tracing::warn!(%key, "cannot abort a copy in parts that failed: {e}");
         }
     }

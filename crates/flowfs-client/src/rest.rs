@@ -35,55 +35,88 @@ pub(crate) fn signing_context(http: &reqwest::Client) -> reqsign_core::Context {
         .with_env(reqsign_core::OsEnv)
 }
 
-/// The head of a request of `body` with `headers`; it says its length when it has a
-/// body, or is a PUT or a POST (which a server may refuse without one).
-pub(crate) fn request_head(
-    method: http::Method,
-    url: &str,
-    headers: &[(&str, String)],
-    body: &Bytes,
-    what: &str,
-) -> Result<http::request::Parts> {
-    let with_length = !body.is_empty() || matches!(method, http::Method::PUT | http::Method::POST);
-    let mut b = http::Request::builder().method(method).uri(url);
-    for (k, v) in headers {
-        b = b.header(*k, v);
-    }
-    if with_length {
-        b = b.header(http::header::CONTENT_LENGTH, body.len());
-    }
-    let (parts, ()) = b
-        .body(())
-        .map_err(|e| ClientError::Other(format!("{what}: {e}")))?
-        .into_parts();
-    Ok(parts)
-}
-
-/// A request to send: what it is to the store (`op`, the store's name for it) and to
-/// flowfs's messages (`what`: the request and its key).
-pub(crate) struct Sending<'a> {
-    pub op: &'static str,
+/// One request of a REST backend: its method, URL, headers and body; `what` names it (the
+/// request and its key) in flowfs's messages.
+pub(crate) struct Call<'a> {
+    pub method: http::Method,
+    pub url: &'a str,
+    pub headers: &'a [(&'a str, String)],
+    pub body: Bytes,
     pub what: &'a str,
 }
 
-/// Sends a (signed) request and counts it in `metrics`; a request that got no answer is
-/// its error.
-pub(crate) async fn execute(
-    http: &reqwest::Client,
-    metrics: &std::sync::Arc<StoreMetrics>,
-    head: http::request::Parts,
-    body: Bytes,
-    sending: Sending<'_>,
-) -> Result<reqwest::Response> {
-    let what = sending.what;
-    let req = reqwest::Request::try_from(http::Request::from_parts(head, body))
-        .map_err(|e| ClientError::Other(format!("{what}: {e}")))?;
-    let counted = metrics.sending(sending.op);
-    let r = http.execute(req).await;
-    let status = r.as_ref().ok().map(|r| r.status().as_u16());
-    let took = counted.elapsed();
-    counted.done(Outcome::of_status(status), took);
-    r.map_err(|e| send_error(what, e))
+impl<'a> Call<'a> {
+    /// A request of `method` to `url`, without headers or body.
+    pub fn new(method: http::Method, url: &'a str, what: &'a str) -> Call<'a> {
+        Call {
+            method,
+            url,
+            headers: &[],
+            body: Bytes::new(),
+            what,
+        }
+    }
+
+    /// With `headers`.
+    pub fn headers(self, headers: &'a [(&'a str, String)]) -> Call<'a> {
+        Call { headers, ..self }
+    }
+
+    /// With `body`.
+    pub fn body(self, body: Bytes) -> Call<'a> {
+        Call { body, ..self }
+    }
+
+    /// Its head, to be signed; it says its length when it has a body, or is a PUT or a
+    /// POST (which a server may refuse without one).
+    pub fn head(&self) -> Result<http::request::Parts> {
+        let with_length =
+            !self.body.is_empty() || matches!(self.method, http::Method::PUT | http::Method::POST);
+        let mut b = http::Request::builder()
+            .method(self.method.clone())
+            .uri(self.url);
+        for (k, v) in self.headers {
+            b = b.header(*k, v);
+        }
+        if with_length {
+            b = b.header(http::header::CONTENT_LENGTH, self.body.len());
+        }
+        let (parts, ()) = b
+            .body(())
+            .map_err(|e| ClientError::Other(format!("{}: {e}", self.what)))?
+            .into_parts();
+        Ok(parts)
+    }
+
+    /// Sends it with `head` (its head, signed) and counts it in `metrics` as `op` (the
+    /// store's name of the request); a request that got no answer is its error.
+    pub async fn execute(
+        self,
+        http: &reqwest::Client,
+        metrics: &std::sync::Arc<StoreMetrics>,
+        head: http::request::Parts,
+        op: &'static str,
+    ) -> Result<reqwest::Response> {
+        let what = self.what;
+        let req = reqwest::Request::try_from(http::Request::from_parts(head, self.body))
+            .map_err(|e| ClientError::Other(format!("{what}: {e}")))?;
+        let counted = metrics.sending(op);
+        let r = http.execute(req).await;
+        let status = r.as_ref().ok().map(|r| r.status().as_u16());
+        let took = counted.elapsed();
+        counted.done(Outcome::of_status(status), took);
+        r.map_err(|e| send_error(what, e))
+    }
+}
+
+/// Signs `head` with `signer`; credentials that fail are `Credentials` (`store` names
+/// the store).
+pub(crate) async fn sign<K: reqsign_core::SigningCredential>(
+    signer: &reqsign_core::Signer<K>,
+    head: &mut http::request::Parts,
+    store: &str,
+) -> Result<()> {
+    (signer.sign(head, None).await).map_err(|e| ClientError::Credentials(format!("{store}: {e}")))
 }
 
 /// A request that got no answer.
@@ -210,6 +243,19 @@ impl<S: Default + Clone> OpenUploads<S> {
 /// When upload `id` began (by this clock).
 pub(crate) fn upload_began(id: &str) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(id.get(..10).and_then(|s| s.parse().ok()).unwrap_or(0))
+}
+
+/// A test's environment of the credential variables: `pairs`, and nothing else.
+#[cfg(test)]
+pub(crate) fn env_of(
+    pairs: &'static [(&'static str, &'static str)],
+) -> impl Fn(&str) -> Option<String> {
+    move |k| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 //!
 //! The SDK underneath makes one attempt per call: one policy, here, decides them all.
 
-use crate::{Crc, Metadata, Payload, Version};
-use std::collections::HashMap;
+use crate::{ByteRange, Completion, Crc, List, ListAfter, Metadata, Part, Payload, Pieces};
+use crate::{Rewrite, Sink, Upload, Version};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +22,7 @@ use tokio::time::Instant;
 use crate::limiter::Limiter;
 use crate::metrics::{RetryEvent, StoreMetrics};
 use crate::{
-    ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectMeta, PutResult, Result,
-    UploadInfo,
+    ClientError, KeyRules, ListPage, ObjectClient, ObjectMeta, PutResult, Result, UploadInfo,
 };
 
 /// When to send a failed request again.
@@ -187,18 +186,11 @@ impl Retrying {
 impl Retrying {
     /// A retry asks only for the pieces not delivered yet: a reader is never handed
     /// the same piece twice, and a body cut near its end is not fetched again whole.
-    async fn get_pieces(
-        &self,
-        key: &str,
-        start: u64,
-        cuts: &[u64],
-        etag: Option<&str>,
-        whole: bool,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
+    async fn get_pieces(&self, get: Pieces<'_>, whole: bool, sink: Sink<'_>) -> Result<()> {
+        let Pieces { src, start, cuts } = get;
         let done = Mutex::new(0usize);
         let sink = Mutex::new(sink);
-        self.retry("GET_RANGE", key, || {
+        self.retry("GET_RANGE", src.key, || {
             let from = *done.lock();
             let begin = if from == 0 { start } else { cuts[from - 1] };
             let (done, sink) = (&done, &sink);
@@ -211,14 +203,10 @@ impl Retrying {
                 };
                 let rest = &cuts[from..];
                 if whole && from == 0 {
-                    return self
-                        .inner
-                        .get_whole_pieces(key, rest, etag, &mut relay)
-                        .await;
+                    return self.inner.get_whole_pieces(src, rest, &mut relay).await;
                 }
-                (self.inner)
-                    .get_range_pieces(key, begin, rest, etag, &mut relay)
-                    .await
+                let rest = src.pieces(begin, rest);
+                self.inner.get_range_pieces(rest, &mut relay).await
             }
         })
         .await
@@ -251,61 +239,27 @@ impl ObjectClient for Retrying {
 
     /// A retry asks only for the pieces not delivered yet: a reader is never handed
     /// the same piece twice, and a body cut near its end is not fetched again whole.
-    async fn get_range_pieces(
-        &self,
-        key: &str,
-        start: u64,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        self.get_pieces(key, start, cuts, etag, false, sink).await
+    async fn get_range_pieces(&self, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
+        self.get_pieces(get, false, sink).await
     }
 
     /// As `get_range_pieces`; while no piece has been handed over, a retry asks for the
     /// whole object again (a checked body is handed over whole or not at all).
-    async fn get_whole_pieces(
-        &self,
-        key: &str,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        self.get_pieces(key, 0, cuts, etag, true, sink).await
+    async fn get_whole_pieces(&self, src: Version<'_>, cuts: &[u64], sink: Sink<'_>) -> Result<()> {
+        self.get_pieces(src.pieces(0, cuts), true, sink).await
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-    ) -> Result<ListPage> {
-        self.retry("LIST", prefix, || {
-            self.inner
-                .list_page(prefix, delimiter, token.clone(), max_keys)
-        })
-        .await
+    async fn list_page(&self, list: List<'_>) -> Result<ListPage> {
+        let prefix = list.prefix;
+        (self.retry("LIST", prefix, || self.inner.list_page(list.clone()))).await
     }
 
-    async fn list_after(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        token: Option<String>,
-    ) -> Result<ListPage> {
-        self.retry("LIST", prefix, || {
-            self.inner.list_after(prefix, start_after, token.clone())
-        })
-        .await
+    async fn list_after(&self, list: ListAfter<'_>) -> Result<ListPage> {
+        let prefix = list.prefix;
+        (self.retry("LIST", prefix, || self.inner.list_after(list.clone()))).await
     }
 
-    async fn put(
-        &self,
-        key: &str,
-        body: Payload,
-        metadata: &HashMap<String, String>,
-    ) -> Result<PutResult> {
+    async fn put(&self, key: &str, body: Payload, metadata: &Metadata) -> Result<PutResult> {
         self.retry("PUT", key, || {
             self.metrics.uploaded(body.len());
             self.inner.put(key, body.clone(), metadata)
@@ -316,50 +270,36 @@ impl ObjectClient for Retrying {
     /// Not idempotent: an attempt whose answer was lost leaves an upload nobody
     /// completes. It is retried anyway (a create that fails fails the whole file), and
     /// such an upload costs only its (empty) record until the bucket's lifecycle rule.
-    async fn create_multipart(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-    ) -> Result<String> {
+    async fn create_multipart(&self, key: &str, metadata: &Metadata) -> Result<String> {
         self.retry("CREATE_MULTIPART", key, || {
             self.inner.create_multipart(key, metadata)
         })
         .await
     }
 
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        body: Payload,
-    ) -> Result<String> {
-        self.retry("UPLOAD_PART", key, || {
+    async fn upload_part(&self, part: Part<'_>, body: Payload) -> Result<String> {
+        self.retry("UPLOAD_PART", part.upload.key, || {
             self.metrics.uploaded(body.len());
-            self.inner
-                .upload_part(key, upload_id, part_number, body.clone())
+            self.inner.upload_part(part, body.clone())
         })
         .await
     }
 
     /// An attempt that completed the upload but whose answer was lost makes the next
     /// one fail with NoSuchUpload: the file is then uploaded again whole, never lost.
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: Vec<CompletedPart>,
-    ) -> Result<PutResult> {
-        self.retry("COMPLETE_MULTIPART", key, || {
-            self.inner.complete_multipart(key, upload_id, parts.clone())
-        })
+    async fn complete_multipart(&self, done: Completion<'_>) -> Result<PutResult> {
+        let key = done.upload.key;
+        (self.retry("COMPLETE_MULTIPART", key, || {
+            self.inner.complete_multipart(done)
+        }))
         .await
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
-        self.retry("ABORT_MULTIPART", key, || {
-            self.inner.abort_multipart(key, upload_id)
-        })
+    async fn abort_multipart(&self, upload: Upload<'_>) -> Result<()> {
+        let key = upload.key;
+        (self.retry("ABORT_MULTIPART", key, || {
+            self.inner.abort_multipart(upload)
+        }))
         .await
     }
 
@@ -373,37 +313,20 @@ impl ObjectClient for Retrying {
             .await
     }
 
-    async fn replace_metadata(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-        etag: Option<&str>,
-        size: u64,
-    ) -> Result<PutResult> {
-        if size > crate::copy::MAX_COPY {
+    async fn replace_metadata(&self, rw: Rewrite<'_>) -> Result<PutResult> {
+        if rw.size > crate::copy::MAX_COPY {
             // In parts, each of them retried here.
             let limits = crate::copy::CopyLimits::default();
-            let src = Version { key, etag };
-            return crate::copy::copy_in_parts(self, src, key, metadata, size, limits).await;
+            return crate::copy::rewrite_in_parts(self, rw, limits).await;
         }
-        self.retry("COPY", key, || {
-            self.inner.replace_metadata(key, metadata, etag, size)
-        })
-        .await
+        (self.retry("COPY", rw.object.key, || self.inner.replace_metadata(rw))).await
     }
 
-    async fn upload_part_copy(
-        &self,
-        src: Version<'_>,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        range: (u64, u64),
-    ) -> Result<String> {
-        self.retry("UPLOAD_PART_COPY", key, || {
-            self.inner
-                .upload_part_copy(src, key, upload_id, part_number, range)
-        })
+    async fn upload_part_copy(&self, part: Part<'_>, range: ByteRange<'_>) -> Result<String> {
+        let key = part.upload.key;
+        (self.retry("UPLOAD_PART_COPY", key, || {
+            self.inner.upload_part_copy(part, range)
+        }))
         .await
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use flowfs_archive::{sniff, ArchiveClient, ArchiveViews, SNIFF_LEN};
-use flowfs_client::{ClientError, ObjectClient};
+use flowfs_client::{ClientError, List, ObjectClient, Version};
 use flowfs_fs::FsConfig;
 
 /// Names that say "archive": such an object is mounted as one, or refused with why.
@@ -43,15 +43,12 @@ pub(crate) fn serve_source(
         Err(e) => return Err(e).with_context(|| url_of(&cfg.bucket, &key)),
     };
     if !named {
+        let version = Version::new(&key, Some(&meta.info.etag));
         let first = rt
-            .block_on(client.get_range(
-                &key,
-                0,
-                meta.info.size.min(SNIFF_LEN),
-                Some(&meta.info.etag),
-            ))
+            .block_on(client.get_range(version.range(0, meta.info.size.min(SNIFF_LEN))))
             .with_context(|| url_of(&cfg.bucket, &key))?;
-        let below = rt.block_on(client.list_page(&format!("{key}/"), Some("/"), None, Some(1)))?;
+        let dir = format!("{key}/");
+        let below = rt.block_on(client.list_page(List::dir(&dir).max_keys(1)))?;
         if sniff(&first).is_none() || !below.objects.is_empty() || !below.prefixes.is_empty() {
             return Ok(prefix(client, cfg));
         }

@@ -7,7 +7,8 @@
 
 mod spans;
 
-use flowfs_client::{Metadata, Payload, Version};
+use flowfs_client::{ByteRange, Completion, List, ListAfter, Metadata, Part, Payload, Pieces};
+use flowfs_client::{Rewrite, Sink, Upload, Version};
 use spans::Spans;
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,8 +19,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use flowfs_client::meta::{percent_encode, Posix, SYMLINK_META};
 use flowfs_client::{
-    split_pieces, ClientError, CompletedPart, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
-    PutResult, Result, UploadInfo,
+    split_pieces, ClientError, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
+    UploadInfo,
 };
 
 use crate::ahead::{Ahead, Plan, SMALL};
@@ -87,6 +88,11 @@ impl ArchiveClient {
         })
     }
 
+    /// The archive's object, of the version its index was built from.
+    fn indexed(&self) -> Version<'_> {
+        Version::new(&self.key, Some(&self.index.etag))
+    }
+
     /// Fetches archive bytes `[at, to)` into `cell` in the background (a reader that gets
     /// there first fetches them itself; a failure here is its to see, so it is dropped).
     fn fetch_behind(&self, at: u64, to: u64, cell: Arc<tokio::sync::OnceCell<Bytes>>) {
@@ -96,7 +102,8 @@ impl ArchiveClient {
             self.index.etag.clone(),
         );
         tokio::spawn(async move {
-            let fetch = || inner.get_range(&key, at, to, Some(&etag));
+            let archive = Version::new(&key, Some(&etag));
+            let fetch = || inner.get_range(archive.range(at, to));
             let _ = cell.get_or_try_init(fetch).await;
         });
     }
@@ -225,7 +232,8 @@ async fn build_once(
         return Ok(ix);
     }
     let end = info.size.min(crate::SNIFF_LEN);
-    let head = inner.get_range(key, 0, end, Some(&info.etag)).await?;
+    let of = Version::new(key, Some(&info.etag));
+    let head = inner.get_range(of.range(0, end)).await?;
     let format = crate::sniff(&head)
         .ok_or_else(|| ArchiveError::NotAnArchive("neither a tar nor gzip at its start".into()))?;
     let ix = crate::build::build(inner.clone(), info, format).await?;
@@ -266,19 +274,13 @@ impl ObjectClient for ArchiveClient {
         })
     }
 
-    async fn get_range_pieces(
-        &self,
-        key: &str,
-        start: u64,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
+    async fn get_range_pieces(&self, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
+        let (Version { key, etag }, start, cuts) = (get.src, get.start, get.cuts);
         let m = self.member(key)?;
         if etag.is_some_and(|e| e != self.etag_of(m)) {
             return Err(ClientError::Precondition(key.to_string()));
         }
-        let Some(&end) = cuts.last().filter(|&&e| e > start) else {
+        let Some(end) = get.end() else {
             return Ok(());
         };
         if end > m.size {
@@ -289,7 +291,7 @@ impl ObjectClient for ArchiveClient {
         let data = match (&m.kind, self.index.format) {
             (MemberKind::File { offset }, Format::Tar) => {
                 let (from, to) = (start + offset, end + offset);
-                let etag = Some(self.index.etag.as_str());
+                let of_archive = self.indexed();
                 // A big member is read ahead by the file system above, range by range.
                 let plan = match m.size <= SMALL {
                     true => {
@@ -318,16 +320,15 @@ impl ObjectClient for ArchiveClient {
                         if let Some((a, b, c)) = next {
                             self.fetch_behind(a, b, c);
                         }
-                        let fetch = || self.inner.get_range(&self.key, at, end, etag);
+                        let fetch = || self.inner.get_range(of_archive.range(at, end));
                         let got = cell.get_or_try_init(fetch).await?;
                         got.slice((from - at) as usize..(to - at) as usize)
                     }
                     Plan::Direct => {
                         // The archive's own bytes: one ranged GET, its pieces as they arrive.
                         let moved: Vec<u64> = cuts.iter().map(|c| c + offset).collect();
-                        return (self.inner)
-                            .get_range_pieces(&self.key, from, &moved, etag, sink)
-                            .await;
+                        let get = of_archive.pieces(from, &moved);
+                        return self.inner.get_range_pieces(get, sink).await;
                     }
                 }
             }
@@ -339,96 +340,54 @@ impl ObjectClient for ArchiveClient {
             }
             _ => Bytes::new(),
         };
-        split_pieces(key, start, cuts, &data, sink)
+        split_pieces(get, &data, sink)
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-    ) -> Result<ListPage> {
-        let max = max_keys.map_or(PAGE, |m| m.max(1) as usize);
-        Ok(self.page(prefix, delimiter == Some("/"), token.as_deref(), max))
+    async fn list_page(&self, list: List<'_>) -> Result<ListPage> {
+        let max = list.max_keys.map_or(PAGE, |m| m.max(1) as usize);
+        let dir = list.delimiter == Some("/");
+        Ok(self.page(list.prefix, dir, list.token.as_deref(), max))
     }
 
-    async fn list_after(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        token: Option<String>,
-    ) -> Result<ListPage> {
-        let after = token.as_deref().unwrap_or(start_after);
-        Ok(self.page(prefix, true, Some(after), PAGE))
+    async fn list_after(&self, list: ListAfter<'_>) -> Result<ListPage> {
+        let after = list.token.as_deref().unwrap_or(list.start_after);
+        Ok(self.page(list.prefix, true, Some(after), PAGE))
     }
 
-    async fn put(
-        &self,
-        key: &str,
-        _body: Payload,
-        _metadata: &HashMap<String, String>,
-    ) -> Result<PutResult> {
+    async fn put(&self, key: &str, _body: Payload, _metadata: &Metadata) -> Result<PutResult> {
         Err(read_only(key))
     }
 
-    async fn create_multipart(
-        &self,
-        key: &str,
-        _metadata: &HashMap<String, String>,
-    ) -> Result<String> {
+    async fn create_multipart(&self, key: &str, _metadata: &Metadata) -> Result<String> {
         Err(read_only(key))
     }
 
-    async fn upload_part(&self, key: &str, _id: &str, _n: i32, _body: Payload) -> Result<String> {
-        Err(read_only(key))
+    async fn upload_part(&self, part: Part<'_>, _body: Payload) -> Result<String> {
+        Err(read_only(part.upload.key))
     }
 
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        _id: &str,
-        _parts: Vec<CompletedPart>,
-    ) -> Result<PutResult> {
-        Err(read_only(key))
+    async fn complete_multipart(&self, done: Completion<'_>) -> Result<PutResult> {
+        Err(read_only(done.upload.key))
     }
 
-    async fn upload_part_copy(
-        &self,
-        _src: Version<'_>,
-        key: &str,
-        _id: &str,
-        _n: i32,
-        _range: (u64, u64),
-    ) -> Result<String> {
-        Err(read_only(key))
+    async fn upload_part_copy(&self, part: Part<'_>, _range: ByteRange<'_>) -> Result<String> {
+        Err(read_only(part.upload.key))
     }
 
-    async fn abort_multipart(&self, key: &str, _id: &str) -> Result<()> {
-        Err(read_only(key))
+    async fn abort_multipart(&self, upload: Upload<'_>) -> Result<()> {
+        Err(read_only(upload.key))
     }
 
     async fn list_uploads(&self, _key: &str) -> Result<Vec<UploadInfo>> {
         Ok(Vec::new())
     }
 
-    async fn copy(
-        &self,
-        _src: Version<'_>,
-        to: &str,
-        _meta: Option<&Metadata>,
-    ) -> Result<PutResult> {
+    async fn copy(&self, _: Version<'_>, to: &str, _: Option<&Metadata>) -> Result<PutResult> {
         Err(read_only(to))
     }
 
-    async fn replace_metadata(
-        &self,
-        key: &str,
-        _metadata: &HashMap<String, String>,
-        _etag: Option<&str>,
-        _size: u64,
-    ) -> Result<PutResult> {
-        Err(read_only(key))
+    async fn replace_metadata(&self, rw: Rewrite<'_>) -> Result<PutResult> {
+        Err(read_only(rw.object.key))
     }
 
     async fn delete(&self, key: &str) -> Result<()> {

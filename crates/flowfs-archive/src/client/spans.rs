@@ -88,9 +88,7 @@ impl ArchiveClient {
         let to = points
             .get(j)
             .map_or(self.index.size, |q| (q.input + 1).min(self.index.size));
-        let data = (self.inner)
-            .get_range(&self.key, from, to, Some(&self.index.etag))
-            .await?;
+        let data = self.inner.get_range(self.indexed().range(from, to)).await?;
         let index = self.index.clone();
         let inflate = move || {
             let len: u64 = index.points[i..j].iter().map(|p| p.span).sum();

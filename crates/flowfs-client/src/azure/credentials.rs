@@ -191,15 +191,7 @@ pub(crate) fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use crate::rest::env_of;
 
     fn is_shared_key(s: &Source, want: &str) -> bool {
         matches!(s, Source::Static(Credential::SharedKey { account_name, .. }) if account_name == want)

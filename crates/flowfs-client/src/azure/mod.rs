@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 
-use bytes::Bytes;
 use reqsign_azure_storage::{Credential, RequestSigner};
 use reqsign_core::Signer;
 
@@ -19,6 +18,7 @@ mod requests;
 mod uploads;
 mod xml;
 
+use crate::rest::Call;
 use crate::{ClientError, Result};
 
 /// The REST API version every request asks for (Azurite 3.35 serves it).
@@ -105,10 +105,7 @@ impl AzureClient {
     pub async fn create_container(&self) -> Result<()> {
         let url = self.url("", "restype=container");
         let what = format!("create container {}", self.container);
-        match self
-            .send(http::Method::PUT, &url, &[], Bytes::new(), &what)
-            .await
-        {
+        match self.send(Call::new(http::Method::PUT, &url, &what)).await {
             Ok(_) => Ok(()),
             Err(ClientError::Other(m)) if m.contains("ContainerAlreadyExists") => Ok(()),
             Err(e) => Err(e),
@@ -133,24 +130,14 @@ impl AzureClient {
 
     /// Signs and sends one request; an answer that is not a success becomes its
     /// `ClientError` (errors.rs), `what` naming the request and its key there.
-    async fn send(
-        &self,
-        method: http::Method,
-        url: &str,
-        headers: &[(&str, String)],
-        body: Bytes,
-        what: &str,
-    ) -> Result<reqwest::Response> {
-        let op = api_name(&method, url, headers);
-        let mut head = crate::rest::request_head(method, url, headers, &body, what)?;
+    async fn send(&self, call: Call<'_>) -> Result<reqwest::Response> {
+        let op = api_name(&call.method, call.url, call.headers);
+        let mut head = call.head()?;
         let version = http::HeaderValue::from_static(API_VERSION);
         head.headers.insert("x-ms-version", version);
-        self.signer
-            .sign(&mut head, None)
-            .await
-            .map_err(|e| ClientError::Credentials(format!("Azure: {e}")))?;
-        let sending = crate::rest::Sending { op, what };
-        let resp = crate::rest::execute(&self.http, &self.metrics, head, body, sending).await?;
+        crate::rest::sign(&self.signer, &mut head, "Azure").await?;
+        let what = call.what;
+        let resp = call.execute(&self.http, &self.metrics, head, op).await?;
         errors::check(resp, what, &self.container).await
     }
 }

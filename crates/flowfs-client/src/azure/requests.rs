@@ -1,8 +1,9 @@
 //! `impl ObjectClient for AzureClient`: each method is the Azure Blob REST call of
 //! docs/STORES.md's table (multipart uploads: uploads.rs).
 
-use crate::{Metadata, Payload, Version};
-use std::collections::HashMap;
+use crate::rest::Call;
+use crate::{ByteRange, Completion, List, ListAfter, Metadata, Part, Payload, Pieces, Rewrite};
+use crate::{Sink, Upload, Version};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -12,8 +13,8 @@ use http::Method;
 use super::uploads::{self, Block};
 use super::{meta_headers, meta_of, query_value, quoted, xml, AzureClient};
 use crate::{
-    pieces_end, ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectInfo,
-    ObjectMeta, PutResult, Result, UploadInfo,
+    ClientError, KeyRules, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult, Result,
+    UploadInfo,
 };
 
 /// How long a server-side copy the service finishes in the background is waited for
@@ -31,7 +32,8 @@ impl AzureClient {
         what: &str,
     ) -> Result<reqwest::Response> {
         let url = self.url(key, query);
-        self.send(method, &url, headers, Bytes::new(), what).await
+        self.send(Call::new(method, &url, what).headers(headers))
+            .await
     }
 
     /// A PUT of `body`: a blob, a block, a block list.
@@ -44,7 +46,8 @@ impl AzureClient {
         what: &str,
     ) -> Result<reqwest::Response> {
         let url = self.url(key, query);
-        self.send(Method::PUT, &url, headers, body, what).await
+        let call = Call::new(Method::PUT, &url, what).headers(headers);
+        self.send(call.body(body)).await
     }
 
     /// One page of List Blobs below `prefix`, its entries in key order.
@@ -192,32 +195,22 @@ impl ObjectClient for AzureClient {
         })
     }
 
-    async fn get_range_pieces(
-        &self,
-        key: &str,
-        start: u64,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        let Some(end) = pieces_end(start, cuts) else {
+    async fn get_range_pieces(&self, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
+        let Some(end) = get.end() else {
             return Ok(());
         };
-        let mut h = vec![("x-ms-range", format!("bytes={start}-{}", end - 1))];
+        let Version { key, etag } = get.src;
+        let mut h = vec![("x-ms-range", format!("bytes={}-{}", get.start, end - 1))];
         if let Some(e) = etag {
             h.push(("if-match", e.to_string()));
         }
         let r = self.call(Method::GET, key, "", &h, key).await?;
-        crate::body::deliver(crate::rest::Answer { r, key }, key, start, cuts, sink).await
+        crate::body::deliver(crate::rest::Answer { r, key }, get, sink).await
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, list: List<'_>) -> Result<ListPage> {
+        let (prefix, delimiter) = (list.prefix, list.delimiter);
+        let (token, max_keys) = (list.token, list.max_keys);
         let page = self
             .list_blobs(prefix, delimiter, token.as_deref(), max_keys)
             .await?;
@@ -232,13 +225,9 @@ impl ObjectClient for AzureClient {
     /// List Blobs has no start-after: the listing runs from the prefix and what sorts
     /// at or before `start_after` is left out (a cost that grows with the entries before
     /// it; S3 and GCS start there).
-    async fn list_after(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        token: Option<String>,
-    ) -> Result<ListPage> {
-        let mut page = self.list_page(prefix, Some("/"), token, None).await?;
+    async fn list_after(&self, list: ListAfter<'_>) -> Result<ListPage> {
+        let start_after = list.start_after;
+        let mut page = self.list_page(list.level()).await?;
         page.objects.retain(|o| o.key.as_str() > start_after);
         let mut kept = Vec::with_capacity(page.prefixes.len());
         for p in std::mem::take(&mut page.prefixes) {
@@ -253,23 +242,14 @@ impl ObjectClient for AzureClient {
         Ok(page)
     }
 
-    async fn put(
-        &self,
-        key: &str,
-        body: Payload,
-        metadata: &HashMap<String, String>,
-    ) -> Result<PutResult> {
+    async fn put(&self, key: &str, body: Payload, metadata: &Metadata) -> Result<PutResult> {
         let meta = meta_headers(metadata);
         let h = with_meta(&[("x-ms-blob-type", "BlockBlob".to_string())], &meta);
         let r = self.put_body(key, "", &h, body.into_bytes(), key).await?;
         Ok(put_result(&r))
     }
 
-    async fn create_multipart(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-    ) -> Result<String> {
+    async fn create_multipart(&self, key: &str, metadata: &Metadata) -> Result<String> {
         let id = self.uploads.begin(key, metadata);
         // One byte: a block is never empty. It is never committed.
         let staged = self.put_block(key, &id, Block::Opened, Bytes::from_static(b"o"));
@@ -280,32 +260,23 @@ impl ObjectClient for AzureClient {
         Ok(id)
     }
 
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        body: Payload,
-    ) -> Result<String> {
-        if !self.uploads.is_open(key, upload_id) {
-            return Err(not_open(key, upload_id));
+    async fn upload_part(&self, part: Part<'_>, body: Payload) -> Result<String> {
+        let Upload { key, id } = part.upload;
+        if !self.uploads.is_open(key, id) {
+            return Err(not_open(key, id));
         }
         let body = body.into_bytes();
-        self.put_block(key, upload_id, Block::Part(part_number), body)
+        self.put_block(key, id, Block::Part(part.number), body)
             .await
     }
 
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: Vec<CompletedPart>,
-    ) -> Result<PutResult> {
+    async fn complete_multipart(&self, done: Completion<'_>) -> Result<PutResult> {
+        let (key, upload_id, parts) = (done.upload.key, done.upload.id, done.parts);
         let Some((metadata, ())) = self.uploads.get(key, upload_id) else {
             return Err(not_open(key, upload_id));
         };
         let mut ids = Vec::with_capacity(parts.len());
-        for p in &parts {
+        for p in parts {
             let want = uploads::block_id(upload_id, Block::Part(p.part_number));
             if p.etag != want {
                 return Err(ClientError::Other(format!(
@@ -329,23 +300,18 @@ impl ObjectClient for AzureClient {
     /// Put Block From URL would copy on the service's side, but it reads its source as an
     /// anonymous client unless given a SAS or an Entra token: the part is read and sent
     /// again instead (its bytes down and up), conditional on `etag` as S3's copy is.
-    async fn upload_part_copy(
-        &self,
-        src: Version<'_>,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        range: (u64, u64),
-    ) -> Result<String> {
-        if !self.uploads.is_open(key, upload_id) {
-            return Err(not_open(key, upload_id));
+    async fn upload_part_copy(&self, part: Part<'_>, range: ByteRange<'_>) -> Result<String> {
+        let Upload { key, id } = part.upload;
+        if !self.uploads.is_open(key, id) {
+            return Err(not_open(key, id));
         }
-        let bytes = (self.get_range(src.key, range.0, range.1, src.etag)).await?;
-        self.put_block(key, upload_id, Block::Part(part_number), bytes)
+        let bytes = self.get_range(range).await?;
+        self.put_block(key, id, Block::Part(part.number), bytes)
             .await
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
+    async fn abort_multipart(&self, upload: Upload<'_>) -> Result<()> {
+        let Upload { key, id: upload_id } = upload;
         if !crate::rest::valid_upload_id(upload_id) {
             return Err(not_open(key, upload_id));
         }
@@ -390,14 +356,9 @@ impl ObjectClient for AzureClient {
 
     /// Set Blob Metadata: the body stays, the ETag changes (S3's copy onto itself keeps
     /// it); `size` is not needed, no object is too big for it.
-    async fn replace_metadata(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-        etag: Option<&str>,
-        _size: u64,
-    ) -> Result<PutResult> {
-        let meta = meta_headers(metadata);
+    async fn replace_metadata(&self, rw: Rewrite<'_>) -> Result<PutResult> {
+        let Version { key, etag } = rw.object;
+        let meta = meta_headers(rw.metadata);
         let cond: Vec<(&str, String)> = etag
             .map(|e| ("if-match", e.to_string()))
             .into_iter()

@@ -8,7 +8,7 @@ use http::Method;
 
 use super::json::Object;
 use super::GcsClient;
-use crate::{Checksum, ClientError, Crc, Result};
+use crate::{ByteRange, Checksum, ClientError, Crc, Result, Version};
 
 /// The header that names an upload's CRC-32C.
 pub(super) fn hash_header(sent: &Checksum) -> (&'static str, String) {
@@ -52,15 +52,10 @@ pub(super) fn of_answer(r: &reqwest::Response, size: u64) -> Option<Checksum> {
 }
 
 impl GcsClient {
-    /// A GET of `key`'s bytes `[start, end)` (of the generation in `etag`), as sent: the
-    /// stored bytes, not unpacked where the object is gzip-encoded.
-    pub(super) async fn get_answer(
-        &self,
-        key: &str,
-        start: u64,
-        end: u64,
-        etag: Option<&str>,
-    ) -> Result<reqwest::Response> {
+    /// A GET of `range` (of the generation in its ETag), as sent: the stored bytes, not
+    /// unpacked where the object is gzip-encoded.
+    pub(super) async fn get_answer(&self, range: ByteRange<'_>) -> Result<reqwest::Response> {
+        let (Version { key, etag }, start, end) = (range.src, range.start, range.end);
         let mut query = String::from("alt=media");
         if let Some(e) = etag {
             let Some(g) = super::generation_of(e) else {
@@ -74,7 +69,7 @@ impl GcsClient {
             ("accept-encoding", "gzip".to_string()),
         ];
         match self
-            .send(Method::GET, &url, &h, bytes::Bytes::new(), key)
+            .send(crate::rest::Call::new(Method::GET, &url, key).headers(&h))
             .await
         {
             Err(ClientError::NotFound(m)) if etag.is_some() => Err(ClientError::Precondition(m)),

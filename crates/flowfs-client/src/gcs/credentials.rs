@@ -58,15 +58,7 @@ fn checked(url: &str, from: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use crate::rest::env_of;
 
     fn cfg(endpoint: Option<&str>, anonymous: bool) -> GcsConfig {
         GcsConfig {

@@ -22,6 +22,7 @@ mod parts;
 mod requests;
 mod uploads;
 
+use crate::rest::Call;
 use crate::{ClientError, Result};
 
 /// The OAuth scope every token is asked for: objects read and written, nothing else.
@@ -104,10 +105,8 @@ impl GcsClient {
         let body = serde_json::json!({ "name": self.bucket }).to_string();
         let what = format!("create bucket {}", self.bucket);
         let h = [("content-type", "application/json".to_string())];
-        match self
-            .send(http::Method::POST, &url, &h, Bytes::from(body), &what)
-            .await
-        {
+        let call = Call::new(http::Method::POST, &url, &what).headers(&h);
+        match self.send(call.body(Bytes::from(body))).await {
             Ok(_) => Ok(()),
             Err(ClientError::Other(m)) if m.contains(" 409") => Ok(()),
             Err(e) => Err(e),
@@ -139,24 +138,14 @@ impl GcsClient {
 
     /// Signs (unless anonymous) and sends one request; an answer that is not a success
     /// becomes its `ClientError` (errors.rs), `what` naming the request and its key.
-    async fn send(
-        &self,
-        method: http::Method,
-        url: &str,
-        headers: &[(&str, String)],
-        body: Bytes,
-        what: &str,
-    ) -> Result<reqwest::Response> {
-        let op = api_name(&method, url);
-        let mut head = crate::rest::request_head(method, url, headers, &body, what)?;
+    async fn send(&self, call: Call<'_>) -> Result<reqwest::Response> {
+        let op = api_name(&call.method, call.url);
+        let mut head = call.head()?;
         if let Some(signer) = &self.signer {
-            signer
-                .sign(&mut head, None)
-                .await
-                .map_err(|e| ClientError::Credentials(format!("GCS: {e}")))?;
+            crate::rest::sign(signer, &mut head, "GCS").await?;
         }
-        let sending = crate::rest::Sending { op, what };
-        let resp = crate::rest::execute(&self.http, &self.metrics, head, body, sending).await?;
+        let what = call.what;
+        let resp = call.execute(&self.http, &self.metrics, head, op).await?;
         errors::check(resp, what).await
     }
 
@@ -175,19 +164,14 @@ impl GcsClient {
             ),
             None => (Vec::new(), Bytes::new()),
         };
-        self.send_read(method, url, &h, body, what).await
+        self.send_read(Call::new(method, url, what).headers(&h).body(body))
+            .await
     }
 
     /// `send`, and the answer's body read whole.
-    async fn send_read(
-        &self,
-        method: http::Method,
-        url: &str,
-        headers: &[(&str, String)],
-        body: Bytes,
-        what: &str,
-    ) -> Result<Bytes> {
-        let r = self.send(method, url, headers, body, what).await?;
+    async fn send_read(&self, call: Call<'_>) -> Result<Bytes> {
+        let what = call.what;
+        let r = self.send(call).await?;
         r.bytes()
             .await
             .map_err(|e| crate::rest::body_error(what, e))

@@ -11,6 +11,7 @@ use super::json::{self, Object, OBJECT_FIELDS};
 use super::requests::{Source, CALLS_AT_ONCE};
 use super::uploads::{self, COMPOSE_MAX};
 use super::{query_value, GcsClient};
+use crate::rest::Call;
 use crate::retry::RetryPolicy;
 use crate::{ClientError, Crc, ObjectClient, Payload, Result};
 
@@ -120,7 +121,11 @@ impl GcsClient {
             checks::hash_header(&sent),
         ];
         let got = self
-            .send_read(Method::POST, &url, &h, data.into_bytes(), name)
+            .send_read(
+                Call::new(Method::POST, &url, name)
+                    .headers(&h)
+                    .body(data.into_bytes()),
+            )
             .await?;
         let o = json::parse(&got, name)?;
         checks::stored_as_sent(&o, &sent, name)?;

@@ -1,11 +1,12 @@
 //! `impl ObjectClient for GcsClient`: each method is the GCS JSON API call of
 //! docs/STORES.md's table (multipart uploads as composed part objects: uploads.rs).
 
-use crate::{Crc, Metadata, Payload, Version};
+use crate::rest::Call;
+use crate::{ByteRange, Completion, Crc, List, ListAfter, Metadata, Part, Payload, Pieces};
+use crate::{Rewrite, Sink, Upload, Version};
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use http::Method;
 
 use super::checks;
@@ -14,8 +15,7 @@ use super::listing::{list_page, ListQuery};
 use super::uploads;
 use super::{etag_of, generation_of, query_value, GcsClient};
 use crate::{
-    pieces_end, ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectMeta,
-    PutResult, Result, UploadInfo,
+    ClientError, KeyRules, ListPage, ObjectClient, ObjectMeta, PutResult, Result, UploadInfo,
 };
 
 /// Calls of one upload (composes of a level, deletes of its parts) sent at once.
@@ -42,7 +42,8 @@ impl GcsClient {
             query_value(OBJECT_FIELDS)
         ));
         let h = [("content-type", content_type)];
-        let got = self.send_read(Method::POST, &url, &h, body, what).await?;
+        let call = Call::new(Method::POST, &url, what).headers(&h).body(body);
+        let got = self.send_read(call).await?;
         let o = json::parse(&got, what)?;
         checks::stored_as_sent(&o, &sent, what)?;
         Ok(o)
@@ -156,52 +157,35 @@ impl ObjectClient for GcsClient {
     /// A read of one version is a read of its generation: GCS answers 404 once that
     /// version is gone, which is `Precondition` here, as S3's If-Match failing is (the
     /// caller then asks what is there now).
-    async fn get_range_pieces(
-        &self,
-        key: &str,
-        start: u64,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        let Some(end) = pieces_end(start, cuts) else {
+    async fn get_range_pieces(&self, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
+        let Some(end) = get.end() else {
             return Ok(());
         };
         // The stored bytes, as they are: an object written gzip-encoded is not unpacked
         // (its size is the stored one, and a range of it is that range).
-        let r = self.get_answer(key, start, end, etag).await?;
-        crate::body::deliver(crate::rest::Answer { r, key }, key, start, cuts, sink).await
+        let r = self.get_answer(get.src.range(get.start, end)).await?;
+        let key = get.src.key;
+        crate::body::deliver(crate::rest::Answer { r, key }, get, sink).await
     }
 
     /// Checked against the answer's `x-goog-hash` (the stored bytes' CRC-32C).
-    async fn get_whole_pieces(
-        &self,
-        key: &str,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        let Some(end) = pieces_end(0, cuts) else {
+    async fn get_whole_pieces(&self, src: Version<'_>, cuts: &[u64], sink: Sink<'_>) -> Result<()> {
+        let Some(end) = src.pieces(0, cuts).end() else {
             return Ok(());
         };
-        let r = self.get_answer(key, 0, end, etag).await?;
+        let r = self.get_answer(src.range(0, end)).await?;
         let want = checks::of_answer(&r, end);
+        let key = src.key;
         let body = crate::rest::Answer { r, key };
         crate::body::deliver_checked(body, key, cuts, want, sink).await
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-    ) -> Result<ListPage> {
+    async fn list_page(&self, list: List<'_>) -> Result<ListPage> {
         let q = ListQuery {
-            prefix,
-            delimiter,
-            token: token.as_deref(),
-            max: max_keys,
+            prefix: list.prefix,
+            delimiter: list.delimiter,
+            token: list.token.as_deref(),
+            max: list.max_keys,
             ..ListQuery::default()
         };
         Ok(list_page(self.list_objects(q).await?))
@@ -210,12 +194,8 @@ impl ObjectClient for GcsClient {
     /// `startOffset` is where the listing starts (the key itself included, so it is left
     /// out here). A common prefix holding `start_after` is listed when a key in it comes
     /// after, which one more request tells: GCS and its emulator differ there.
-    async fn list_after(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        token: Option<String>,
-    ) -> Result<ListPage> {
+    async fn list_after(&self, list: ListAfter<'_>) -> Result<ListPage> {
+        let (prefix, start_after, token) = (list.prefix, list.start_after, list.token);
         let q = ListQuery {
             prefix,
             delimiter: Some("/"),
@@ -240,21 +220,12 @@ impl ObjectClient for GcsClient {
         Ok(page)
     }
 
-    async fn put(
-        &self,
-        key: &str,
-        body: Payload,
-        metadata: &HashMap<String, String>,
-    ) -> Result<PutResult> {
+    async fn put(&self, key: &str, body: Payload, metadata: &Metadata) -> Result<PutResult> {
         let o = self.insert(key, body, metadata, key).await?;
         Ok(put_result(&o))
     }
 
-    async fn create_multipart(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-    ) -> Result<String> {
+    async fn create_multipart(&self, key: &str, metadata: &Metadata) -> Result<String> {
         let id = self.uploads.begin(key, metadata);
         let marker = uploads::marker(key, &id);
         if let Err(e) = self.put_part_object(&marker, Payload::default()).await {
@@ -264,13 +235,8 @@ impl ObjectClient for GcsClient {
         Ok(id)
     }
 
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        body: Payload,
-    ) -> Result<String> {
+    async fn upload_part(&self, part: Part<'_>, body: Payload) -> Result<String> {
+        let (key, upload_id, part_number) = (part.upload.key, part.upload.id, part.number);
         if !self.uploads.is_open(key, upload_id) {
             return Err(not_open(key, upload_id));
         }
@@ -287,17 +253,13 @@ impl ObjectClient for GcsClient {
         Ok(etag_of(&o.generation))
     }
 
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: Vec<CompletedPart>,
-    ) -> Result<PutResult> {
+    async fn complete_multipart(&self, done: Completion<'_>) -> Result<PutResult> {
+        let (key, upload_id, parts) = (done.upload.key, done.upload.id, done.parts);
         let Some((metadata, sent)) = self.uploads.get(key, upload_id) else {
             return Err(not_open(key, upload_id));
         };
         let mut sources = Vec::with_capacity(parts.len());
-        for p in &parts {
+        for p in parts {
             let generation = sent.get(&p.part_number);
             if generation.map(|g| etag_of(g)).as_ref() != Some(&p.etag) {
                 return Err(ClientError::Other(format!(
@@ -331,23 +293,17 @@ impl ObjectClient for GcsClient {
 
     /// GCS copies no range of an object into another: the part is read and sent again
     /// (its bytes down and up), conditional on `etag` as S3's copy is.
-    async fn upload_part_copy(
-        &self,
-        src: Version<'_>,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        range: (u64, u64),
-    ) -> Result<String> {
-        if !self.uploads.is_open(key, upload_id) {
-            return Err(not_open(key, upload_id));
+    async fn upload_part_copy(&self, part: Part<'_>, range: ByteRange<'_>) -> Result<String> {
+        let Upload { key, id } = part.upload;
+        if !self.uploads.is_open(key, id) {
+            return Err(not_open(key, id));
         }
-        let bytes = (self.get_range(src.key, range.0, range.1, src.etag)).await?;
-        self.upload_part(key, upload_id, part_number, bytes.into())
-            .await
+        let bytes = self.get_range(range).await?;
+        self.upload_part(part, bytes.into()).await
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
+    async fn abort_multipart(&self, upload: Upload<'_>) -> Result<()> {
+        let Upload { key, id: upload_id } = upload;
         if !crate::rest::valid_upload_id(upload_id) {
             return Err(not_open(key, upload_id));
         }
@@ -383,13 +339,8 @@ impl ObjectClient for GcsClient {
     /// `objects.update` of the metadata alone: the body stays; GCS keeps the generation
     /// (fake-gcs-server gives a new one: the one returned is the one to read). An ETag
     /// that is no generation matches no version: `Precondition`.
-    async fn replace_metadata(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-        etag: Option<&str>,
-        _size: u64,
-    ) -> Result<PutResult> {
+    async fn replace_metadata(&self, rw: Rewrite<'_>) -> Result<PutResult> {
+        let Version { key, etag } = rw.object;
         let mut query = format!("fields={}", query_value(OBJECT_FIELDS));
         if let Some(e) = etag {
             let Some(g) = generation_of(e) else {
@@ -398,7 +349,7 @@ impl ObjectClient for GcsClient {
             query.push_str(&format!("&ifGenerationMatch={g}"));
         }
         let url = self.object_url(key, &query);
-        let body = serde_json::json!({ "metadata": json::metadata_out(metadata) }).to_string();
+        let body = serde_json::json!({ "metadata": json::metadata_out(rw.metadata) }).to_string();
         let o = self.object_call(Method::PUT, &url, Some(body), key).await?;
         Ok(put_result(&o))
     }

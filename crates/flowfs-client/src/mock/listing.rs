@@ -4,19 +4,14 @@
 use std::sync::atomic::Ordering;
 
 use super::{http_error, info, MockClient, Op};
-use crate::{ListPage, ObjectInfo, Result};
+use crate::{List, ListPage, ObjectInfo, Result};
 
 impl MockClient {
     /// ListObjectsV2: keys after `start_after` are rolled up into common prefixes, then
     /// paged; `token` continues after the last entry of the page that handed it out.
-    pub(super) async fn list(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-        start_after: &str,
-    ) -> Result<ListPage> {
+    pub(super) async fn list(&self, list: List<'_>, start_after: &str) -> Result<ListPage> {
+        let (prefix, delimiter) = (list.prefix, list.delimiter);
+        let (token, max_keys) = (list.token, list.max_keys);
         self.enter(Op::List).await?;
         let what = format!("list {prefix}");
         let after = match token {

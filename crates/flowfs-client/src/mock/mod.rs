@@ -5,7 +5,8 @@
 //! sets and reads besides requests is in harness.rs, the listing in listing.rs, and the
 //! writes to the object table in objects.rs.
 
-use crate::{Metadata, Payload, Version};
+use crate::{ByteRange, Completion, List, ListAfter, Metadata, Part, Payload, Pieces, Rewrite};
+use crate::{Sink, Upload, Version};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -14,10 +15,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use crate::copy::{copy_any_size, copy_in_parts, CopyLimits};
+use crate::copy::{copy_any_size, rewrite_in_parts, CopyLimits};
 use crate::{
-    AlignedBuf, ClientError, CompletedPart, KeyRules, ListPage, ObjectClient, ObjectInfo,
-    ObjectMeta, PutResult, Result, UploadInfo,
+    AlignedBuf, ClientError, KeyRules, ListPage, ObjectClient, ObjectInfo, ObjectMeta, PutResult,
+    Result, UploadInfo,
 };
 
 mod harness;
@@ -63,7 +64,7 @@ struct Obj {
     metadata: HashMap<String, String>,
 }
 
-struct Upload {
+struct OpenUpload {
     key: String,
     initiated: SystemTime,
     metadata: HashMap<String, String>,
@@ -75,7 +76,7 @@ struct Upload {
 #[derive(Default)]
 pub struct MockClient {
     objects: Mutex<BTreeMap<String, Obj>>,
-    uploads: Mutex<HashMap<String, Upload>>,
+    uploads: Mutex<HashMap<String, OpenUpload>>,
     counts: Mutex<HashMap<Op, u64>>,
     /// (op, remaining calls before the failure, error to return, how many times)
     faults: Mutex<Vec<(Op, u64, ClientError, u64)>>,
@@ -132,14 +133,11 @@ fn http_error(what: &str, status: u16, code: &str, msg: &str) -> ClientError {
     ClientError::Other(format!("{what}: HTTP {status} {code}: {msg}"))
 }
 
-/// The object of `key` as a request conditional on `etag` (if given) finds it: `NotFound`
-/// when there is none, `Precondition` when it is another version, as on S3. One lookup
-/// for the requests that read an object and the one that rewrites it in place.
-fn version<'a>(
-    objects: &'a mut BTreeMap<String, Obj>,
-    key: &str,
-    etag: Option<&str>,
-) -> Result<&'a mut Obj> {
+/// The object of `v.key` as a request conditional on `v.etag` (if given) finds it:
+/// `NotFound` when there is none, `Precondition` when it is another version, as on S3. One
+/// lookup for the requests that read an object and the one that rewrites it in place.
+fn version<'a>(objects: &'a mut BTreeMap<String, Obj>, v: Version<'_>) -> Result<&'a mut Obj> {
+    let Version { key, etag } = v;
     let o = objects
         .get_mut(key)
         .ok_or_else(|| ClientError::NotFound(key.to_string()))?;
@@ -151,12 +149,14 @@ fn version<'a>(
 
 /// What the mock does on the server side of a request: the checks and answers of S3.
 impl MockClient {
-    /// One ranged GET of `[start, end)`, `end > start`: as much of it as the object has,
+    /// One ranged GET of `range`, `end > start`: as much of it as the object has,
     /// `InvalidRange` (416) when it starts at or after the end, as on S3.
-    async fn fetch(&self, key: &str, start: u64, end: u64, etag: Option<&str>) -> Result<Bytes> {
+    async fn fetch(&self, range: ByteRange<'_>) -> Result<Bytes> {
+        let ByteRange { src, start, end } = range;
+        let key = src.key;
         self.enter(Op::Get).await?;
         let mut objects = self.objects.lock();
-        let o = version(&mut objects, key, etag)?;
+        let o = version(&mut objects, src)?;
         let len = o.data.len() as u64;
         if start >= len {
             let msg = "The requested range is not satisfiable";
@@ -188,7 +188,7 @@ impl ObjectClient for MockClient {
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.enter(Op::Head).await?;
         let mut objects = self.objects.lock();
-        let o = version(&mut objects, key, None)?;
+        let o = version(&mut objects, Version::any(key))?;
         Ok(ObjectMeta {
             info: info(key, o),
             metadata: o.metadata.clone(),
@@ -196,66 +196,37 @@ impl ObjectClient for MockClient {
         })
     }
 
-    async fn get_range_pieces(
-        &self,
-        key: &str,
-        start: u64,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
+    async fn get_range_pieces(&self, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
         // An empty range needs no request, as in the S3 backend.
-        let Some(end) = crate::pieces_end(start, cuts) else {
+        let Some(end) = get.end() else {
             return Ok(());
         };
         // A cut body is a short one: the pieces before the cut arrive, then the error.
-        let data = self.cut(self.flip(self.fetch(key, start, end, etag).await?));
-        crate::split_pieces(key, start, cuts, &data, sink)
+        let data = self.cut(self.flip(self.fetch(get.src.range(get.start, end)).await?));
+        crate::split_pieces(get, &data, sink)
     }
 
     /// The body is checked against the object's CRC-64/NVME, as S3's is.
-    async fn get_whole_pieces(
-        &self,
-        key: &str,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        let Some(end) = crate::pieces_end(0, cuts) else {
+    async fn get_whole_pieces(&self, src: Version<'_>, cuts: &[u64], sink: Sink<'_>) -> Result<()> {
+        let Some(end) = src.pieces(0, cuts).end() else {
             return Ok(());
         };
-        let data = self.fetch(key, 0, end, etag).await?;
+        let data = self.fetch(src.range(0, end)).await?;
         let want = crate::Crc::Crc64Nvme.of(&data);
         let got = self.cut(self.flip(data));
         let frames = crate::body::Whole(Some(got));
-        crate::body::deliver_checked(frames, key, cuts, Some(want), sink).await
+        crate::body::deliver_checked(frames, src.key, cuts, Some(want), sink).await
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-    ) -> Result<ListPage> {
-        self.list(prefix, delimiter, token, max_keys, "").await
+    async fn list_page(&self, list: List<'_>) -> Result<ListPage> {
+        self.list(list, "").await
     }
 
-    async fn list_after(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        token: Option<String>,
-    ) -> Result<ListPage> {
-        self.list(prefix, Some("/"), token, None, start_after).await
+    async fn list_after(&self, list: ListAfter<'_>) -> Result<ListPage> {
+        self.list(list.level(), list.start_after).await
     }
 
-    async fn put(
-        &self,
-        key: &str,
-        body: Payload,
-        metadata: &HashMap<String, String>,
-    ) -> Result<PutResult> {
+    async fn put(&self, key: &str, body: Payload, metadata: &Metadata) -> Result<PutResult> {
         self.enter(Op::Put).await?;
         let body = self.checked(key, body)?;
         Ok(PutResult {
@@ -263,16 +234,12 @@ impl ObjectClient for MockClient {
         })
     }
 
-    async fn create_multipart(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-    ) -> Result<String> {
+    async fn create_multipart(&self, key: &str, metadata: &Metadata) -> Result<String> {
         self.enter(Op::CreateMultipart).await?;
         let id = format!("upload-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
         self.uploads.lock().insert(
             id.clone(),
-            Upload {
+            OpenUpload {
                 key: key.to_string(),
                 initiated: SystemTime::now(),
                 metadata: lower(metadata),
@@ -282,24 +249,14 @@ impl ObjectClient for MockClient {
         Ok(id)
     }
 
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        body: Payload,
-    ) -> Result<String> {
+    async fn upload_part(&self, part: Part<'_>, body: Payload) -> Result<String> {
         self.enter(Op::UploadPart).await?;
-        let body = self.checked(key, body)?;
-        self.add_part(key, upload_id, part_number, "part", body)
+        let body = self.checked(part.upload.key, body)?;
+        self.add_part(part, "part", body)
     }
 
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: Vec<CompletedPart>,
-    ) -> Result<PutResult> {
+    async fn complete_multipart(&self, done: Completion<'_>) -> Result<PutResult> {
+        let (key, upload_id, parts) = (done.upload.key, done.upload.id, done.parts);
         self.enter(Op::CompleteMultipart).await?;
         let mut uploads = self.uploads.lock();
         let u = uploads
@@ -309,7 +266,7 @@ impl ObjectClient for MockClient {
         // Each part must be there with the ETag its upload returned; a failed completion
         // leaves the upload open, as on S3.
         let mut data = Vec::new();
-        for p in &parts {
+        for p in parts {
             match u.parts.get(&p.part_number) {
                 Some((etag, body)) if *etag == p.etag => data.extend_from_slice(body),
                 _ => {
@@ -326,9 +283,9 @@ impl ObjectClient for MockClient {
         })
     }
 
-    async fn abort_multipart(&self, _key: &str, upload_id: &str) -> Result<()> {
+    async fn abort_multipart(&self, upload: Upload<'_>) -> Result<()> {
         self.enter(Op::AbortMultipart).await?;
-        self.uploads.lock().remove(upload_id);
+        self.uploads.lock().remove(upload.id);
         Ok(())
     }
 
@@ -354,31 +311,17 @@ impl ObjectClient for MockClient {
     /// A copy onto itself: the body and the ETag stay, as on SeaweedFS 4.48 (pinned by
     /// the conformance suite); the mock leaves the time as it was. Above its copy limit
     /// in parts, as S3 wants; one copy of an object above it is refused, as by S3.
-    async fn replace_metadata(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-        etag: Option<&str>,
-        size: u64,
-    ) -> Result<PutResult> {
-        if size > self.copy_limits.max_copy {
-            let src = Version { key, etag };
-            return copy_in_parts(self, src, key, metadata, size, self.copy_limits).await;
+    async fn replace_metadata(&self, rw: Rewrite<'_>) -> Result<PutResult> {
+        if rw.size > self.copy_limits.max_copy {
+            return rewrite_in_parts(self, rw, self.copy_limits).await;
         }
         self.enter(Op::Copy).await?;
-        self.rewrite(key, metadata, etag)
+        self.rewrite(rw.object, rw.metadata)
     }
 
-    async fn upload_part_copy(
-        &self,
-        src: Version<'_>,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        range: (u64, u64),
-    ) -> Result<String> {
+    async fn upload_part_copy(&self, part: Part<'_>, range: ByteRange<'_>) -> Result<String> {
         self.enter(Op::UploadPartCopy).await?;
-        self.part_copy(src, key, upload_id, part_number, range)
+        self.part_copy(part, range)
     }
 
     async fn delete(&self, key: &str) -> Result<()> {

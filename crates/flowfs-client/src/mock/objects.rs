@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 use crate::copy::CopyLimits;
-use crate::{ClientError, PutResult, Result, Version};
+use crate::{ByteRange, ClientError, Metadata, Part, PutResult, Result, Version};
 
 use super::{http_error, version, MockClient, Obj, Op};
 
@@ -23,15 +23,11 @@ impl MockClient {
         }
     }
 
-    /// One CopyObject of `key` onto itself with new metadata.
-    pub(super) fn rewrite(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-        etag: Option<&str>,
-    ) -> Result<PutResult> {
+    /// One CopyObject of `object` onto itself with new metadata.
+    pub(super) fn rewrite(&self, object: Version<'_>, metadata: &Metadata) -> Result<PutResult> {
+        let key = object.key;
         let mut objects = self.objects.lock();
-        let o = version(&mut objects, key, etag)?;
+        let o = version(&mut objects, object)?;
         if o.data.len() as u64 > self.copy_limits.max_copy {
             let msg = "The specified copy source is larger than the maximum allowable size";
             return Err(http_error(key, 400, "InvalidRequest", msg));
@@ -51,7 +47,7 @@ impl MockClient {
         meta: Option<&HashMap<String, String>>,
     ) -> Result<PutResult> {
         self.enter(Op::Copy).await?;
-        let mut o = version(&mut self.objects.lock(), src.key, src.etag)?.clone();
+        let mut o = version(&mut self.objects.lock(), src)?.clone();
         if o.data.len() as u64 > self.copy_limits.max_copy {
             let msg = format!("The specified {}", crate::copy::TOO_LARGE);
             return Err(ClientError::Refused(format!("{}: {msg}", src.key)));
@@ -68,36 +64,24 @@ impl MockClient {
         Ok(PutResult { etag })
     }
 
-    /// One UploadPartCopy: bytes `[start, end)` of `src` as part `part_number` of `key`.
-    pub(super) fn part_copy(
-        &self,
-        src: Version<'_>,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        (start, end): (u64, u64),
-    ) -> Result<String> {
+    /// One UploadPartCopy: bytes `range` as `part`.
+    pub(super) fn part_copy(&self, part: Part<'_>, range: ByteRange<'_>) -> Result<String> {
+        let ByteRange { src, start, end } = range;
         let body = {
             let mut objects = self.objects.lock();
-            let o = version(&mut objects, src.key, src.etag)?;
+            let o = version(&mut objects, src)?;
             if start >= end || end > o.data.len() as u64 {
                 return Err(http_error(src.key, 400, "InvalidRange", "bad copy range"));
             }
             o.data.slice(start as usize..end as usize)
         };
-        self.add_part(key, upload_id, part_number, "copy", body)
+        self.add_part(part, "copy", body)
     }
 
-    /// Puts `body` as part `part_number` of an open upload of `key`; its ETag, distinct
-    /// for every part uploaded, as S3's (an MD5 of the body) are in practice.
-    pub(super) fn add_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        kind: &str,
-        body: Bytes,
-    ) -> Result<String> {
+    /// Puts `body` as `part` of an open upload; its ETag, distinct for every part
+    /// uploaded, as S3's (an MD5 of the body) are in practice.
+    pub(super) fn add_part(&self, part: Part<'_>, kind: &str, body: Bytes) -> Result<String> {
+        let (key, upload_id, part_number) = (part.upload.key, part.upload.id, part.number);
         let mut uploads = self.uploads.lock();
         let u = uploads
             .get_mut(upload_id)

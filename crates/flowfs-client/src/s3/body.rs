@@ -4,7 +4,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 
 use crate::body::Frames;
-use crate::{ClientError, Result};
+use crate::{ClientError, Pieces, Result, Sink};
 
 struct Sdk<'a> {
     body: ByteStream,
@@ -31,18 +31,13 @@ pub(super) async fn deliver_checked(
     key: &str,
     cuts: &[u64],
     want: Option<crate::Checksum>,
-    sink: &mut (dyn FnMut(usize, Bytes) + Send),
+    sink: Sink<'_>,
 ) -> Result<()> {
     crate::body::deliver_checked(Sdk { body, key }, key, cuts, want, sink).await
 }
 
 /// `crate::body::deliver` of an SDK body.
-pub(super) async fn deliver(
-    body: ByteStream,
-    key: &str,
-    start: u64,
-    cuts: &[u64],
-    sink: &mut (dyn FnMut(usize, Bytes) + Send),
-) -> Result<()> {
-    crate::body::deliver(Sdk { body, key }, key, start, cuts, sink).await
+pub(super) async fn deliver(body: ByteStream, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
+    let key = get.src.key;
+    crate::body::deliver(Sdk { body, key }, get, sink).await
 }

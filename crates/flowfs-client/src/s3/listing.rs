@@ -6,7 +6,7 @@ use aws_sdk_s3::types::EncodingType;
 
 use super::errors::map_err;
 use super::{etag_of, to_system_time, S3Client};
-use crate::{ListPage, ObjectInfo, Result};
+use crate::{List, ListPage, ObjectInfo, Result};
 
 /// A key of a listing asked for with `EncodingType=url`: `%XX` is a byte and `+` a
 /// space (form encoding, as AWS S3 and SeaweedFS write it, and as botocore reads it).
@@ -33,15 +33,10 @@ fn url_decode(s: &str) -> String {
 }
 
 impl S3Client {
-    /// One page of ListObjectsV2 below `prefix`; `start_after` only for `list_after`.
-    pub(super) async fn list(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-        start_after: Option<&str>,
-    ) -> Result<ListPage> {
+    /// One page of ListObjectsV2 of `list`; `start_after` only for `list_after`.
+    pub(super) async fn list(&self, list: List<'_>, start_after: Option<&str>) -> Result<ListPage> {
+        let (prefix, delimiter) = (list.prefix, list.delimiter);
+        let (token, max_keys) = (list.token, list.max_keys);
         let out = self
             .client
             .list_objects_v2()

@@ -2,8 +2,8 @@
 //! listing.rs, the piece-by-piece reading of a GET body in body.rs), with the bucket
 //! filled in and the SDK's failure turned into a `ClientError` (errors.rs).
 
-use crate::{Metadata, Payload, Version};
-use std::collections::HashMap;
+use crate::{ByteRange, Completion, List, ListAfter, Metadata, Part, Payload, Pieces, Rewrite};
+use crate::{Sink, Upload, Version};
 
 use async_trait::async_trait;
 use aws_sdk_s3::operation::copy_object::builders::CopyObjectFluentBuilder;
@@ -12,13 +12,12 @@ use aws_sdk_s3::types::{
     ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedMultipartUpload,
     CompletedPart as SdkPart, MetadataDirective,
 };
-use bytes::Bytes;
 
 use super::errors::{map_err, not_s3};
 use super::{body, encode_copy_source, etag_of, quoted, to_system_time, S3Client};
 use crate::{
-    Checksum, ClientError, CompletedPart, Crc, KeyRules, ListPage, ObjectClient, ObjectInfo,
-    ObjectMeta, PutResult, Result, UploadInfo,
+    Checksum, ClientError, Crc, KeyRules, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
+    PutResult, Result, UploadInfo,
 };
 
 /// The two CopyObjects, a copy to another key and a metadata rewrite onto itself.
@@ -124,90 +123,61 @@ impl ObjectClient for S3Client {
         })
     }
 
-    async fn get_range_pieces(
-        &self,
-        key: &str,
-        start: u64,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        let Some(end) = crate::pieces_end(start, cuts) else {
+    async fn get_range_pieces(&self, get: Pieces<'_>, sink: Sink<'_>) -> Result<()> {
+        let Some(end) = get.end() else {
             return Ok(());
         };
+        let Version { key, etag } = get.src;
         let out = self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(key)
-            .range(format!("bytes={}-{}", start, end - 1))
+            .range(format!("bytes={}-{}", get.start, end - 1))
             .set_if_match(etag.map(str::to_string))
             .send()
             .await
             .map_err(|e| map_err(key, e))?;
-        body::deliver(out.body, key, start, cuts, sink).await
+        body::deliver(out.body, get, sink).await
     }
 
     /// A GET without a Range: S3 gives the full-object checksum only then.
-    async fn get_whole_pieces(
-        &self,
-        key: &str,
-        cuts: &[u64],
-        etag: Option<&str>,
-        sink: &mut (dyn FnMut(usize, Bytes) + Send),
-    ) -> Result<()> {
-        let Some(end) = crate::pieces_end(0, cuts) else {
+    async fn get_whole_pieces(&self, src: Version<'_>, cuts: &[u64], sink: Sink<'_>) -> Result<()> {
+        let Some(end) = src.pieces(0, cuts).end() else {
             return Ok(());
         };
         let out = self
             .client
             .get_object()
             .bucket(&self.bucket)
-            .key(key)
+            .key(src.key)
             .checksum_mode(ChecksumMode::Enabled)
-            .set_if_match(etag.map(str::to_string))
+            .set_if_match(src.etag.map(str::to_string))
             .send()
             .await
-            .map_err(|e| map_err(key, e))?;
+            .map_err(|e| map_err(src.key, e))?;
         // Not the whole object after all (a caller that reads a prefix of a version): the
         // range, unchecked, rather than bytes nobody asked for.
         if out.content_length() != Some(end as i64) {
-            return self.get_range_pieces(key, 0, cuts, etag, sink).await;
+            return self.get_range_pieces(src.pieces(0, cuts), sink).await;
         }
         let want = checksum_of(
             out.checksum_crc64_nvme(),
             out.checksum_crc32_c(),
             out.checksum_crc32(),
         );
-        body::deliver_checked(out.body, key, cuts, want, sink).await
+        body::deliver_checked(out.body, src.key, cuts, want, sink).await
     }
 
-    async fn list_page(
-        &self,
-        prefix: &str,
-        delimiter: Option<&str>,
-        token: Option<String>,
-        max_keys: Option<i32>,
-    ) -> Result<ListPage> {
-        self.list(prefix, delimiter, token, max_keys, None).await
+    async fn list_page(&self, list: List<'_>) -> Result<ListPage> {
+        self.list(list, None).await
     }
 
-    async fn list_after(
-        &self,
-        prefix: &str,
-        start_after: &str,
-        token: Option<String>,
-    ) -> Result<ListPage> {
-        self.list(prefix, Some("/"), token, None, Some(start_after))
-            .await
+    async fn list_after(&self, list: ListAfter<'_>) -> Result<ListPage> {
+        self.list(list.level(), Some(list.start_after)).await
     }
 
-    async fn put(
-        &self,
-        key: &str,
-        body: Payload,
-        metadata: &HashMap<String, String>,
-    ) -> Result<PutResult> {
+    async fn put(&self, key: &str, body: Payload, metadata: &Metadata) -> Result<PutResult> {
         let out = self
             .client
             .put_object()
@@ -227,11 +197,7 @@ impl ObjectClient for S3Client {
         })
     }
 
-    async fn create_multipart(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-    ) -> Result<String> {
+    async fn create_multipart(&self, key: &str, metadata: &Metadata) -> Result<String> {
         let out = self
             .client
             .create_multipart_upload()
@@ -250,20 +216,15 @@ impl ObjectClient for S3Client {
             .ok_or_else(|| ClientError::Other(format!("{key}: no upload id in the answer")))
     }
 
-    async fn upload_part(
-        &self,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        body: Payload,
-    ) -> Result<String> {
+    async fn upload_part(&self, part: Part<'_>, body: Payload) -> Result<String> {
+        let key = part.upload.key;
         let out = self
             .client
             .upload_part()
             .bucket(&self.bucket)
             .key(key)
-            .upload_id(upload_id)
-            .part_number(part_number)
+            .upload_id(part.upload.id)
+            .part_number(part.number)
             .checksum_crc64_nvme(body.checksum(Crc::Crc64Nvme).value)
             .body(ByteStream::from(body.into_bytes()))
             // A signed payload costs a SHA-256 of every byte on both ends (a fifth of
@@ -277,18 +238,13 @@ impl ObjectClient for S3Client {
         Ok(etag_of(out.e_tag()))
     }
 
-    async fn complete_multipart(
-        &self,
-        key: &str,
-        upload_id: &str,
-        parts: Vec<CompletedPart>,
-    ) -> Result<PutResult> {
-        let parts = parts
-            .into_iter()
+    async fn complete_multipart(&self, done: Completion<'_>) -> Result<PutResult> {
+        let Upload { key, id } = done.upload;
+        let parts = (done.parts.iter())
             .map(|p| {
                 SdkPart::builder()
                     .part_number(p.part_number)
-                    .e_tag(p.etag)
+                    .e_tag(&p.etag)
                     .build()
             })
             .collect();
@@ -297,7 +253,7 @@ impl ObjectClient for S3Client {
             .complete_multipart_upload()
             .bucket(&self.bucket)
             .key(key)
-            .upload_id(upload_id)
+            .upload_id(id)
             .multipart_upload(
                 CompletedMultipartUpload::builder()
                     .set_parts(Some(parts))
@@ -311,21 +267,16 @@ impl ObjectClient for S3Client {
         })
     }
 
-    async fn upload_part_copy(
-        &self,
-        src: Version<'_>,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        (start, end): (u64, u64),
-    ) -> Result<String> {
+    async fn upload_part_copy(&self, part: Part<'_>, range: ByteRange<'_>) -> Result<String> {
+        let ByteRange { src, start, end } = range;
+        let key = part.upload.key;
         let out = self
             .client
             .upload_part_copy()
             .bucket(&self.bucket)
             .key(key)
-            .upload_id(upload_id)
-            .part_number(part_number)
+            .upload_id(part.upload.id)
+            .part_number(part.number)
             .copy_source(encode_copy_source(&self.bucket, src.key))
             .copy_source_range(format!("bytes={start}-{}", end.saturating_sub(1)))
             .set_copy_source_if_match(src.etag.map(str::to_string))
@@ -336,16 +287,16 @@ impl ObjectClient for S3Client {
         Ok(quoted(etag))
     }
 
-    async fn abort_multipart(&self, key: &str, upload_id: &str) -> Result<()> {
+    async fn abort_multipart(&self, upload: Upload<'_>) -> Result<()> {
         self.client
             .abort_multipart_upload()
             .bucket(&self.bucket)
-            .key(key)
-            .upload_id(upload_id)
+            .key(upload.key)
+            .upload_id(upload.id)
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| map_err(key, e))
+            .map_err(|e| map_err(upload.key, e))
     }
 
     async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>> {
@@ -392,18 +343,12 @@ impl ObjectClient for S3Client {
         crate::copy::copy_any_size(self, src, to, meta, limits, send_copy(req, src.key)).await
     }
 
-    async fn replace_metadata(
-        &self,
-        key: &str,
-        metadata: &HashMap<String, String>,
-        etag: Option<&str>,
-        size: u64,
-    ) -> Result<PutResult> {
-        if size > crate::copy::MAX_COPY {
+    async fn replace_metadata(&self, rw: Rewrite<'_>) -> Result<PutResult> {
+        if rw.size > crate::copy::MAX_COPY {
             let limits = crate::copy::CopyLimits::default();
-            let src = Version { key, etag };
-            return crate::copy::copy_in_parts(self, src, key, metadata, size, limits).await;
+            return crate::copy::rewrite_in_parts(self, rw, limits).await;
         }
+        let (Version { key, etag }, metadata) = (rw.object, rw.metadata);
         let rewrite = self
             .copy_object(key, key)
             .metadata_directive(MetadataDirective::Replace)

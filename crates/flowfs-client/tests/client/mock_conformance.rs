@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use flowfs_client::mock::MockClient;
-use flowfs_client::{ClientError, ObjectClient};
+use flowfs_client::{ClientError, List, ObjectClient};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_conforms() {
@@ -22,13 +22,13 @@ async fn mock_tokens_are_opaque() {
         mock.insert(k, b"x".to_vec());
     }
     let page = mock
-        .list_page("p/", None, None, Some(1))
+        .list_page(List::flat("p/").max_keys(1))
         .await
         .expect("page");
     let token = page.next_token.expect("a next token");
     assert!(!mock.keys().contains(&token), "token {token} is a key");
     let e = mock
-        .list_page("p/", None, Some("p/a".to_string()), Some(1))
+        .list_page(List::flat("p/").token(Some("p/a".to_string())).max_keys(1))
         .await
         .expect_err("a key is no token");
     assert!(
@@ -36,7 +36,7 @@ async fn mock_tokens_are_opaque() {
         "{e:?}"
     );
     let e = mock
-        .list_page("q/", None, Some(token), Some(1))
+        .list_page(List::flat("q/").token(Some(token)).max_keys(1))
         .await
         .expect_err("a token of another listing");
     assert!(!e.is_retryable());

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::retry::{RetryPolicy, Retrying};
-use flowfs_client::{ClientError, ObjectClient};
+use flowfs_client::{ClientError, List, ObjectClient, Version};
 use rand::SeedableRng;
 use tokio::time::Instant;
 
@@ -87,7 +87,7 @@ async fn max_attempts_bounds_the_attempts() {
         ClientError::Unreachable("reset".into()),
         u64::MAX,
     );
-    assert!(client.list_page("", Some("/"), None, None).await.is_err());
+    assert!(client.list_page(List::dir("")).await.is_err());
     assert_eq!(mock.count(Op::List), 3);
 }
 
@@ -103,7 +103,7 @@ async fn a_cut_body_is_resumed_from_the_first_piece_not_delivered() {
     let mut got: Vec<(usize, Bytes)> = Vec::new();
     let mut sink = |i: usize, b: Bytes| got.push((i, b));
     client
-        .get_range_pieces("k", 0, &cuts, None, &mut sink)
+        .get_range_pieces(Version::any("k").pieces(0, &cuts), &mut sink)
         .await
         .expect("get after two cuts");
     let order: Vec<usize> = got.iter().map(|(i, _)| *i).collect();

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use flowfs_client::retry::{RetryPolicy, Retrying};
-use flowfs_client::{ClientError, CompletedPart, ObjectClient};
+use flowfs_client::{ClientError, CompletedPart, List, ObjectClient, Upload, Version};
 use flowfs_testkit::fakegcs::{self, FakeGcs};
 
 const BUCKET: &str = "flowfs-conformance";
@@ -80,29 +80,29 @@ async fn many_parts_are_composed_in_a_tree(c: &dyn ObjectClient) {
         want.extend_from_slice(&body);
         parts.push(CompletedPart {
             part_number: n,
-            etag: c.upload_part(key, &id, n, body.into()).await.expect("part"),
+            etag: c
+                .upload_part(Upload::new(key, &id).part(n), body.into())
+                .await
+                .expect("part"),
         });
     }
     let done = c
-        .complete_multipart(key, &id, parts)
+        .complete_multipart(Upload::new(key, &id).completion(&parts))
         .await
         .expect("complete");
     let h = c.head(key).await.expect("head");
     assert_eq!((h.info.size, &h.info.etag), (want.len() as u64, &done.etag));
     let got = c
-        .get_range(key, 0, want.len() as u64, None)
+        .get_range(Version::any(key).range(0, want.len() as u64))
         .await
         .expect("get");
     assert_eq!(got, want, "the parts in order");
     let left = c
-        .list_page(".flowfs-parts/", None, None, None)
+        .list_page(List::flat(".flowfs-parts/"))
         .await
         .expect("list parts");
     assert!(left.objects.is_empty(), "parts left: {:?}", left.objects);
-    let root = c
-        .list_page("", Some("/"), None, None)
-        .await
-        .expect("list root");
+    let root = c.list_page(List::dir("")).await.expect("list root");
     assert!(
         root.prefixes.iter().all(|p| p != ".flowfs-parts/"),
         "the parts' directory is hidden: {:?}",

@@ -157,7 +157,9 @@ impl Fs {
         let etag = head.info.etag.as_str();
         match self
             .client
-            .replace_metadata(&key, &metadata, Some(etag), head.info.size)
+            .replace_metadata(
+                flowfs_client::Version::new(&key, Some(etag)).rewrite(&metadata, head.info.size),
+            )
             .await
         {
             Ok(put) => {

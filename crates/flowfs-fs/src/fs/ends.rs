@@ -2,7 +2,7 @@
 //! uploaded, or named with why it is not, within `--unmount-timeout`) and `recover` at
 //! start (a dead mount's journal uploaded, its open multipart uploads aborted).
 
-use flowfs_client::Version;
+use flowfs_client::{Upload, Version};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -113,7 +113,11 @@ impl Fs {
         let from = UNIX_EPOCH + Duration::from_secs(since.saturating_sub(CLOCK_SKEW));
         for up in self.client.list_uploads(&u.key).await? {
             if up.initiated >= from {
-                match self.client.abort_multipart(&u.key, &up.upload_id).await {
+                match self
+                    .client
+                    .abort_multipart(Upload::new(&u.key, &up.upload_id))
+                    .await
+                {
                     Ok(()) | Err(ClientError::NotFound(_)) => {}
                     Err(e) => return Err(e),
                 }
@@ -134,7 +138,7 @@ impl Fs {
             .open_uploads(&self.cfg.cache_dir, &self.cfg.bucket)
         {
             let r = match &u.upload_id {
-                Some(id) => self.client.abort_multipart(&u.key, id).await,
+                Some(id) => self.client.abort_multipart(Upload::new(&u.key, id)).await,
                 None => self.abort_unnamed(&u).await,
             };
             match r {

@@ -85,7 +85,7 @@ impl Fs {
         posix.encode_into(&mut metadata);
         let etag = head.info.etag.as_str();
         let put = (self.client)
-            .replace_metadata(&key, &metadata, Some(etag), head.info.size)
+            .replace_metadata(Version::new(&key, Some(etag)).rewrite(&metadata, head.info.size))
             .await?;
         Ok((id, put.etag.as_str().into()))
     }

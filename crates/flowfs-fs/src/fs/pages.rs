@@ -93,8 +93,16 @@ async fn list_range(
     let mut token = None;
     loop {
         let mut page = match &after {
-            Some(a) => client.list_after(&prefix, a, token).await?,
-            None => client.list_page(&prefix, Some("/"), token, None).await?,
+            Some(a) => {
+                client
+                    .list_after(flowfs_client::ListAfter::new(&prefix, a).token(token))
+                    .await?
+            }
+            None => {
+                client
+                    .list_page(flowfs_client::List::dir(&prefix).token(token))
+                    .await?
+            }
         };
         let past = |s: &str| upto.as_deref().is_some_and(|u| s > u);
         // The page reached the bound: its last item (keys and prefixes interleave in

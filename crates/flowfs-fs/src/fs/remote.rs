@@ -68,7 +68,8 @@ impl Fs {
         let dir = format!("{key}/");
         let (head, list) = tokio::join!(
             self.client.head(&key),
-            self.client.list_page(&dir, Some("/"), None, Some(1))
+            self.client
+                .list_page(flowfs_client::List::dir(&dir).max_keys(1))
         );
         if let Some(e) = self.listed_dir(&dir, &list?, marker).await? {
             return Ok(Some(e));
@@ -94,7 +95,7 @@ impl Fs {
         let dir = format!("{key}/");
         let list = self
             .client
-            .list_page(&dir, Some("/"), None, Some(1))
+            .list_page(flowfs_client::List::dir(&dir).max_keys(1))
             .await?;
         if let Some(e) = self.listed_dir(&dir, &list, marker).await? {
             return Ok(Some(e));

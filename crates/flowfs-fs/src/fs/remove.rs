@@ -49,7 +49,7 @@ impl Fs {
         let prefix = self.keys.dir_prefix(path);
         let page = self
             .client
-            .list_page(&prefix, Some("/"), None, Some(2))
+            .list_page(flowfs_client::List::dir(&prefix).max_keys(2))
             .await?;
         // A stray of a file removed while it was uploaded is deleted by its upload's task.
         let keys = self.up.keys();

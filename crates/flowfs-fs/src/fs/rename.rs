@@ -221,7 +221,10 @@ impl Fs {
     async fn all_keys(&self, prefix: &str) -> Result<Vec<String>> {
         let (mut keys, mut token) = (Vec::new(), None);
         loop {
-            let page = self.client.list_page(prefix, None, token, None).await?;
+            let page = self
+                .client
+                .list_page(flowfs_client::List::flat(prefix).token(token))
+                .await?;
             keys.extend(page.objects.into_iter().map(|o| o.key));
             token = page.next_token;
             if token.is_none() {

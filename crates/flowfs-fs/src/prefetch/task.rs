@@ -166,11 +166,9 @@ async fn send_get(
     cuts: &[u64],
     sink: &mut (dyn FnMut(usize, Bytes) + Send),
 ) -> flowfs_client::Result<()> {
-    let etag = obj.etag.as_deref();
+    let src = flowfs_client::Version::new(&obj.key, obj.etag.as_deref());
     if start == 0 && cuts.last() == Some(&obj.size) {
-        return client.get_whole_pieces(&obj.key, cuts, etag, sink).await;
+        return client.get_whole_pieces(src, cuts, sink).await;
     }
-    client
-        .get_range_pieces(&obj.key, start, cuts, etag, sink)
-        .await
+    client.get_range_pieces(src.pieces(start, cuts), sink).await
 }

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use flowfs_client::{ClientError, CompletedPart, ObjectClient};
+use flowfs_client::{ClientError, CompletedPart, ObjectClient, Upload};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, OnceCell, Semaphore};
 use tokio::task::JoinHandle;
@@ -150,7 +150,7 @@ impl Early {
                 let body = read_part_async(&staged.file, &e.key, off, part_size, crc).await?;
                 let etag = e
                     .client
-                    .upload_part(&e.key, &id, index as i32 + 1, body)
+                    .upload_part(Upload::new(&e.key, &id).part(index as i32 + 1), body)
                     .await?;
                 e.parts.lock().push(CompletedPart {
                     part_number: index as i32 + 1,
@@ -232,7 +232,7 @@ impl Drop for Early {
                 let busy = self.aborts.busy();
                 rt.spawn(async move {
                     let _busy = busy;
-                    match client.abort_multipart(&key, &id).await {
+                    match client.abort_multipart(Upload::new(&key, &id)).await {
                         Ok(()) => {
                             let _ = std::fs::remove_file(&note);
                         }

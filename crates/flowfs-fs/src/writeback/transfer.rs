@@ -13,6 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use flowfs_client::{AlignedBuf, ClientError, CompletedPart, Crc, ObjectClient, Payload, Summing};
+use flowfs_client::{Upload, Version};
 use tokio::sync::Semaphore;
 
 use crate::budget::GetBudget;
@@ -68,16 +69,13 @@ pub async fn upload_single_part(
 ) -> Result<String, ClientError> {
     let id = note.create(client, key, metadata).await?;
     let r = async {
-        let etag = client.upload_part(key, &id, 1, body).await?;
+        let upload = Upload::new(key, &id);
+        let etag = client.upload_part(upload.part(1), body).await?;
         client
-            .complete_multipart(
-                key,
-                &id,
-                vec![CompletedPart {
-                    part_number: 1,
-                    etag,
-                }],
-            )
+            .complete_multipart(upload.completion(&[CompletedPart {
+                part_number: 1,
+                etag,
+            }]))
             .await
     }
     .await;
@@ -87,7 +85,7 @@ pub async fn upload_single_part(
             Ok(p.etag)
         }
         Err(e) => {
-            let _ = client.abort_multipart(key, &id).await;
+            let _ = (client.abort_multipart(Upload::new(key, &id))).await;
             Err(e)
         }
     }
@@ -299,7 +297,7 @@ pub async fn upload_parts(
         };
         let (client, key, id) = (client.clone(), key.to_string(), upload_id.to_string());
         set.spawn(async move {
-            let r = client.upload_part(&key, &id, i as i32 + 1, body).await;
+            let r = (client.upload_part(Upload::new(&key, &id).part(i as i32 + 1), body)).await;
             drop(permit);
             r.map(|etag| CompletedPart {
                 part_number: i as i32 + 1,
@@ -326,17 +324,18 @@ pub async fn upload_parts(
         }
     }
     failure = failure.or(check_stop(stop).err());
+    let upload = Upload::new(key, upload_id);
     if let Some(e) = failure {
-        if let Err(abort) = client.abort_multipart(key, upload_id).await {
+        if let Err(abort) = client.abort_multipart(upload).await {
             tracing::warn!(%key, "abort of a failed multipart upload failed: {abort}");
         }
         return Err(e);
     }
     done.sort_by_key(|p| p.part_number);
-    match client.complete_multipart(key, upload_id, done).await {
+    match client.complete_multipart(upload.completion(&done)).await {
         Ok(r) => Ok(r.etag),
         Err(e) => {
-            let _ = client.abort_multipart(key, upload_id).await;
+            let _ = client.abort_multipart(upload).await;
             Err(e)
         }
     }
@@ -351,11 +350,12 @@ async fn get_part(
     size: u64,
     etag: Option<&str>,
 ) -> Result<Bytes, ClientError> {
+    let src = Version::new(key, etag);
     if off > 0 || end < size {
-        return client.get_range(key, off, end, etag).await;
+        return client.get_range(src.range(off, end)).await;
     }
     let mut out = Bytes::new();
-    (client.get_whole_pieces(key, &[end], etag, &mut |_, b| out = b)).await?;
+    (client.get_whole_pieces(src, &[end], &mut |_, b| out = b)).await?;
     Ok(out)
 }
 

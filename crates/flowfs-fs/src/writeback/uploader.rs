@@ -195,7 +195,7 @@ impl Uploader {
         };
         let stamp = self
             .client
-            .replace_metadata(key, metadata, Some(&etag), size);
+            .replace_metadata(Version::new(key, Some(&etag)).rewrite(metadata, size));
         match stamp.await {
             Ok(put) => Sent {
                 result: Ok(put.etag),

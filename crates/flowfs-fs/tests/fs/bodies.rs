@@ -116,7 +116,7 @@ pub async fn written_renamed_and_read_back(client: Arc<dyn ObjectClient>, prefix
             v.len()
         );
     }
-    let page = (client.list_page(prefix, None, None, None).await).expect("list");
+    let page = (client.list_page(flowfs_client::List::flat(prefix)).await).expect("list");
     let mut keys: Vec<String> = page.objects.into_iter().map(|o| o.key).collect();
     keys.sort();
     let expected: Vec<String> = want.keys().map(|k| format!("{prefix}/{k}")).collect();
@@ -243,7 +243,7 @@ pub async fn names_the_store_would_change_are_refused_or_kept_exactly(
     }
     assert!(fs.flush_all().await.is_empty(), "everything uploads");
     let page = client
-        .list_page(&format!("{prefix}/"), None, None, None)
+        .list_page(flowfs_client::List::flat(&format!("{prefix}/")))
         .await
         .expect("list");
     let mut keys: Vec<String> = page.objects.into_iter().map(|o| o.key).collect();

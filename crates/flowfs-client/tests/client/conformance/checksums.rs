@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use flowfs_client::{ClientError, Crc, ObjectClient, Payload};
+use flowfs_client::{ClientError, Crc, ObjectClient, Payload, Upload, Version};
 
-use super::{data, open_upload, put, upload};
+use super::{complete, data, open_upload, put, upload};
 
 /// S3's smallest part but the last.
 const PART: usize = 5 << 20;
@@ -27,9 +27,11 @@ async fn holds(c: &dyn ObjectClient, key: &str, body: &Bytes) {
     let n = body.len() as u64;
     let cuts = [n / 3, n];
     let mut got = Vec::new();
-    (c.get_whole_pieces(key, &cuts, Some(&h.info.etag), &mut |_, b| got.push(b)))
-        .await
-        .expect("whole get");
+    (c.get_whole_pieces(Version::new(key, Some(&h.info.etag)), &cuts, &mut |_, b| {
+        got.push(b)
+    }))
+    .await
+    .expect("whole get");
     assert_eq!(got.len(), 2, "{key}: one piece per cut");
     assert_eq!(got.concat(), body.to_vec(), "{key}: whole get");
 }
@@ -46,9 +48,7 @@ pub async fn every_upload_has_a_full_object_checksum(c: &dyn ObjectClient, p: &s
         upload(c, &key, &id, 1, a.clone()).await,
         upload(c, &key, &id, 2, b.clone()).await,
     ];
-    c.complete_multipart(&key, &id, parts)
-        .await
-        .expect("complete");
+    complete(c, &key, &id, &parts).await;
     let whole: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
     holds(c, &key, &Bytes::from(whole)).await;
 }
@@ -69,9 +69,11 @@ pub async fn an_upload_whose_checksum_is_not_of_its_bytes_is_refused(
     let r = c.put(&key, wrong(), &HashMap::new()).await;
     assert!(matches!(r, Err(ClientError::Corrupt(_))), "put: {r:?}");
     let id = open_upload(c, &key).await;
-    let r = c.upload_part(&key, &id, 1, wrong()).await;
+    let r = c.upload_part(Upload::new(&key, &id).part(1), wrong()).await;
     assert!(matches!(r, Err(ClientError::Corrupt(_))), "part: {r:?}");
-    c.abort_multipart(&key, &id).await.expect("abort");
+    c.abort_multipart(Upload::new(&key, &id))
+        .await
+        .expect("abort");
     // The right one is taken.
     let right = Payload::new(body.clone(), Some(crc.of(&body)));
     c.put(&key, right, &HashMap::new()).await.expect("put");

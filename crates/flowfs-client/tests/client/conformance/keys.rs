@@ -4,7 +4,7 @@
 //! the rules, so the rules must say exactly what the store does.
 
 use bytes::Bytes;
-use flowfs_client::{KeyRule, ObjectClient};
+use flowfs_client::{KeyRule, List, ObjectClient};
 
 /// Names a file system can make (any bytes but `/` and NUL, at most 255 of them), in a
 /// directory, and the segments around them; each probed under a prefix of its own.
@@ -72,7 +72,7 @@ async fn probe(c: &dyn ObjectClient, dir: &str, key: &str) -> Outcome {
     let head = c.head(key).await.map(|m| m.info.key);
     // Azurite answers a listing of keys with control bytes 500 (a deviation of its own,
     // lists.rs): there the HEAD alone says what it holds.
-    let listed: Vec<String> = match c.list_page(dir, None, None, None).await {
+    let listed: Vec<String> = match c.list_page(List::flat(dir)).await {
         Ok(page) => page.objects.iter().map(|o| o.key.clone()).collect(),
         Err(e) if head.as_deref().is_ok_and(|k| k == key) => {
             println!("  keys: {key:?} HEAD only (the listing failed: {e})");

@@ -1,6 +1,6 @@
 //! ListObjectsV2: delimiters, pagination, StartAfter.
 
-use flowfs_client::{ListPage, ObjectClient};
+use flowfs_client::{List, ListAfter, ListPage, ObjectClient};
 
 use super::{data, put};
 
@@ -26,31 +26,22 @@ pub async fn check_bucket_succeeds(c: &dyn ObjectClient, p: &str) {
 
 pub async fn list_with_delimiter_splits_prefixes_and_objects(c: &dyn ObjectClient, p: &str) {
     put_all(c, p, &["a", "b/1", "b/2", "c/", "d", "e/f/g"]).await;
-    let page = c.list_page(p, Some("/"), None, None).await.expect("list");
+    let page = c.list_page(List::dir(p)).await.expect("list");
     assert_eq!(keys(&page), with(p, &["a", "d"]));
     assert_eq!(page.prefixes, with(p, &["b/", "c/", "e/"]));
     assert!(page.next_token.is_none());
     // One level down; a key ending in the delimiter is an object of its own prefix.
-    let b = c
-        .list_page(&format!("{p}b/"), Some("/"), None, None)
-        .await
-        .expect("b/");
+    let b = c.list_page(List::dir(&format!("{p}b/"))).await.expect("b/");
     assert_eq!(keys(&b), with(p, &["b/1", "b/2"]));
     assert!(b.prefixes.is_empty());
-    let cdir = c
-        .list_page(&format!("{p}c/"), Some("/"), None, None)
-        .await
-        .expect("c/");
+    let cdir = c.list_page(List::dir(&format!("{p}c/"))).await.expect("c/");
     assert_eq!(keys(&cdir), with(p, &["c/"]));
     // A prefix that is not a directory name.
-    let partial = c
-        .list_page(&format!("{p}b"), Some("/"), None, None)
-        .await
-        .expect("b");
+    let partial = c.list_page(List::dir(&format!("{p}b"))).await.expect("b");
     assert!(partial.objects.is_empty());
     assert_eq!(partial.prefixes, with(p, &["b/"]));
     let none = c
-        .list_page(&format!("{p}zzz"), Some("/"), None, None)
+        .list_page(List::dir(&format!("{p}zzz")))
         .await
         .expect("none");
     assert!(none.objects.is_empty() && none.prefixes.is_empty() && none.next_token.is_none());
@@ -58,7 +49,7 @@ pub async fn list_with_delimiter_splits_prefixes_and_objects(c: &dyn ObjectClien
 
 pub async fn list_without_delimiter_is_flat(c: &dyn ObjectClient, p: &str) {
     put_all(c, p, &["a", "b/1", "b/2", "c/", "e/f/g"]).await;
-    let page = c.list_page(p, None, None, None).await.expect("list");
+    let page = c.list_page(List::flat(p)).await.expect("list");
     assert_eq!(keys(&page), with(p, &["a", "b/1", "b/2", "c/", "e/f/g"]));
     assert!(page.prefixes.is_empty());
 }
@@ -67,7 +58,7 @@ pub async fn list_without_delimiter_is_flat(c: &dyn ObjectClient, p: &str) {
 /// listings and must not see a file change when it HEADs it later).
 pub async fn list_metadata_matches_head(c: &dyn ObjectClient, p: &str) {
     put_all(c, p, &["x", "y"]).await;
-    let page = c.list_page(p, Some("/"), None, None).await.expect("list");
+    let page = c.list_page(List::dir(p)).await.expect("list");
     assert_eq!(page.objects.len(), 2);
     for o in &page.objects {
         let h = c.head(&o.key).await.expect("head");
@@ -86,7 +77,14 @@ async fn all_pages(
     let (mut entries, mut pages, mut token) = (Vec::new(), 0, None);
     loop {
         let page = c
-            .list_page(p, delimiter, token, Some(max))
+            .list_page(
+                List {
+                    delimiter,
+                    ..List::flat(p)
+                }
+                .token(token)
+                .max_keys(max),
+            )
             .await
             .expect("page");
         pages += 1;
@@ -137,7 +135,7 @@ pub async fn pagination_without_delimiter(c: &dyn ObjectClient, p: &str) {
 pub async fn list_after_is_start_after(c: &dyn ObjectClient, p: &str) {
     put_all(c, p, &["a", "b", "c", "d/x", "e"]).await;
     let page = c
-        .list_after(p, &format!("{p}b"), None)
+        .list_after(ListAfter::new(p, &format!("{p}b")))
         .await
         .expect("after b");
     assert_eq!(keys(&page), with(p, &["c", "e"]));
@@ -145,17 +143,20 @@ pub async fn list_after_is_start_after(c: &dyn ObjectClient, p: &str) {
     assert!(page.next_token.is_none());
     // StartAfter need not be a key.
     let page = c
-        .list_after(p, &format!("{p}bb"), None)
+        .list_after(ListAfter::new(p, &format!("{p}bb")))
         .await
         .expect("after bb");
     assert_eq!(keys(&page), with(p, &["c", "e"]));
     let page = c
-        .list_after(p, &format!("{p}e"), None)
+        .list_after(ListAfter::new(p, &format!("{p}e")))
         .await
         .expect("after e");
     assert!(page.objects.is_empty() && page.prefixes.is_empty());
     // Before everything: the whole level.
-    let page = c.list_after(p, p, None).await.expect("after the prefix");
+    let page = c
+        .list_after(ListAfter::new(p, p))
+        .await
+        .expect("after the prefix");
     assert_eq!(keys(&page), with(p, &["a", "b", "c", "e"]));
 }
 
@@ -164,13 +165,13 @@ pub async fn list_after_is_start_after(c: &dyn ObjectClient, p: &str) {
 pub async fn list_after_inside_a_common_prefix(c: &dyn ObjectClient, p: &str) {
     put_all(c, p, &["d/x", "d/y", "e"]).await;
     let page = c
-        .list_after(p, &format!("{p}d/x"), None)
+        .list_after(ListAfter::new(p, &format!("{p}d/x")))
         .await
         .expect("after d/x");
     assert_eq!(page.prefixes, with(p, &["d/"]), "d/y is after d/x");
     assert_eq!(keys(&page), with(p, &["e"]));
     let page = c
-        .list_after(p, &format!("{p}d/y"), None)
+        .list_after(ListAfter::new(p, &format!("{p}d/y")))
         .await
         .expect("after d/y");
     assert!(
@@ -189,7 +190,7 @@ pub async fn list_after_inside_a_common_prefix(c: &dyn ObjectClient, p: &str) {
 pub async fn control_bytes_and_plus_in_keys_list_back_exactly(c: &dyn ObjectClient, p: &str) {
     let names = ["a\u{1}b", "plus+ sp%25ü", "t\u{1f}x\tz", "d\u{2}ir/f+1"];
     put_all(c, p, &names).await;
-    let page = c.list_page(p, Some("/"), None, None).await.expect("list");
+    let page = c.list_page(List::dir(p)).await.expect("list");
     let mut got = keys(&page);
     got.sort();
     let mut want = with(p, &["a\u{1}b", "plus+ sp%25ü", "t\u{1f}x\tz"]);
@@ -197,7 +198,7 @@ pub async fn control_bytes_and_plus_in_keys_list_back_exactly(c: &dyn ObjectClie
     assert_eq!(got, want);
     assert_eq!(page.prefixes, with(p, &["d\u{2}ir/"]));
     let inner = c
-        .list_page(&format!("{p}d\u{2}ir/"), Some("/"), None, None)
+        .list_page(List::dir(&format!("{p}d\u{2}ir/")))
         .await
         .expect("list the odd prefix");
     assert_eq!(keys(&inner), with(p, &["d\u{2}ir/f+1"]));
@@ -207,7 +208,7 @@ pub async fn control_bytes_and_plus_in_keys_list_back_exactly(c: &dyn ObjectClie
     all.sort();
     assert_eq!(flat, all);
     let after = c
-        .list_after(p, &format!("{p}a\u{1}b"), None)
+        .list_after(ListAfter::new(p, &format!("{p}a\u{1}b")))
         .await
         .expect("list_after an odd key");
     assert!(!keys(&after).contains(&format!("{p}a\u{1}b")));

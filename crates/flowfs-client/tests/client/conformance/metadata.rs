@@ -6,7 +6,7 @@
 use flowfs_client::copy::{copy_in_parts, CopyLimits};
 use flowfs_client::{ClientError, ObjectClient, Version};
 
-use super::{assert_not_found, data, err, meta, upload};
+use super::{assert_not_found, complete, data, err, get, meta, upload};
 
 /// S3's smallest part but the last.
 const PART: usize = 5 << 20;
@@ -43,7 +43,9 @@ pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str)
         .await
         .expect("put");
     let done = c
-        .replace_metadata(&key, &meta(&[("mode", "33188")]), Some(&put.etag), 3000)
+        .replace_metadata(
+            Version::new(&key, Some(&put.etag)).rewrite(&meta(&[("mode", "33188")]), 3000),
+        )
         .await
         .expect("replace");
     // S3 keeps an object's ETag (its body's MD5); Azure gives the blob a new one.
@@ -57,7 +59,7 @@ pub async fn replace_metadata_keeps_body_and_etag(c: &dyn ObjectClient, p: &str)
         meta(&[("mode", "33188")]),
         "replaced, not merged"
     );
-    let got = c.get_range(&key, 0, 3000, None).await.expect("get");
+    let got = get(c, &key, 0, 3000).await;
     assert_eq!(got, data(3000, 2));
 }
 
@@ -73,26 +75,18 @@ pub async fn replace_metadata_of_a_multipart_object(c: &dyn ObjectClient, p: &st
         upload(c, &key, &id, 1, data(PART, 3)).await,
         upload(c, &key, &id, 2, data(10, 4)).await,
     ];
-    let done = c
-        .complete_multipart(&key, &id, parts)
-        .await
-        .expect("complete");
+    let done = complete(c, &key, &id, &parts).await;
     let r = c
         .replace_metadata(
-            &key,
-            &meta(&[("mode", "33188")]),
-            Some(&done.etag),
-            PART as u64 + 10,
+            Version::new(&key, Some(&done.etag))
+                .rewrite(&meta(&[("mode", "33188")]), PART as u64 + 10),
         )
         .await
         .expect("replace");
     let h = c.head(&key).await.expect("head");
     assert_eq!(h.info.etag, r.etag, "HEAD's ETag is the one returned");
     assert_eq!(h.metadata, meta(&[("mode", "33188")]));
-    let tail = c
-        .get_range(&key, PART as u64, PART as u64 + 10, None)
-        .await
-        .expect("get");
+    let tail = get(c, &key, PART as u64, PART as u64 + 10).await;
     assert_eq!(tail, data(10, 4));
 }
 
@@ -104,10 +98,7 @@ pub async fn replace_metadata_of_a_changed_object_is_precondition(c: &dyn Object
         .expect("put");
     let r = c
         .replace_metadata(
-            &key,
-            &meta(&[("mode", "1")]),
-            Some("\"0123456789abcdef\""),
-            10,
+            Version::new(&key, Some("\"0123456789abcdef\"")).rewrite(&meta(&[("mode", "1")]), 10),
         )
         .await;
     let e = err(r, "stale ETag");
@@ -119,7 +110,7 @@ pub async fn replace_metadata_of_a_changed_object_is_precondition(c: &dyn Object
 pub async fn replace_metadata_of_a_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}missing");
     assert_not_found(
-        c.replace_metadata(&key, &meta(&[("mode", "1")]), None, 1)
+        c.replace_metadata(Version::any(&key).rewrite(&meta(&[("mode", "1")]), 1))
             .await,
         "replace of a missing key",
     );
@@ -141,10 +132,7 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
         part: PART as u64,
     };
     let other = meta(&[("mode", "1")]);
-    let old = Version {
-        key: &key,
-        etag: Some("\"0\""),
-    };
+    let old = Version::new(&key, Some("\"0\""));
     let stale = copy_in_parts(c, old, &key, &other, size as u64, limits);
     let e = err(stale.await, "stale ETag");
     assert!(matches!(e, ClientError::Precondition(_)), "{e:?}");
@@ -153,10 +141,7 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
         "aborted"
     );
     let m = meta(&[("mode", "33188")]);
-    let this = Version {
-        key: &key,
-        etag: Some(&put.etag),
-    };
+    let this = Version::new(&key, Some(&put.etag));
     let done = copy_in_parts(c, this, &key, &m, size as u64, limits)
         .await
         .expect("copy in parts");
@@ -166,7 +151,7 @@ pub async fn copy_in_parts_replaces_metadata_and_keeps_the_body(c: &dyn ObjectCl
         (done.etag.as_str(), size as u64)
     );
     assert_eq!(h.metadata, m);
-    let got = c.get_range(&key, 0, size as u64, None).await.expect("get");
+    let got = get(c, &key, 0, size as u64).await;
     assert_eq!(got, data(size, 6));
 }
 
@@ -183,17 +168,14 @@ pub async fn copy_in_parts_to_another_key(c: &dyn ObjectClient, p: &str) {
         max_copy: PART as u64,
         part: PART as u64,
     };
-    let src = Version {
-        key: &from,
-        etag: Some(&put.etag),
-    };
+    let src = Version::new(&from, Some(&put.etag));
     let m = meta(&[("mode", "33188")]);
     copy_in_parts(c, src, &to, &m, size as u64, limits)
         .await
         .expect("copy in parts");
     let h = c.head(&to).await.expect("head");
     assert_eq!((h.info.size, &h.metadata), (size as u64, &m));
-    let got = c.get_range(&to, 0, size as u64, None).await.expect("get");
+    let got = get(c, &to, 0, size as u64).await;
     assert_eq!(got, data(size, 7));
     assert_eq!(c.head(&from).await.expect("source").info.etag, put.etag);
 }

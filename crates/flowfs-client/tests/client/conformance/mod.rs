@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flowfs_client::{ClientError, CompletedPart, ObjectClient, Result};
+use flowfs_client::{ClientError, CompletedPart, ObjectClient, PutResult, Result, Upload, Version};
 
 pub type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -214,6 +214,25 @@ pub async fn open_upload(c: &dyn ObjectClient, key: &str) -> String {
         .unwrap_or_else(|e| panic!("create upload of {key}: {e}"))
 }
 
+/// Bytes `[start, end)` of whatever `key` holds.
+pub async fn get(c: &dyn ObjectClient, key: &str, start: u64, end: u64) -> Bytes {
+    let r = c.get_range(Version::any(key).range(start, end)).await;
+    r.unwrap_or_else(|e| panic!("get {key}: {e}"))
+}
+
+/// Upload `id` of `key` completed from `parts`.
+pub async fn complete(
+    c: &dyn ObjectClient,
+    key: &str,
+    id: &str,
+    parts: &[CompletedPart],
+) -> PutResult {
+    let r = c
+        .complete_multipart(Upload::new(key, id).completion(parts))
+        .await;
+    r.unwrap_or_else(|e| panic!("complete upload {id} of {key}: {e}"))
+}
+
 /// Part `n` of upload `id`, as the completion wants it.
 pub async fn upload(
     c: &dyn ObjectClient,
@@ -223,7 +242,7 @@ pub async fn upload(
     body: Bytes,
 ) -> CompletedPart {
     let etag = c
-        .upload_part(key, id, n, body.into())
+        .upload_part(Upload::new(key, id).part(n), body.into())
         .await
         .unwrap_or_else(|e| panic!("upload part {n}: {e}"));
     CompletedPart {

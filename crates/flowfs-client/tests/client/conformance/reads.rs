@@ -4,14 +4,15 @@ use flowfs_client::Version;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use flowfs_client::{ClientError, ObjectClient};
+use flowfs_client::{ClientError, List, ObjectClient};
 
-use super::{assert_not_found, data, err, meta, put};
+use super::{assert_not_found, data, err, get, meta, put};
 
 pub async fn head_of_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
     assert_not_found(c.head(&format!("{p}missing")).await, "head");
     assert_not_found(
-        c.get_range(&format!("{p}missing"), 0, 10, None).await,
+        c.get_range(Version::any(&format!("{p}missing")).range(0, 10))
+            .await,
         "get of a missing key",
     );
 }
@@ -35,7 +36,7 @@ pub async fn put_get_round_trip_with_metadata(c: &dyn ObjectClient, p: &str) {
         "last_modified is about now: {:?}",
         h.info.last_modified
     );
-    let got = c.get_range(&key, 0, 1000, None).await.expect("get");
+    let got = get(c, &key, 0, 1000).await;
     assert_eq!(got, body);
 }
 
@@ -44,7 +45,10 @@ pub async fn empty_object(c: &dyn ObjectClient, p: &str) {
     put(c, &key, Bytes::new()).await;
     let h = c.head(&key).await.expect("head");
     assert_eq!(h.info.size, 0);
-    let got = c.get_range(&key, 0, 0, None).await.expect("empty range");
+    let got = c
+        .get_range(Version::any(&key).range(0, 0))
+        .await
+        .expect("empty range");
     assert!(got.is_empty());
 }
 
@@ -55,21 +59,27 @@ pub async fn overwrite_replaces_content_and_etag(c: &dyn ObjectClient, p: &str) 
     assert_ne!(first, second, "different content, different ETag");
     let h = c.head(&key).await.expect("head");
     assert_eq!((h.info.size, h.info.etag), (50, second));
-    assert_eq!(
-        c.get_range(&key, 0, 50, None).await.expect("get"),
-        data(50, 2)
-    );
+    assert_eq!(get(c, &key, 0, 50).await, data(50, 2));
 }
 
 pub async fn ranged_get_inside_and_at_end(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
     let body = data(100, 3);
     put(c, &key, body.clone()).await;
-    let inside = c.get_range(&key, 3, 10, None).await.expect("inside");
+    let inside = c
+        .get_range(Version::any(&key).range(3, 10))
+        .await
+        .expect("inside");
     assert_eq!(inside, body.slice(3..10));
-    let at_end = c.get_range(&key, 95, 100, None).await.expect("at end");
+    let at_end = c
+        .get_range(Version::any(&key).range(95, 100))
+        .await
+        .expect("at end");
     assert_eq!(at_end, body.slice(95..100));
-    let last = c.get_range(&key, 99, 100, None).await.expect("last byte");
+    let last = c
+        .get_range(Version::any(&key).range(99, 100))
+        .await
+        .expect("last byte");
     assert_eq!(last, body.slice(99..100));
 }
 
@@ -81,7 +91,10 @@ pub async fn ranged_get_inside_and_at_end(c: &dyn ObjectClient, p: &str) {
 pub async fn ranged_get_end_beyond_size_is_a_short_body(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
     put(c, &key, data(100, 4)).await;
-    let e = err(c.get_range(&key, 95, 110, None).await, "end beyond size");
+    let e = err(
+        c.get_range(Version::any(&key).range(95, 110)).await,
+        "end beyond size",
+    );
     assert!(
         matches!(&e, ClientError::Transient(m) if m.contains("short read")),
         "expected a short-body Transient error, got {e:?}"
@@ -97,7 +110,10 @@ pub async fn ranged_get_starting_at_or_past_end_is_invalid_range(c: &dyn ObjectC
     let empty = format!("{p}empty");
     put(c, &empty, Bytes::new()).await;
     for (k, start, end) in [(&key, 100, 110), (&key, 150, 160), (&empty, 0, 10)] {
-        let e = err(c.get_range(k, start, end, None).await, "start past the end");
+        let e = err(
+            c.get_range(Version::any(k).range(start, end)).await,
+            "start past the end",
+        );
         assert!(
             matches!(&e, ClientError::Other(m) if m.contains("416") && m.contains("InvalidRange")),
             "{k} [{start}, {end}): expected Other(.. 416 InvalidRange ..), got {e:?}"
@@ -111,11 +127,14 @@ pub async fn empty_range_is_empty(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
     put(c, &key, data(10, 6)).await;
     for s in [0, 5, 10, 20] {
-        let got = c.get_range(&key, s, s, None).await.expect("empty range");
+        let got = c
+            .get_range(Version::any(&key).range(s, s))
+            .await
+            .expect("empty range");
         assert!(got.is_empty());
     }
     let mut calls = 0;
-    c.get_range_pieces(&key, 0, &[], None, &mut |_, _| calls += 1)
+    c.get_range_pieces(Version::any(&key).pieces(0, &[]), &mut |_, _| calls += 1)
         .await
         .expect("no cuts");
     assert_eq!(calls, 0);
@@ -125,17 +144,24 @@ pub async fn if_match_mismatch_is_precondition(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}obj");
     let old = put(c, &key, data(100, 7)).await;
     let got = c
-        .get_range(&key, 0, 10, Some(&old))
+        .get_range(Version::new(&key, Some(&old)).range(0, 10))
         .await
         .expect("matching");
     assert_eq!(got, data(100, 7).slice(0..10));
     put(c, &key, data(100, 8)).await;
-    let e = err(c.get_range(&key, 0, 10, Some(&old)).await, "stale etag");
+    let e = err(
+        c.get_range(Version::new(&key, Some(&old)).range(0, 10))
+            .await,
+        "stale etag",
+    );
     assert!(matches!(e, ClientError::Precondition(_)), "got {e:?}");
     assert!(!e.is_retryable());
     let mut pieces = 0;
     let r = c
-        .get_range_pieces(&key, 0, &[5, 10], Some(&old), &mut |_, _| pieces += 1)
+        .get_range_pieces(
+            Version::new(&key, Some(&old)).pieces(0, &[5, 10]),
+            &mut |_, _| pieces += 1,
+        )
         .await;
     let e = err(r, "stale etag, pieces");
     assert!(matches!(e, ClientError::Precondition(_)), "got {e:?}");
@@ -148,9 +174,11 @@ pub async fn get_range_pieces_in_order(c: &dyn ObjectClient, p: &str) {
     put(c, &key, body.clone()).await;
     let cuts = [1000, 4096, 300_000, 1 << 20];
     let mut got: Vec<(usize, Bytes)> = Vec::new();
-    c.get_range_pieces(&key, 10, &cuts, None, &mut |i, b| got.push((i, b)))
-        .await
-        .expect("pieces");
+    c.get_range_pieces(Version::any(&key).pieces(10, &cuts), &mut |i, b| {
+        got.push((i, b))
+    })
+    .await
+    .expect("pieces");
     let idx: Vec<usize> = got.iter().map(|g| g.0).collect();
     assert_eq!(idx, vec![0, 1, 2, 3], "each piece once, in order");
     let mut from = 10;
@@ -172,7 +200,9 @@ pub async fn get_range_pieces_past_the_end(c: &dyn ObjectClient, p: &str) {
     put(c, &key, body.clone()).await;
     let mut got = Vec::new();
     let r = c
-        .get_range_pieces(&key, 0, &[40, 80, 120], None, &mut |i, b| got.push((i, b)))
+        .get_range_pieces(Version::any(&key).pieces(0, &[40, 80, 120]), &mut |i, b| {
+            got.push((i, b))
+        })
         .await;
     let e = err(r, "cut past the end");
     assert!(
@@ -191,13 +221,10 @@ pub async fn odd_key_characters(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}odd name +=&ü%20.txt");
     put(c, &key, data(10, 11)).await;
     assert_eq!(c.head(&key).await.expect("head").info.key, key);
-    let page = c.list_page(p, Some("/"), None, None).await.expect("list");
+    let page = c.list_page(List::dir(p)).await.expect("list");
     let keys: Vec<_> = page.objects.iter().map(|o| o.key.as_str()).collect();
     assert_eq!(keys, vec![key.as_str()]);
     let copy = format!("{p}copy of ü+.txt");
     c.copy(Version::any(&key), &copy, None).await.expect("copy");
-    assert_eq!(
-        c.get_range(&copy, 0, 10, None).await.expect("get"),
-        data(10, 11)
-    );
+    assert_eq!(get(c, &copy, 0, 10).await, data(10, 11));
 }

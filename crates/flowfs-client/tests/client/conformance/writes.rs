@@ -4,9 +4,9 @@ use flowfs_client::Version;
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use flowfs_client::{ClientError, ObjectClient};
+use flowfs_client::{ClientError, List, ObjectClient, Upload};
 
-use super::{assert_not_found, data, err, meta, open_upload, put, upload};
+use super::{assert_not_found, complete, data, err, get, meta, open_upload, put, upload};
 
 /// S3's smallest part but the last.
 const PART: usize = 5 << 20;
@@ -27,7 +27,7 @@ pub async fn delete_removes_the_object(c: &dyn ObjectClient, p: &str) {
     // SeaweedFS 4.48 keeps the directory its filer made for `p` and lists it as an
     // object `p` itself (size 0, ETag `""`) once the last key below it is gone; AWS S3
     // lists nothing. Any other key left is a failure on both.
-    let page = c.list_page(p, Some("/"), None, None).await.expect("list");
+    let page = c.list_page(List::dir(p)).await.expect("list");
     assert!(
         page.objects.iter().all(|o| o.key == p && o.size == 0),
         "listed after delete: {page:?}"
@@ -45,10 +45,7 @@ pub async fn multipart_round_trip(c: &dyn ObjectClient, p: &str) {
         upload(c, &key, &id, 2, b.clone()).await,
     ];
     assert_not_found(c.head(&key).await, "not visible before completion");
-    let done = c
-        .complete_multipart(&key, &id, parts)
-        .await
-        .expect("complete");
+    let done = complete(c, &key, &id, &parts).await;
     let h = c.head(&key).await.expect("head");
     assert_eq!(h.info.size, (PART + 1000) as u64);
     assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the completion's");
@@ -59,13 +56,12 @@ pub async fn multipart_round_trip(c: &dyn ObjectClient, p: &str) {
         h.info.etag
     );
     assert_eq!(h.metadata, m, "metadata given at creation");
-    let got = c
-        .get_range(&key, PART as u64 - 10, PART as u64 + 1000, None)
-        .await
-        .expect("get");
+    let got = get(c, &key, PART as u64 - 10, PART as u64 + 1000).await;
     let want: Vec<u8> = a[PART - 10..].iter().chain(b.iter()).copied().collect();
     assert_eq!(got, Bytes::from(want));
-    let again = c.complete_multipart(&key, &id, Vec::new()).await;
+    let again = c
+        .complete_multipart(Upload::new(&key, &id).completion(&[]))
+        .await;
     let e = err(again, "completing a completed upload");
     assert!(!e.is_retryable(), "got {e:?}");
 }
@@ -76,13 +72,17 @@ pub async fn multipart_abort_forgets_the_upload(c: &dyn ObjectClient, p: &str) {
     let key = format!("{p}aborted");
     let id = open_upload(c, &key).await;
     let part = upload(c, &key, &id, 1, data(1000, 3)).await;
-    c.abort_multipart(&key, &id).await.expect("abort");
+    c.abort_multipart(Upload::new(&key, &id))
+        .await
+        .expect("abort");
     assert_not_found(
-        c.upload_part(&key, &id, 2, data(10, 4).into()).await,
+        c.upload_part(Upload::new(&key, &id).part(2), data(10, 4).into())
+            .await,
         "upload_part after abort",
     );
     assert_not_found(
-        c.complete_multipart(&key, &id, vec![part]).await,
+        c.complete_multipart(Upload::new(&key, &id).completion(&[part]))
+            .await,
         "complete after abort",
     );
     assert_not_found(c.head(&key).await, "no object from an aborted upload");
@@ -119,13 +119,15 @@ pub async fn list_uploads_names_the_open_uploads_of_one_key(c: &dyn ObjectClient
             u.initiated
         );
     }
-    c.abort_multipart(&key, &a).await.expect("abort a");
+    c.abort_multipart(Upload::new(&key, &a))
+        .await
+        .expect("abort a");
     let part = upload(c, &key, &b, 1, data(1000, 5)).await;
-    c.complete_multipart(&key, &b, vec![part])
+    c.complete_multipart(Upload::new(&key, &b).completion(&[part]))
         .await
         .expect("complete b");
     assert!(c.list_uploads(&key).await.expect("list").is_empty());
-    c.abort_multipart(&format!("{key}2"), &other)
+    c.abort_multipart(Upload::new(&format!("{key}2"), &other))
         .await
         .expect("abort other");
 }
@@ -135,10 +137,13 @@ pub async fn multipart_unknown_upload_id_is_not_found(c: &dyn ObjectClient, p: &
     let real = open_upload(c, &key).await;
     let bogus = format!("{real}x");
     assert_not_found(
-        c.upload_part(&key, &bogus, 1, data(10, 5).into()).await,
+        c.upload_part(Upload::new(&key, &bogus).part(1), data(10, 5).into())
+            .await,
         "upload_part with an unknown id",
     );
-    c.abort_multipart(&key, &real).await.expect("abort");
+    c.abort_multipart(Upload::new(&key, &real))
+        .await
+        .expect("abort");
 }
 
 /// Completion checks each part's ETag: a wrong one is `InvalidPart` (400, `Other`).
@@ -148,7 +153,8 @@ pub async fn multipart_complete_with_wrong_etag_fails(c: &dyn ObjectClient, p: &
     let mut part = upload(c, &key, &id, 1, data(1000, 6)).await;
     part.etag = "\"0123456789abcdef0123456789abcdef\"".to_string();
     let e = err(
-        c.complete_multipart(&key, &id, vec![part]).await,
+        c.complete_multipart(Upload::new(&key, &id).completion(&[part]))
+            .await,
         "complete with a wrong ETag",
     );
     assert!(
@@ -156,7 +162,9 @@ pub async fn multipart_complete_with_wrong_etag_fails(c: &dyn ObjectClient, p: &
         "expected Other(.. InvalidPart ..), got {e:?}"
     );
     assert_not_found(c.head(&key).await, "no object from a failed completion");
-    c.abort_multipart(&key, &id).await.expect("abort");
+    c.abort_multipart(Upload::new(&key, &id))
+        .await
+        .expect("abort");
 }
 
 pub async fn copy_keeps_content_and_metadata(c: &dyn ObjectClient, p: &str) {
@@ -168,10 +176,7 @@ pub async fn copy_keeps_content_and_metadata(c: &dyn ObjectClient, p: &str) {
     assert_eq!(h.info.size, 3000);
     assert_eq!(h.info.etag, done.etag, "HEAD's ETag is the copy's");
     assert_eq!(h.metadata, m, "metadata copied");
-    assert_eq!(
-        c.get_range(&to, 0, 3000, None).await.expect("get"),
-        data(3000, 7)
-    );
+    assert_eq!(get(c, &to, 0, 3000).await, data(3000, 7));
     assert_eq!(c.head(&from).await.expect("source stays").info.size, 3000);
 }
 
@@ -205,16 +210,7 @@ pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, 
     let (from, to) = (format!("{p}from"), format!("{p}to"));
     let old = put(c, &from, data(1500, 3)).await;
     let new = put(c, &from, data(1700, 4)).await;
-    let refused = c
-        .copy(
-            Version {
-                key: &from,
-                etag: Some(&old),
-            },
-            &to,
-            None,
-        )
-        .await;
+    let refused = c.copy(Version::new(&from, Some(&old)), &to, None).await;
     assert!(
         matches!(
             refused,
@@ -225,14 +221,7 @@ pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, 
     assert_not_found(c.head(&to).await, "no copy of an old version appears");
     let m = meta(&[("flowfs-mode", "100600")]);
     let done = c
-        .copy(
-            Version {
-                key: &from,
-                etag: Some(&new),
-            },
-            &to,
-            Some(&m),
-        )
+        .copy(Version::new(&from, Some(&new)), &to, Some(&m))
         .await
         .expect("copy");
     let h = c.head(&to).await.expect("head");
@@ -241,10 +230,7 @@ pub async fn a_copy_of_a_version_copies_only_that_version(c: &dyn ObjectClient, 
         h.metadata, m,
         "the copy has the metadata given, not the source's"
     );
-    assert_eq!(
-        c.get_range(&to, 0, 1700, None).await.expect("get"),
-        data(1700, 4)
-    );
+    assert_eq!(get(c, &to, 0, 1700).await, data(1700, 4));
 }
 
 pub async fn copy_of_missing_key_is_not_found(c: &dyn ObjectClient, p: &str) {
@@ -271,10 +257,7 @@ pub async fn multipart_over_an_existing_key_is_a_new_version(c: &dyn ObjectClien
         upload(c, &key, &id, 1, data(PART, 2)).await,
         upload(c, &key, &id, 2, data(10, 3)).await,
     ];
-    let new = c
-        .complete_multipart(&key, &id, parts)
-        .await
-        .expect("complete");
+    let new = complete(c, &key, &id, &parts).await;
     assert_ne!(new.etag, old, "a new version, a new ETag");
     let head = c.head(&key).await.expect("head");
     assert_eq!(
@@ -282,12 +265,13 @@ pub async fn multipart_over_an_existing_key_is_a_new_version(c: &dyn ObjectClien
         (new.etag.as_str(), PART as u64 + 10)
     );
     let got = c
-        .get_range(&key, 0, 100, Some(&new.etag))
+        .get_range(Version::new(&key, Some(&new.etag)).range(0, 100))
         .await
         .expect("get new");
     assert_eq!(got, data(PART, 2).slice(..100));
     let e = err(
-        c.get_range(&key, 0, 100, Some(&old)).await,
+        c.get_range(Version::new(&key, Some(&old)).range(0, 100))
+            .await,
         "get of the old version",
     );
     assert!(matches!(e, ClientError::Precondition(_)), "got {e:?}");
