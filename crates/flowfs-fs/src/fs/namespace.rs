@@ -23,18 +23,9 @@ impl Fs {
     }
 
     /// Creates an empty file (staged locally, uploaded at its last close) and opens it for
-    /// writing; it belongs to the mounting user.
+    /// writing; it belongs to the user `owner` (uid, gid: the caller's), whose object
+    /// carries them (`None`: the mounting user).
     pub async fn create(
-        self: &Arc<Self>,
-        parent: u64,
-        name: &str,
-        mode: u32,
-    ) -> Result<(Attr, u64)> {
-        self.create_as(parent, name, mode, None).await
-    }
-
-    /// `create` by the user `owner` (uid, gid: the caller's), whose object carries them.
-    pub async fn create_as(
         self: &Arc<Self>,
         parent: u64,
         name: &str,
@@ -45,7 +36,7 @@ impl Fs {
         Ok((attr, fh))
     }
 
-    /// `create_as`; `passthrough`: as for `open_as`, the writer may be served by the kernel
+    /// `create`; `passthrough`: as for `open_as`, the writer may be served by the kernel
     /// from the staged file offered in the hints.
     pub async fn create_io(
         self: &Arc<Self>,
@@ -106,19 +97,15 @@ impl Fs {
         if bits != libc::S_IFREG && bits != 0 {
             return Err(FsError::Invalid("mknod of this file type"));
         }
-        let (attr, fh) = self.create_as(parent, name, mode, owner).await?;
+        let (attr, fh) = self.create(parent, name, mode, owner).await?;
         self.release(fh)?;
         Ok(attr)
     }
 
     /// Creates a directory as an empty marker object `name/`, so that it survives a remount
-    /// while empty; it belongs to the mounting user.
-    pub async fn mkdir(&self, parent: u64, name: &str, mode: u32) -> Result<Attr> {
-        self.mkdir_as(parent, name, mode, None).await
-    }
-
-    /// `mkdir` by the user `owner` (uid, gid: the caller's), whose marker carries them.
-    pub async fn mkdir_as(
+    /// while empty; it belongs to the user `owner` (uid, gid: the caller's), whose marker
+    /// carries them (`None`: the mounting user).
+    pub async fn mkdir(
         &self,
         parent: u64,
         name: &str,
@@ -158,13 +145,9 @@ impl Fs {
     }
 
     /// Creates a symlink: staged and uploaded like a file, as a small object whose metadata
-    /// holds the target.
-    pub async fn symlink(self: &Arc<Self>, parent: u64, name: &str, target: &str) -> Result<Attr> {
-        self.symlink_as(parent, name, target, None).await
-    }
-
-    /// `symlink` by the user `owner` (uid, gid: the caller's).
-    pub async fn symlink_as(
+    /// holds the target; it belongs to `owner` (uid, gid: the caller's; `None`: the
+    /// mounting user).
+    pub async fn symlink(
         self: &Arc<Self>,
         parent: u64,
         name: &str,

@@ -255,7 +255,7 @@ impl fuser::Filesystem for FuseAdapter {
         let owner = Some((req.uid(), req.gid()));
         let name = utf8(name);
         self.entry(span, reply, |fs| async move {
-            fs.mkdir_as(parent.0, &name?, mode, owner).await
+            fs.mkdir(parent.0, &name?, mode, owner).await
         });
     }
 
@@ -285,7 +285,7 @@ impl fuser::Filesystem for FuseAdapter {
         let (name, target) = (utf8(link_name), utf8(target.as_os_str()));
         let owner = Some((req.uid(), req.gid()));
         self.entry(span, reply, |fs| async move {
-            fs.symlink_as(parent.0, &name?, &target?, owner).await
+            fs.symlink(parent.0, &name?, &target?, owner).await
         });
     }
 

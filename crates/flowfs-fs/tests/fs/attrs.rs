@@ -37,7 +37,7 @@ async fn an_upload_carries_mode_owner_and_the_time_of_the_last_write() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mock, fs) = setup(dir.path(), "");
     let (a, fh) = fs
-        .create_as(ROOT, "run.sh", 0o755, Some((1234, 5678)))
+        .create(ROOT, "run.sh", 0o755, Some((1234, 5678)))
         .await
         .expect("create");
     // The root's listing taken behind the first create here is no read-back.
@@ -253,8 +253,11 @@ async fn objects_of_other_tools_show_their_metadata() {
 async fn mode_and_mtime_survive_a_remount() {
     let (one, two) = crate::common::two_caches();
     let (mock, fs) = setup(one.path(), "");
-    let d = fs.mkdir(ROOT, "task", 0o755).await.expect("mkdir");
-    let (a, fh) = fs.create(d.ino, "run.sh", 0o644).await.expect("create");
+    let d = fs.mkdir(ROOT, "task", 0o755, None).await.expect("mkdir");
+    let (a, fh) = fs
+        .create(d.ino, "run.sh", 0o644, None)
+        .await
+        .expect("create");
     fs.write(fh, 0, b"echo\n").expect("write");
     let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     let c = AttrChanges {
@@ -282,7 +285,7 @@ async fn a_utimens_during_the_upload_is_rewritten_after_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mock, fs) = setup(dir.path(), "");
     mock.set_latency_of(Op::Put, Duration::from_millis(100));
-    let (a, fh) = fs.create(ROOT, "f", 0o644).await.expect("create");
+    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.expect("create");
     fs.write(fh, 0, b"x\n").expect("write");
     fs.release(fh).expect("release");
     await_count(&mock, Op::Put, 1).await;
@@ -349,7 +352,10 @@ async fn attributes_set_during_the_upload_of_a_file_renamed_next_reach_the_new_n
     mock.set_latency_of(Op::Put, Duration::from_millis(100));
     mock.set_latency_of(Op::Head, Duration::from_millis(50));
     mock.set_latency_of(Op::Copy, Duration::from_millis(50));
-    let (a, fh) = fs.create(ROOT, ".f.XXXX", 0o600).await.expect("create");
+    let (a, fh) = fs
+        .create(ROOT, ".f.XXXX", 0o600, None)
+        .await
+        .expect("create");
     fs.write(fh, 0, b"hello\n").expect("write");
     fs.release(fh).expect("release");
     await_count(&mock, Op::Put, 1).await;
@@ -387,7 +393,7 @@ async fn attributes_set_during_the_upload_of_a_file_renamed_next_reach_the_new_n
 async fn a_chmod_after_fsync_of_an_open_file_reaches_the_bucket() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mock, fs) = setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "g", 0o644).await.expect("create");
+    let (a, fh) = fs.create(ROOT, "g", 0o644, None).await.expect("create");
     fs.write(fh, 0, b"data\n").expect("write");
     fs.fsync(fh).await.expect("fsync");
     let c = AttrChanges {

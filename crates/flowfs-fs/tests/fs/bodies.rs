@@ -26,7 +26,7 @@ fn data(n: usize, seed: u8) -> Vec<u8> {
 }
 
 async fn write_file(fs: &Arc<Fs>, parent: u64, name: &str, body: &[u8]) -> u64 {
-    let (attr, fh) = fs.create(parent, name, 0o644).await.expect("create");
+    let (attr, fh) = fs.create(parent, name, 0o644, None).await.expect("create");
     for (i, c) in body.chunks(1 << 20).enumerate() {
         fs.write(fh, (i << 20) as u64, c).expect("write");
     }
@@ -78,7 +78,7 @@ pub async fn written_renamed_and_read_back(client: Arc<dyn ObjectClient>, prefix
     );
     let fs = fs_over(client.clone(), c1.path(), prefix);
     let big = data((12 << 20) + 5, 7);
-    let dir = fs.mkdir(ROOT, "out", 0o755).await.expect("mkdir").ino;
+    let dir = fs.mkdir(ROOT, "out", 0o755, None).await.expect("mkdir").ino;
     write_file(&fs, dir, "empty", b"").await;
     write_file(&fs, dir, "small.txt", b"one line\n").await;
     write_file(&fs, dir, "big.bin", &big).await;
@@ -220,7 +220,7 @@ pub async fn names_the_store_would_change_are_refused_or_kept_exactly(
         .is_err();
     let mut want = vec![format!("{prefix}/plain")];
     write_file(&fs, ROOT, "plain", b"plain").await;
-    match fs.create(ROOT, odd, 0o644).await {
+    match fs.create(ROOT, odd, 0o644, None).await {
         Err(e) if refused => assert_eq!(e.errno(), libc::EINVAL, "{e}"),
         Err(e) => panic!("create of {odd:?} on a store that keeps it: {e}"),
         Ok((_, fh)) if !refused => {
@@ -236,7 +236,7 @@ pub async fn names_the_store_would_change_are_refused_or_kept_exactly(
         let e = fs.rename(ROOT, "plain", ROOT, "a\\b", false).await;
         assert_eq!(e.expect_err("rename refused").errno(), libc::EINVAL);
         let e = fs
-            .mkdir(ROOT, "d\\e", 0o755)
+            .mkdir(ROOT, "d\\e", 0o755, None)
             .await
             .expect_err("mkdir refused");
         assert_eq!(e.errno(), libc::EINVAL);

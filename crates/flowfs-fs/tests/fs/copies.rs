@@ -22,7 +22,7 @@ async fn a_whole_object_onto_a_new_file_is_one_server_side_copy() {
     let (mock, fs) = setup(dir.path(), "");
     let bytes = data(3 << 20, 5);
     let (_, src) = source(&mock, &fs, &bytes).await;
-    let (attr, dst) = fs.create(ROOT, "dst", 0o600).await.unwrap();
+    let (attr, dst) = fs.create(ROOT, "dst", 0o600, None).await.unwrap();
     mock.reset_counts();
     assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
     assert_eq!(mock.count(Op::Copy), 1);
@@ -49,7 +49,7 @@ async fn a_write_after_the_copy_changes_the_copy_only() {
     let (mock, fs) = setup(dir.path(), "");
     let bytes = data(100_000, 7);
     let (_, src) = source(&mock, &fs, &bytes).await;
-    let (attr, dst) = fs.create(ROOT, "dst", 0o644).await.unwrap();
+    let (attr, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
     assert!(copy_whole(&fs, src, dst).await.is_some());
     // The handle stages the copy at its first change, as any writer of an object.
     assert!(fs.needs_stage(dst));
@@ -76,7 +76,7 @@ async fn other_copies_are_left_to_the_kernel() {
     let (mock, fs) = setup(dir.path(), "");
     let bytes = data(50_000, 9);
     let (src_ino, src) = source(&mock, &fs, &bytes).await;
-    let (_, dst) = fs.create(ROOT, "dst", 0o644).await.unwrap();
+    let (_, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
     let part = |from: u64, to: u64, len: u64| CopyRange {
         from: (src, from),
         to: (dst, to),
@@ -90,7 +90,7 @@ async fn other_copies_are_left_to_the_kernel() {
     fs.write(dst, 0, b"x").unwrap();
     assert_eq!(copy_whole(&fs, src, dst).await, None);
     // A second handle on the destination.
-    let (_, d2) = fs.create(ROOT, "d2", 0o644).await.unwrap();
+    let (_, d2) = fs.create(ROOT, "d2", 0o644, None).await.unwrap();
     let d2_ino = path_ino(&fs, "d2").await.unwrap();
     let (other, _) = fs.open(d2_ino, OpenMode::Write).await.unwrap();
     assert_eq!(copy_whole(&fs, src, d2).await, None);
@@ -113,7 +113,7 @@ async fn a_source_changed_in_the_bucket_is_not_copied() {
     let (_, src) = source(&mock, &fs, &data(20_000, 1)).await;
     // Another client replaces the object after the open: the handle reads the old version.
     mock.insert("src", data(30_000, 2));
-    let (_, dst) = fs.create(ROOT, "dst", 0o644).await.unwrap();
+    let (_, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
     assert_eq!(copy_whole(&fs, src, dst).await, None);
     fs.release(dst).unwrap();
     fs.release(src).unwrap();
@@ -131,9 +131,9 @@ async fn a_linked_file_or_a_completion_marker_is_copied_by_the_kernel() {
     let (mock, fs) = setup(dir.path(), "");
     let (_, src) = source(&mock, &fs, &data(10_000, 3)).await;
     // Its upload waits for the outputs beside it; a copy would not.
-    let (_, marker) = fs.create(ROOT, ".exitcode", 0o644).await.unwrap();
+    let (_, marker) = fs.create(ROOT, ".exitcode", 0o644, None).await.unwrap();
     // Every name of a linked file must get the bytes; a copy would reach one.
-    let (a, fh) = fs.create(ROOT, "a", 0o644).await.unwrap();
+    let (a, fh) = fs.create(ROOT, "a", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"x").unwrap();
     fs.release(fh).unwrap();
     fs.link(a.ino, ROOT, "b").await.unwrap();
@@ -171,7 +171,7 @@ async fn a_copy_asked_for_in_chunks_is_one_copy_on_the_server() {
     let (mock, fs) = chunked(dir.path(), 1000);
     let bytes = data(2500, 4);
     let (_, src) = source(&mock, &fs, &bytes).await;
-    let (attr, dst) = fs.create(ROOT, "dst", 0o644).await.unwrap();
+    let (attr, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
     mock.reset_counts();
     for (off, want) in [(0, 1000), (1000, 1000), (2000, 500)] {
         let got = fs.copy_range(call(src, dst, off, 1000)).await.unwrap();
@@ -199,7 +199,7 @@ async fn a_copy_made_ahead_and_cut_short_is_what_was_answered() {
     let bytes = data(2500, 6);
     let (_, src) = source(&mock, &fs, &bytes).await;
     // Closed after the first call (a killed `cp`): the file is its first 1000 bytes.
-    let (_, a) = fs.create(ROOT, "a", 0o644).await.unwrap();
+    let (_, a) = fs.create(ROOT, "a", 0o644, None).await.unwrap();
     assert_eq!(
         fs.copy_range(call(src, a, 0, 1000)).await.unwrap(),
         Some(1000)
@@ -208,7 +208,7 @@ async fn a_copy_made_ahead_and_cut_short_is_what_was_answered() {
     fs.settle(a).await.unwrap();
     fs.release(a).unwrap();
     // A call out of order: cut, then left to the kernel.
-    let (_, b) = fs.create(ROOT, "b", 0o644).await.unwrap();
+    let (_, b) = fs.create(ROOT, "b", 0o644, None).await.unwrap();
     assert_eq!(
         fs.copy_range(call(src, b, 0, 1000)).await.unwrap(),
         Some(1000)
@@ -217,7 +217,7 @@ async fn a_copy_made_ahead_and_cut_short_is_what_was_answered() {
     assert!(!fs.needs_settle(b));
     fs.release(b).unwrap();
     // A write after the first call: on top of what was answered.
-    let (_, c) = fs.create(ROOT, "c", 0o644).await.unwrap();
+    let (_, c) = fs.create(ROOT, "c", 0o644, None).await.unwrap();
     assert_eq!(
         fs.copy_range(call(src, c, 0, 1000)).await.unwrap(),
         Some(1000)
@@ -245,7 +245,7 @@ async fn a_closed_file_still_uploading_is_copied_once_it_lands() {
     mock.set_latency_of(Op::Put, std::time::Duration::from_millis(300));
     mock.set_latency_of(Op::CompleteMultipart, std::time::Duration::from_millis(300));
     let (_, src) = written(&fs, "out", &bytes).await;
-    let (pub_attr, dst) = fs.create(ROOT, "pub", 0o644).await.unwrap();
+    let (pub_attr, dst) = fs.create(ROOT, "pub", 0o644, None).await.unwrap();
     // (The upload's own copies, an early upload's metadata stamp, are counted too.)
     assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
     for fh in [src, dst] {
@@ -264,10 +264,10 @@ async fn a_closed_file_still_uploading_is_copied_once_it_lands() {
 async fn a_source_still_open_for_writing_is_copied_by_the_kernel() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
+    let (a, w) = fs.create(ROOT, "out", 0o644, None).await.unwrap();
     fs.write(w, 0, &data(100_000, 4)).unwrap();
     let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
-    let (_, dst) = fs.create(ROOT, "pub", 0o644).await.unwrap();
+    let (_, dst) = fs.create(ROOT, "pub", 0o644, None).await.unwrap();
     assert_eq!(copy_whole(&fs, src, dst).await, None);
     assert_eq!(mock.count(Op::Copy), 0);
     for fh in [w, src, dst] {
@@ -297,7 +297,7 @@ async fn a_copy_above_the_single_copy_limit_is_made_in_parts_on_the_server() {
     let (mock, fs) = limited(dir.path());
     let bytes = data((5 << 20) + 9, 6);
     let (_, src) = source(&mock, &fs, &bytes).await;
-    let (attr, dst) = fs.create(ROOT, "dst", 0o600).await.unwrap();
+    let (attr, dst) = fs.create(ROOT, "dst", 0o600, None).await.unwrap();
     mock.reset_counts();
     assert_eq!(copy_whole(&fs, src, dst).await, Some(bytes.len() as u64));
     assert_eq!(

@@ -46,14 +46,14 @@ async fn writes_land_one_to_one_and_large_files_go_multipart() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "run");
     let small = data(1000, 1);
-    let (a, fh) = fs.create(ROOT, "small.txt", 0o644).await.unwrap();
+    let (a, fh) = fs.create(ROOT, "small.txt", 0o644, None).await.unwrap();
     fs.write(fh, 0, &small).unwrap();
     // Read your writes before anything is uploaded.
     assert_eq!(fs.read(fh, 0, 4096).await.unwrap(), small);
     fs.release(fh).unwrap();
 
     let big = data((3 << 20) + 5, 2);
-    let (_, fh) = fs.create(ROOT, "big.bin", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "big.bin", 0o644, None).await.unwrap();
     for (i, c) in big.chunks(256 << 10).enumerate() {
         fs.write(fh, (i * (256 << 10)) as u64, c).unwrap();
     }
@@ -73,7 +73,7 @@ async fn failed_uploads_reach_fsync_and_are_kept_until_they_succeed() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     mock.fail(Op::Put, 0, ClientError::Transient("injected".into()), 1);
-    let (_, fh) = fs.create(ROOT, "out.txt", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "out.txt", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"precious").unwrap();
     let e = fs.fsync(fh).await.expect_err("the PUT failed");
     assert!(matches!(e, FsError::Upload(_)), "{e:?}");
@@ -102,7 +102,7 @@ async fn a_failed_multipart_upload_is_aborted_and_never_visible() {
         ClientError::Transient("injected".into()),
         1_000,
     );
-    let (_, fh) = fs.create(ROOT, "big", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "big", 0o644, None).await.unwrap();
     fs.write(fh, 0, &data(3 << 20, 3)).unwrap();
     fs.release(fh).unwrap();
     let failed = fs.flush_all().await;
@@ -120,18 +120,18 @@ async fn completion_marker_becomes_visible_after_the_outputs() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     mock.set_latency(Duration::from_millis(20));
-    let task = fs.mkdir(ROOT, "task", 0o755).await.unwrap().ino;
-    let sub = fs.mkdir(task, "sub", 0o755).await.unwrap().ino;
+    let task = fs.mkdir(ROOT, "task", 0o755, None).await.unwrap().ino;
+    let sub = fs.mkdir(task, "sub", 0o755, None).await.unwrap().ino;
     for (parent, name, n) in [
         (task, "a.bam", 3 << 20),
         (sub, "b.vcf", 2000),
         (task, "c.log", 10),
     ] {
-        let (_, fh) = fs.create(parent, name, 0o644).await.unwrap();
+        let (_, fh) = fs.create(parent, name, 0o644, None).await.unwrap();
         fs.write(fh, 0, &data(n, 4)).unwrap();
         fs.release(fh).unwrap();
     }
-    let (_, fh) = fs.create(task, ".exitcode", 0o644).await.unwrap();
+    let (_, fh) = fs.create(task, ".exitcode", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"0").unwrap();
     fs.release(fh).unwrap();
     assert!(fs.flush_all().await.is_empty());
@@ -166,7 +166,7 @@ async fn namespace_changes_move_objects() {
     fs.unlink(d, "g").await.unwrap();
     assert!(mock.object("e/g").is_none());
     assert!(matches!(fs.lookup(d, "g").await, Err(FsError::NotFound)));
-    let l = fs.symlink(ROOT, "link", "e/x").await.unwrap();
+    let l = fs.symlink(ROOT, "link", "e/x", None).await.unwrap();
     assert_eq!(fs.readlink(l.ino).await.unwrap(), "e/x");
     // uploaded in the background, like a file
     assert!(fs.flush_all().await.is_empty());
@@ -177,7 +177,7 @@ async fn namespace_changes_move_objects() {
     let a = fs2.lookup(ROOT, "link").await.unwrap();
     assert_eq!(a.kind, Kind::Symlink);
     assert_eq!(fs2.readlink(a.ino).await.unwrap(), "e/x");
-    let m = fs.mkdir(ROOT, "empty", 0o755).await.unwrap();
+    let m = fs.mkdir(ROOT, "empty", 0o755, None).await.unwrap();
     assert_eq!(m.kind, Kind::Dir);
     assert!(
         mock.object("empty/").is_some(),
@@ -195,10 +195,10 @@ async fn symlinks_cost_their_upload_only_and_known_ones_no_head_in_listings() {
     let mut cfg = FsConfig::new("b", "", dir.path().join("own"));
     cfg.metadata_ttl = Duration::ZERO;
     let fs = Arc::new(Fs::new(cfg, mock.clone()).expect("fs"));
-    let d = fs.mkdir(ROOT, "task", 0o755).await.unwrap().ino;
+    let d = fs.mkdir(ROOT, "task", 0o755, None).await.unwrap().ino;
     mock.reset_counts();
     for i in 0..5 {
-        fs.symlink(d, &format!("in{i}.bam"), &format!("/data/in{i}.bam"))
+        fs.symlink(d, &format!("in{i}.bam"), &format!("/data/in{i}.bam"), None)
             .await
             .unwrap();
     }
@@ -238,10 +238,10 @@ async fn a_directory_renamed_while_a_file_below_uploads_keeps_it() {
     for delay_ms in [0u64, 3, 8, 15, 25, 40] {
         let dir = tempfile::tempdir().unwrap();
         let (mock, fs) = setup(dir.path(), "");
-        let a = fs.mkdir(ROOT, "a", 0o755).await.unwrap().ino;
-        let b = fs.mkdir(a, "b", 0o755).await.unwrap().ino;
+        let a = fs.mkdir(ROOT, "a", 0o755, None).await.unwrap().ino;
+        let b = fs.mkdir(a, "b", 0o755, None).await.unwrap().ino;
         for i in 0..3 {
-            let (_, fh) = fs.create(b, &format!("old{i}"), 0o644).await.unwrap();
+            let (_, fh) = fs.create(b, &format!("old{i}"), 0o644, None).await.unwrap();
             fs.write(fh, 0, b"older").unwrap();
             fs.release(fh).unwrap();
         }
@@ -249,7 +249,7 @@ async fn a_directory_renamed_while_a_file_below_uploads_keeps_it() {
         mock.set_latency(Duration::from_millis(10));
         // Multipart (three parts): it lands well after the upload starts.
         let body = data(5 << 19, delay_ms as u8);
-        let (_, fh) = fs.create(b, "just_written", 0o644).await.unwrap();
+        let (_, fh) = fs.create(b, "just_written", 0o644, None).await.unwrap();
         fs.write(fh, 0, &body).unwrap();
         fs.release(fh).unwrap();
         // The point of the test: the rename starts at varied times into the upload.
@@ -279,7 +279,7 @@ async fn a_file_written_front_to_back_uploads_its_parts_while_written() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     let body = data((5 << 20) + 777, 3);
-    let (_, fh) = fs.create(ROOT, "big.bam", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "big.bam", 0o644, None).await.unwrap();
     for (i, c) in body.chunks(128 << 10).enumerate() {
         fs.write(fh, (i * (128 << 10)) as u64, c).unwrap();
     }
@@ -303,7 +303,7 @@ async fn a_change_to_sent_bytes_drops_the_early_upload() {
     let (mock, fs) = setup(dir.path(), "");
     // Rewritten at the start after parts went (a header patched at the end).
     let mut body = data(4 << 20, 5);
-    let (_, fh) = fs.create(ROOT, "patched", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "patched", 0o644, None).await.unwrap();
     fs.write(fh, 0, &body).unwrap();
     await_count(&mock, Op::UploadPart, 1).await;
     assert!(mock.count(Op::UploadPart) >= 1);
@@ -316,7 +316,7 @@ async fn a_change_to_sent_bytes_drops_the_early_upload() {
     assert_eq!(mock.open_uploads(), 0);
     assert!(mock.count(Op::AbortMultipart) >= 1);
     // Truncated below what was sent, and unlinked while written: nothing left behind.
-    let (a, fh) = fs.create(ROOT, "shrunk", 0o644).await.unwrap();
+    let (a, fh) = fs.create(ROOT, "shrunk", 0o644, None).await.unwrap();
     let sent = mock.count(Op::UploadPart);
     fs.write(fh, 0, &data(4 << 20, 6)).unwrap();
     await_count(&mock, Op::UploadPart, sent + 1).await;
@@ -324,7 +324,7 @@ async fn a_change_to_sent_bytes_drops_the_early_upload() {
         .await
         .unwrap();
     fs.release(fh).unwrap();
-    let (_, fh) = fs.create(ROOT, "gone", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "gone", 0o644, None).await.unwrap();
     let sent = mock.count(Op::UploadPart);
     fs.write(fh, 0, &data(4 << 20, 7)).unwrap();
     await_count(&mock, Op::UploadPart, sent + 1).await;
@@ -343,7 +343,7 @@ async fn a_change_to_sent_bytes_drops_the_early_upload() {
 async fn many_uploads_in_one_directory_send_nothing_but_their_puts() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let logs = fs.mkdir(ROOT, "logs", 0o755).await.unwrap().ino;
+    let logs = fs.mkdir(ROOT, "logs", 0o755, None).await.unwrap().ino;
     // Some older objects in the directory, among the new names.
     for i in (0..60).step_by(7) {
         mock.insert(&format!("logs/a{i:03}.old"), vec![1u8; 10]);
@@ -354,7 +354,7 @@ async fn many_uploads_in_one_directory_send_nothing_but_their_puts() {
     let mut inos = Vec::new();
     for i in 0..60 {
         let (a, fh) = fs
-            .create(logs, &format!("a{i:03}.log"), 0o644)
+            .create(logs, &format!("a{i:03}.log"), 0o644, None)
             .await
             .unwrap();
         fs.write(fh, 0, format!("line {i}\n").as_bytes()).unwrap();
@@ -397,7 +397,7 @@ async fn mkdir_after_a_lookup_found_nothing_sends_only_its_marker() {
         Err(FsError::NotFound)
     ));
     mock.reset_counts();
-    let t = fs.mkdir(ROOT, "task", 0o755).await.unwrap();
+    let t = fs.mkdir(ROOT, "task", 0o755, None).await.unwrap();
     assert_eq!(mock.count(Op::Put), 1, "the marker");
     assert_eq!(mock.count(Op::Head) + mock.count(Op::List), 0);
     assert!(mock.object("task/").is_some());
@@ -406,12 +406,12 @@ async fn mkdir_after_a_lookup_found_nothing_sends_only_its_marker() {
         fs.lookup(t.ino, "a").await,
         Err(FsError::NotFound)
     ));
-    fs.mkdir(t.ino, "a", 0o755).await.unwrap();
+    fs.mkdir(t.ino, "a", 0o755, None).await.unwrap();
     assert_eq!(mock.count(Op::Head) + mock.count(Op::List), 0);
     // A name this mount knows nothing about is still checked: a directory made by
     // another client is EEXIST.
     assert!(matches!(
-        fs.mkdir(ROOT, "taken", 0o755).await,
+        fs.mkdir(ROOT, "taken", 0o755, None).await,
         Err(FsError::Exists)
     ));
     assert!(mock.count(Op::Head) + mock.count(Op::List) >= 1);

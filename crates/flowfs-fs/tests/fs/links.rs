@@ -11,7 +11,7 @@ use crate::common::*;
 
 /// A file `name` in `parent` written with `data` and closed; its inode.
 async fn file(fs: &Arc<Fs>, parent: u64, name: &str, data: &[u8]) -> u64 {
-    let (a, fh) = fs.create(parent, name, 0o644).await.expect("create");
+    let (a, fh) = fs.create(parent, name, 0o644, None).await.expect("create");
     fs.write(fh, 0, data).expect("write");
     fs.release(fh).expect("release");
     a.ino
@@ -26,7 +26,7 @@ async fn a_link_is_one_node_whose_names_are_server_side_copies() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     let a = file(&fs, ROOT, "a", b"first").await;
-    let d = fs.mkdir(ROOT, "d", 0o755).await.unwrap().ino;
+    let d = fs.mkdir(ROOT, "d", 0o755, None).await.unwrap().ino;
     // The file's own upload lands first: counted before it, the PUTs told whether it had
     // landed before the link (a race under load), not what the link sent.
     assert!(fs.flush_all().await.is_empty());
@@ -71,7 +71,7 @@ async fn another_mount_joins_names_while_their_etags_match() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     // Made by mkdir: its listing reads the metadata of each object (`--meta-heads marked`).
-    let x = fs.mkdir(ROOT, "x", 0o755).await.unwrap().ino;
+    let x = fs.mkdir(ROOT, "x", 0o755, None).await.unwrap().ino;
     for name in ["p", "q"] {
         let a = file(&fs, x, name, name.as_bytes()).await;
         fs.link(a, x, &format!("{name}2")).await.unwrap();

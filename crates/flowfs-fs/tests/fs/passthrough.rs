@@ -365,7 +365,7 @@ async fn a_copy_of_an_uploaded_source_onto_a_passthrough_writer_is_filled_from_t
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     let bytes = data(3 << 20, 11);
-    let (a, w) = fs.create(ROOT, "out", 0o644).await.unwrap();
+    let (a, w) = fs.create(ROOT, "out", 0o644, None).await.unwrap();
     fs.write(w, 0, &bytes).unwrap();
     fs.release(w).unwrap();
     assert!(fs.flush_all().await.is_empty(), "out is in the bucket");

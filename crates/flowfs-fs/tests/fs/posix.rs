@@ -22,7 +22,7 @@ fn fs_with_ttl(mock: &Arc<MockClient>, cache: &std::path::Path, ttl: Duration) -
 async fn a_reopen_before_the_old_release_keeps_every_write() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (a, fh1) = fs.create(ROOT, "f", 0o644).await.unwrap();
+    let (a, fh1) = fs.create(ROOT, "f", 0o644, None).await.unwrap();
     fs.write(fh1, 0, &data(100_000, 1)).unwrap();
     fs.fsync(fh1).await.unwrap();
     let (fh2, _) = fs.open(a.ino, OpenMode::Write).await.unwrap();
@@ -52,27 +52,27 @@ async fn a_name_whose_key_the_store_cannot_hold_is_enametoolong() {
     let mut parent = ROOT;
     for i in 0..4u8 {
         let name = String::from_utf8(vec![b'a' + i; 250]).unwrap();
-        parent = fs.mkdir(parent, &name, 0o755).await.unwrap().ino;
+        parent = fs.mkdir(parent, &name, 0o755, None).await.unwrap().ino;
     }
     let fits = "f".repeat(1024 - 1008);
     let too_long = "f".repeat(1024 - 1008 + 1);
     assert!(matches!(
-        fs.create(parent, &too_long, 0o644).await,
+        fs.create(parent, &too_long, 0o644, None).await,
         Err(FsError::NameTooLong)
     ));
     assert!(matches!(
-        fs.mkdir(parent, &fits, 0o755).await,
+        fs.mkdir(parent, &fits, 0o755, None).await,
         Err(FsError::NameTooLong)
     ));
     assert!(matches!(
-        fs.symlink(parent, &too_long, "t").await,
+        fs.symlink(parent, &too_long, "t", None).await,
         Err(FsError::NameTooLong)
     ));
     assert!(matches!(
         fs.lookup(parent, &too_long).await,
         Err(FsError::NameTooLong)
     ));
-    let (a, fh) = fs.create(parent, &fits, 0o644).await.unwrap();
+    let (a, fh) = fs.create(parent, &fits, 0o644, None).await.unwrap();
     fs.write(fh, 0, b"x").unwrap();
     fs.release(fh).unwrap();
     assert!(matches!(
@@ -89,7 +89,7 @@ async fn a_name_whose_key_the_store_cannot_hold_is_enametoolong() {
 async fn an_open_file_whose_name_is_removed_has_no_link() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "gone", 0o644).await.unwrap();
+    let (a, fh) = fs.create(ROOT, "gone", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"still here").unwrap();
     assert_eq!(fs.getattr(a.ino).await.unwrap().nlink, 1);
     fs.unlink(ROOT, "gone").await.unwrap();
@@ -107,7 +107,7 @@ async fn a_directory_keeps_its_time_when_confirmed_again() {
     let mock = Arc::new(MockClient::new());
     let fs = fs_with_ttl(&mock, dir.path(), Duration::ZERO);
     mock.insert("pre/old/x", b"x".to_vec());
-    let made = fs.mkdir(ROOT, "new", 0o755).await.unwrap();
+    let made = fs.mkdir(ROOT, "new", 0o755, None).await.unwrap();
     let seen = fs.lookup(ROOT, "old").await.unwrap();
     for _ in 0..3 {
         // Every lookup goes to the store (TTL 0) and must not move the times.
@@ -123,16 +123,16 @@ async fn a_directory_keeps_its_time_when_confirmed_again() {
 async fn a_directory_changes_its_time_when_entries_come_and_go() {
     let dir = tempfile::tempdir().unwrap();
     let (_mock, fs) = setup(dir.path(), "");
-    let d = fs.mkdir(ROOT, "d", 0o755).await.unwrap();
+    let d = fs.mkdir(ROOT, "d", 0o755, None).await.unwrap();
     let mut last = d.mtime;
     let mut changed = |a: flowfs_fs::Attr, what: &str| {
         assert!(a.mtime > last, "{what} did not change the directory's time");
         last = a.mtime;
     };
-    let (_, fh) = fs.create(d.ino, "f", 0o644).await.unwrap();
+    let (_, fh) = fs.create(d.ino, "f", 0o644, None).await.unwrap();
     fs.release(fh).unwrap();
     changed(fs.getattr(d.ino).await.unwrap(), "create");
-    fs.mkdir(d.ino, "sub", 0o755).await.unwrap();
+    fs.mkdir(d.ino, "sub", 0o755, None).await.unwrap();
     changed(fs.getattr(d.ino).await.unwrap(), "mkdir");
     fs.rename(d.ino, "f", d.ino, "g", false).await.unwrap();
     changed(fs.getattr(d.ino).await.unwrap(), "rename");
@@ -148,7 +148,7 @@ async fn a_directory_changes_its_time_when_entries_come_and_go() {
 async fn a_file_shows_the_time_of_its_last_change() {
     let dir = tempfile::tempdir().unwrap();
     let (_mock, fs) = setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "f", 0o644).await.unwrap();
+    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.unwrap();
     let t0 = fs.getattr(a.ino).await.unwrap().mtime;
     fs.write(fh, 0, b"abc").unwrap();
     let t1 = fs.getattr(a.ino).await.unwrap().mtime;
@@ -180,10 +180,10 @@ async fn a_directorys_nlink_counts_its_subdirectories() {
     let listed = path_ino(&fs, "listed").await.unwrap();
     assert_eq!(names(&fs, listed).await.len(), 3);
     assert_eq!(fs.getattr(listed).await.unwrap().nlink, 4, "s1 and s2");
-    let a = fs.mkdir(ROOT, "a", 0o755).await.unwrap().ino;
-    let b = fs.mkdir(ROOT, "b", 0o755).await.unwrap().ino;
-    fs.mkdir(a, "x", 0o755).await.unwrap();
-    let (_, fh) = fs.create(a, "file", 0o644).await.unwrap();
+    let a = fs.mkdir(ROOT, "a", 0o755, None).await.unwrap().ino;
+    let b = fs.mkdir(ROOT, "b", 0o755, None).await.unwrap().ino;
+    fs.mkdir(a, "x", 0o755, None).await.unwrap();
+    let (_, fh) = fs.create(a, "file", 0o644, None).await.unwrap();
     fs.release(fh).unwrap();
     assert_eq!(fs.getattr(a).await.unwrap().nlink, 3);
     assert_eq!(fs.getattr(b).await.unwrap().nlink, 2);

@@ -98,7 +98,7 @@ async fn a_file_just_uploaded_is_read_back_from_the_disk_cache() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
     let body = data(3 << 20, 7);
-    let (a, fh) = fs.create(ROOT, "aligned.bam", 0o644).await.unwrap();
+    let (a, fh) = fs.create(ROOT, "aligned.bam", 0o644, None).await.unwrap();
     fs.write(fh, 0, &body).unwrap();
     fs.release(fh).unwrap();
     assert!(fs.flush_all().await.is_empty());

@@ -24,7 +24,7 @@ async fn a_crashed_mounts_staged_files_are_uploaded_by_the_next() {
             ClientError::Transient("server down".into()),
             1000,
         );
-        let (_, fh) = fs.create(ROOT, "result.txt", 0o644).await.unwrap();
+        let (_, fh) = fs.create(ROOT, "result.txt", 0o644, None).await.unwrap();
         fs.write(fh, 0, b"computed for hours").unwrap();
         fs.release(fh).unwrap();
         assert_eq!(fs.flush_all().await.len(), 1);
@@ -55,7 +55,7 @@ async fn a_crashed_mounts_symlink_is_recovered_as_a_symlink() {
             ClientError::Transient("server down".into()),
             1000,
         );
-        fs.symlink(ROOT, "ref.fa", "../genome/ref.fa")
+        fs.symlink(ROOT, "ref.fa", "../genome/ref.fa", None)
             .await
             .unwrap();
         assert_eq!(fs.flush_all().await.len(), 1);
@@ -91,7 +91,7 @@ async fn an_early_upload_left_open_by_a_crashed_mount_is_aborted_by_the_next() {
             let rt = current_thread();
             let fs = mount_in(&rt, &mock, &cache);
             rt.block_on(async {
-                let (_, fh) = fs.create(ROOT, "half.bam", 0o644).await.unwrap();
+                let (_, fh) = fs.create(ROOT, "half.bam", 0o644, None).await.unwrap();
                 fs.write(fh, 0, &body).unwrap();
                 await_count(&mock, Op::UploadPart, 3).await;
             });
@@ -289,7 +289,7 @@ fn the_next_mount_aborts_a_symlink_upload_whose_create_was_never_answered() {
     rt.block_on(async {
         mock.set_latency(Duration::from_secs(3600)); // the create is sent, never answered
         let fs2 = fs.clone();
-        tokio::spawn(async move { fs2.symlink(ROOT, "ln", "some/target").await });
+        tokio::spawn(async move { fs2.symlink(ROOT, "ln", "some/target", None).await });
     });
     die_with_the_create_in_flight(rt, fs, &mock, dir.path(), "ln");
     recover_after_the_lost_answer(&mock, dir.path(), "ln");
@@ -307,7 +307,7 @@ fn a_record_without_data_is_removed_by_the_next_mount() {
     let fs = mount_in(&rt, &mock, dir.path());
     mock.set_latency(Duration::from_secs(3600)); // the upload never ends
     rt.block_on(async {
-        let (_, fh) = fs.create(ROOT, "out.txt", 0o644).await.unwrap();
+        let (_, fh) = fs.create(ROOT, "out.txt", 0o644, None).await.unwrap();
         fs.write(fh, 0, b"done").unwrap();
         fs.release(fh).unwrap();
     });
@@ -342,15 +342,15 @@ fn a_dead_staging_directory_with_spare_records_is_recovered_and_removed() {
     let fs = mount_in(&rt, &mock, dir.path());
     rt.block_on(async {
         // Two records at once, then none: two spares (one would be reused at once).
-        let (_, a) = fs.create(ROOT, "a.txt", 0o644).await.unwrap();
-        let (_, b) = fs.create(ROOT, "b.txt", 0o644).await.unwrap();
+        let (_, a) = fs.create(ROOT, "a.txt", 0o644, None).await.unwrap();
+        let (_, b) = fs.create(ROOT, "b.txt", 0o644, None).await.unwrap();
         for fh in [a, b] {
             fs.write(fh, 0, b"uploaded").unwrap();
             fs.fsync(fh).await.unwrap(); // durable: its record becomes a spare
             fs.release(fh).unwrap();
         }
         mock.set_latency(Duration::from_secs(3600)); // the next upload never ends
-        let (_, fh) = fs.create(ROOT, "second.txt", 0o644).await.unwrap();
+        let (_, fh) = fs.create(ROOT, "second.txt", 0o644, None).await.unwrap();
         fs.write(fh, 0, b"journaled").unwrap();
         fs.release(fh).unwrap();
     });
@@ -394,7 +394,7 @@ fn a_recovery_the_store_refuses_for_good_is_set_aside_not_retried_forever() {
         let fs = crate::common::fs_on(&mock, dir.path(), "");
         mock.fail(Op::Put, 0, ClientError::Transient("down".into()), u64::MAX);
         rt.block_on(async {
-            let (_, fh) = fs.create(ROOT, "refused.txt", 0o644).await.unwrap();
+            let (_, fh) = fs.create(ROOT, "refused.txt", 0o644, None).await.unwrap();
             fs.write(fh, 0, b"precious").unwrap();
             fs.release(fh).unwrap();
         });

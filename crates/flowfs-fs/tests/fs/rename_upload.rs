@@ -15,7 +15,7 @@ use flowfs_fs::{OpenMode, ROOT};
 async fn an_upload_asked_for_during_a_rename_goes_to_the_new_name() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = crate::common::setup(dir.path(), "");
-    let (attr, fh) = fs.create(ROOT, "a", 0o644).await.unwrap();
+    let (attr, fh) = fs.create(ROOT, "a", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"first version").unwrap();
     fs.fsync(fh).await.unwrap();
     assert_eq!(mock.object("a").as_deref(), Some(&b"first version"[..]));
@@ -61,7 +61,7 @@ async fn a_lock_file_renamed_over_its_target_again_and_again_loses_nothing() {
     mock.set_latency_of(Op::Delete, Duration::from_millis(3));
     for i in 0..200 {
         let body = format!("config version {i}\n");
-        let (_, fh) = fs.create(ROOT, "config.lock", 0o644).await.unwrap();
+        let (_, fh) = fs.create(ROOT, "config.lock", 0o644, None).await.unwrap();
         fs.write(fh, 0, body.as_bytes()).unwrap();
         fs.release(fh).unwrap();
         if i % 3 == 0 {
@@ -93,7 +93,7 @@ async fn a_renamed_file_can_be_changed_at_once() {
     // looked up: no node for it when its directory moves.
     mock.insert("d/sub/g", &b"deeper\n"[..]);
     for (name, body) in [("out.tmp", &b"new result\n"[..]), ("d.tmp", b"in a dir\n")] {
-        let (_, fh) = fs.create(ROOT, name, 0o644).await.unwrap();
+        let (_, fh) = fs.create(ROOT, name, 0o644, None).await.unwrap();
         fs.write(fh, 0, body).unwrap();
         fs.fsync(fh).await.unwrap();
         fs.release(fh).unwrap();

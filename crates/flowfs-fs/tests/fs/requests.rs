@@ -25,7 +25,7 @@ async fn a_file_uploaded_while_a_reader_had_it_open_is_read_from_the_cache_after
     let mock = Arc::new(MockClient::new());
     let fs = fs_ttl(&mock, dir.path(), Duration::from_secs(60));
     let body = data(300 << 10, 7);
-    let (a, w) = fs.create(ROOT, "x.bam", 0o644).await.expect("create");
+    let (a, w) = fs.create(ROOT, "x.bam", 0o644, None).await.expect("create");
     fs.write(w, 0, &body).expect("write");
     let (r, _) = fs
         .open(a.ino, OpenMode::Read)
@@ -253,7 +253,7 @@ async fn creates_in_a_directory_never_listed_ask_the_store_once() {
 async fn create_after_a_lookup(fs: &Arc<Fs>, dir: u64, name: &str) {
     let e = fs.lookup(dir, name).await.expect_err("absent");
     assert!(matches!(e, flowfs_fs::FsError::NotFound), "{e:?}");
-    let (_, fh) = fs.create(dir, name, 0o644).await.expect("create");
+    let (_, fh) = fs.create(dir, name, 0o644, None).await.expect("create");
     fs.release(fh).expect("release");
 }
 

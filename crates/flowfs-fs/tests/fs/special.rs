@@ -53,7 +53,7 @@ async fn a_crashed_mounts_fifo_is_recovered_as_a_fifo() {
             .await
             .expect("mkfifo");
         let (_, fh) = fs
-            .create_as(ROOT, "run.sh", 0o750, Some((7, 8)))
+            .create(ROOT, "run.sh", 0o750, Some((7, 8)))
             .await
             .expect("create");
         fs.write(fh, 0, b"#!/bin/sh\n").expect("write");

@@ -19,7 +19,7 @@ async fn a_file_the_store_has_not_taken_is_pending_until_it_lands() {
 
     mock.set_latency(Duration::from_millis(1500));
     let before = SystemTime::now() - Duration::from_secs(1);
-    let (_, fh) = fs.create(ROOT, "out.bin", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "out.bin", 0o644, None).await.unwrap();
     fs.write(fh, 0, &[7u8; 1000]).unwrap();
     let s = fs.status();
     assert_eq!(s.pending.len(), 1, "{s:?}");
@@ -58,7 +58,7 @@ async fn a_failed_upload_is_reported_with_its_key_and_reason() {
     let fs = fs_on(&mock, dir.path(), "");
     let down = ClientError::Transient("server down".into());
     mock.fail(Op::Put, 0, down, 1000);
-    let (_, fh) = fs.create(ROOT, "r.txt", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "r.txt", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"result").unwrap();
     fs.release(fh).unwrap();
     assert_eq!(fs.flush_all().await.len(), 1);
@@ -86,7 +86,7 @@ async fn the_recovery_of_a_dead_mounts_journal_is_reported() {
         let down = ClientError::Transient("server down".into());
         mock.fail(Op::Put, 0, down, 1000);
         for name in ["a.txt", "b.txt"] {
-            let (_, fh) = fs.create(ROOT, name, 0o644).await.unwrap();
+            let (_, fh) = fs.create(ROOT, name, 0o644, None).await.unwrap();
             fs.write(fh, 0, name.as_bytes()).unwrap();
             fs.release(fh).unwrap();
         }

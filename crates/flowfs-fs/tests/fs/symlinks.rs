@@ -30,9 +30,13 @@ async fn a_symlink_in_a_marked_directory_is_one_put_and_listings_still_tell_it()
     let dir = tempfile::tempdir().expect("tempdir");
     let mock = Arc::new(MockClient::new());
     let fs = fs_with(&mock, &dir.path().join("w"), MetaHeads::Marked);
-    let task = fs.mkdir(ROOT, "task", 0o755).await.expect("mkdir").ino;
+    let task = fs
+        .mkdir(ROOT, "task", 0o755, None)
+        .await
+        .expect("mkdir")
+        .ino;
     mock.reset_counts();
-    fs.symlink(task, "in.bam", "/data/in.bam")
+    fs.symlink(task, "in.bam", "/data/in.bam", None)
         .await
         .expect("symlink");
     assert!(fs.flush_all().await.is_empty());
@@ -68,7 +72,7 @@ async fn a_symlink_in_an_unmarked_directory_keeps_its_single_part_upload() {
     let d = path_ino(&fs, "d").await.expect("lookup");
     kinds(&fs, d).await;
     mock.reset_counts();
-    fs.symlink(d, "link", "f00").await.expect("symlink");
+    fs.symlink(d, "link", "f00", None).await.expect("symlink");
     assert!(fs.flush_all().await.is_empty());
     assert_eq!(mock.count(Op::Put), 0);
     assert_eq!(mock.count(Op::CreateMultipart), 1);

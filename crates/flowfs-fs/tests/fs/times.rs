@@ -25,7 +25,7 @@ fn chmod(mode: u32) -> AttrChanges {
 async fn ctime_moves_with_changes_and_not_with_uploads() {
     let (one, two) = crate::common::two_caches();
     let (mock, fs) = setup(one.path(), "");
-    let (a, fh) = fs.create(ROOT, "f", 0o644).await.expect("create");
+    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.expect("create");
     fs.write(fh, 0, b"one\n").expect("write");
     let w = fs.getattr(a.ino).await.expect("getattr");
     assert_eq!(w.ctime, w.mtime, "a write changes both");
@@ -70,7 +70,7 @@ async fn ctime_moves_with_changes_and_not_with_uploads() {
 async fn truncate_and_rename_change_ctime() {
     let dir = tempfile::tempdir().expect("dir");
     let (_mock, fs) = setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "f", 0o644).await.expect("create");
+    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.expect("create");
     fs.write(fh, 0, b"0123456789").expect("write");
     fs.release(fh).expect("release");
     assert!(fs.flush_all().await.is_empty(), "flushed");
@@ -96,7 +96,7 @@ async fn an_early_upload_carries_the_time_of_the_last_write() {
     let (one, two) = crate::common::two_caches();
     let (mock, fs) = setup(one.path(), "");
     let body = data(3 << 20, 9);
-    let (a, fh) = fs.create(ROOT, "big", 0o640).await.expect("create");
+    let (a, fh) = fs.create(ROOT, "big", 0o640, None).await.expect("create");
     fs.write(fh, 0, &body).expect("write");
     crate::common::await_count(&mock, Op::UploadPart, 1).await;
     fs.write(fh, body.len() as u64, b"tail").expect("write");
@@ -125,7 +125,7 @@ async fn an_early_upload_carries_the_time_of_the_last_write() {
 async fn directory_times_follow_entries_and_the_marker_keeps_attributes() {
     let (one, two) = crate::common::two_caches();
     let (mock, fs) = setup(one.path(), "");
-    let d = fs.mkdir(ROOT, "d", 0o755).await.expect("mkdir");
+    let d = fs.mkdir(ROOT, "d", 0o755, None).await.expect("mkdir");
     let mut last = fs.getattr(d.ino).await.expect("getattr");
     let mut changed = |now: flowfs_fs::Attr, what: &str| {
         assert!(
@@ -134,7 +134,7 @@ async fn directory_times_follow_entries_and_the_marker_keeps_attributes() {
         );
         last = now;
     };
-    let (_, fh) = fs.create(d.ino, "a", 0o644).await.expect("create");
+    let (_, fh) = fs.create(d.ino, "a", 0o644, None).await.expect("create");
     fs.release(fh).expect("release");
     changed(fs.getattr(d.ino).await.expect("getattr"), "create");
     fs.rename(d.ino, "a", d.ino, "b", false)

@@ -16,7 +16,7 @@ async fn an_unmount_gives_up_after_its_timeout_and_names_what_is_not_uploaded() 
         cfg.unmount_timeout = Duration::from_millis(500);
     });
     mock.set_latency(Duration::from_secs(3600));
-    let (_, fh) = fs.create(ROOT, "stuck.txt", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "stuck.txt", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"never lands").unwrap();
     fs.release(fh).unwrap();
     let t = Instant::now();
@@ -60,7 +60,7 @@ async fn a_failed_upload_is_sent_again_in_the_background_when_it_may_succeed() {
     mock.fail(Op::Put, 0, ClientError::Transient("HTTP 503".into()), 1);
     mock.fail(Op::Put, 0, ClientError::AccessDenied("no".into()), 1);
     for (n, name) in ["late.txt", "denied.txt"].into_iter().enumerate() {
-        let (_, fh) = fs.create(ROOT, name, 0o644).await.unwrap();
+        let (_, fh) = fs.create(ROOT, name, 0o644, None).await.unwrap();
         fs.write(fh, 0, name.as_bytes()).unwrap();
         fs.release(fh).unwrap();
         // Its PUT is sent before the next file's: the faults go in that order.
@@ -100,7 +100,7 @@ async fn an_upload_failing_while_the_unmount_waits_for_it_is_tried_once_more() {
     let (mock, fs) = crate::common::setup(dir.path(), "");
     mock.set_latency_of(Op::Put, Duration::from_secs(1));
     mock.fail(Op::Put, 0, ClientError::Transient("HTTP 503".into()), 1);
-    let (_, fh) = fs.create(ROOT, "out.txt", 0o644).await.unwrap();
+    let (_, fh) = fs.create(ROOT, "out.txt", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"result").unwrap();
     fs.release(fh).unwrap();
     crate::common::await_count(&mock, Op::Put, 1).await;
@@ -149,7 +149,7 @@ async fn truncate_of_an_object_fetches_only_the_bytes_it_keeps() {
 async fn a_truncate_past_the_local_file_size_limit_is_efbig() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = crate::common::setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "f", 0o644).await.unwrap();
+    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"kept").unwrap();
     let huge = 1u64 << 62;
     let none = flowfs_fs::AttrChanges::default();

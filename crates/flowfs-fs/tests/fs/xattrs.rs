@@ -24,7 +24,7 @@ async fn set(fs: &Arc<Fs>, ino: u64, name: &str, value: &[u8]) -> Result<(), FsE
 async fn an_upload_carries_them_and_another_mount_reads_them() {
     let (dir, other) = crate::common::two_caches();
     let (mock, fs) = setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "f", 0o644).await.unwrap();
+    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.unwrap();
     set(&fs, a.ino, "user.a", b"hi").await.unwrap();
     fs.write(fh, 0, b"data").unwrap();
     fs.release(fh).unwrap();
@@ -87,7 +87,7 @@ async fn a_rename_keeps_them() {
 async fn flags_namespaces_and_size_have_their_errnos() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "f", 0o644).await.unwrap();
+    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.unwrap();
     let errno = |r: Result<(), FsError>| r.err().map(|e| e.errno());
     let create = fs.setxattr(a.ino, "user.a", b"1", XattrMode::Create);
     assert_eq!(errno(create.await), None);

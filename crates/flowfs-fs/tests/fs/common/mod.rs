@@ -169,7 +169,7 @@ pub async fn copy_whole(fs: &Arc<Fs>, from: u64, to: u64) -> Option<u64> {
 /// A file `name` in the root written with `bytes` through this mount and closed (its
 /// upload under way), and a reader's handle on it: a task's output about to be published.
 pub async fn written(fs: &Arc<Fs>, name: &str, bytes: &[u8]) -> (u64, u64) {
-    let (a, w) = fs.create(ROOT, name, 0o644).await.expect("create");
+    let (a, w) = fs.create(ROOT, name, 0o644, None).await.expect("create");
     fs.write(w, 0, bytes).expect("write");
     fs.release(w).expect("release");
     let (r, _) = fs.open(a.ino, OpenMode::Read).await.expect("open");

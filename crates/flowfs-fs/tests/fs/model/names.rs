@@ -123,7 +123,7 @@ impl World {
         if self.dir_ino(Some(name)).is_some() {
             return;
         }
-        let a = match self.block(|fs| async move { fs.mkdir(ROOT, name, 0o755).await }) {
+        let a = match self.block(|fs| async move { fs.mkdir(ROOT, name, 0o755, None).await }) {
             // The marker's PUT failed (FailNextUpload): no directory, here or in the bucket.
             Err(FsError::Store(_)) => return,
             r => r.expect("mkdir"),

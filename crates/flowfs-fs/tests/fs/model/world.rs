@@ -226,7 +226,7 @@ impl World {
             return;
         };
         let (a, fh) = self
-            .block(|fs| async move { fs.create(parent, leaf, 0o644).await })
+            .block(|fs| async move { fs.create(parent, leaf, 0o644, None).await })
             .expect("create");
         *self.m().looked.entry(a.ino).or_default() += 1;
         self.model.files.push(MFile::default());
