@@ -69,21 +69,18 @@ impl Fs {
         self.refresh_passthrough(Some(ino));
         // Directories are confirmed by the lookups of their parent; a staged file is
         // newer than the bucket's copy.
-        let known = self.ns.read_at(ino, |n, path| {
+        let known = self.ns.read(ino, |n| {
             let kept = n.fresh(self.cfg.metadata_ttl)
                 || n.entry.kind == Kind::Dir
                 || n.is_open()
                 || self.wb.stat(ino).is_some();
-            if kept {
-                Ok(self.node_attr(ino, n))
-            } else {
-                Err(path)
-            }
+            kept.then(|| self.node_attr(ino, n))
         });
-        let path = match known.ok_or(FsError::NotFound)? {
-            Ok(attr) => return Ok(attr),
-            Err(path) => path,
-        };
+        if let Some(attr) = known.ok_or(FsError::NotFound)? {
+            return Ok(attr);
+        }
+        // Only a node the store must confirm needs its path (getattr is the hottest call).
+        let path = self.ns.path(ino).ok_or(FsError::NotFound)?;
         self.revalidate(ino, &path).await
     }
 
