@@ -24,6 +24,17 @@ def drop_kernel_caches() -> None:
         pytest.skip(f"cannot drop the kernel's caches here: {e}")
 
 
+def forget_pages(path) -> None:
+    """The kernel drops the file's clean pages, as memory pressure may at any time (a CI
+    run lost 19 MiB of a reread this way): the next read reaches flowfs."""
+    import os
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def payload(size: int, seed: int | str) -> bytes:
     """Deterministic pseudo-random bytes (randbytes is limited to < 256 MiB per call)."""
     rng = random.Random(seed)

@@ -7,7 +7,7 @@ import json
 import subprocess
 
 from flowfs_mount import flowfs_bin
-from helpers import MiB, payload, poll, put_many
+from helpers import MiB, forget_pages, payload, poll, put_many
 from seaweed import clean_env
 
 
@@ -87,6 +87,32 @@ def test_prefetch_bad_input_is_a_clear_error(mount, s3, bucket, work_dir):
         assert r.stderr.startswith("flowfs: ") and says in r.stderr, (args, r.stderr)
     r = cli(["prefetch", "--cache-dir", str(cache)], env)
     assert r.returncode != 0 and "s3://BUCKET/KEY" in r.stderr
+
+
+def test_a_disk_below_the_free_space_floor_caches_nothing_and_says_so(mount, s3, bucket, proxy, work_dir):
+    """A cache disk with less free than --cache-min-free keeps (10% of it by default) holds
+    nothing: `cache prefetch` fails naming the floor and what to change (it said "the log
+    says why"), and a mount warns in its log and reads the right bytes from the server each
+    time, writing nothing to the cache."""
+    a = payload(3 * MiB + 5, "floor")
+    put_many(s3, bucket, {"f.bin": a})
+    cache = work_dir / "floor"
+    env = clean_env(mount.env(proxy.endpoint))
+    env["FLOWFS_CACHE_MIN_FREE"] = "100T"  # more than any disk here has free
+    r = cli(["prefetch", f"s3://{bucket}/f.bin", "--cache-dir", str(cache)], env)
+    assert r.returncode == 1, r.stdout
+    assert "--cache-min-free keeps" in r.stderr and "lower --cache-min-free" in r.stderr, r.stderr
+    assert stats(cache, env)["objects"] == 0
+    m = mount(bucket, proxy=proxy, cache_dir=cache, extra=["--cache-min-free", "100T", "--cache-admit", "always"])
+    proxy.reset()
+    for _ in range(2):
+        assert (m / "f.bin").read_bytes() == a
+        forget_pages(m / "f.bin")
+    assert proxy.get_bytes >= 2 * len(a), proxy.stats.summary()
+    assert "which leaves the cache" in m.log_text(), m.log_text()[-2000:]
+    assert m.unmount().returncode == 0
+    st = stats(cache, env)
+    assert (st["objects"], st["bytes"]) == (0, 0), st
 
 
 def test_clear_refuses_while_mounted_unless_forced(mount, s3, bucket, work_dir):

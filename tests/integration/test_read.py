@@ -14,7 +14,7 @@ import pytest
 import s3proxy as P
 from conftest import WIDE_COUNT
 from flowfs_mount import errno_of
-from helpers import MiB, payload, put_many, sha256, sha256_file, upload_large
+from helpers import MiB, forget_pages, payload, put_many, sha256, sha256_file, upload_large
 
 # ------------------------------------------------------------------ listings
 
@@ -214,16 +214,6 @@ def test_big_object_random_preads_are_lazy(mount, big_object, proxy, work_dir):
     assert proxy.count(P.GET, P.GET_RANGE) >= 1
 
 
-def _forget_pages(path) -> None:
-    """The kernel drops the file's clean pages, as memory pressure may at any time (a CI
-    run lost 19 MiB of a reread this way): the next read reaches flowfs."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def test_big_object_second_read_comes_from_cache(mount, big_object, proxy, work_dir):
     """Under `--cache-admit reuse` (the default) a version read once is not written to the
     cache, its second open fetches it again and keeps it, every later read (this mount or a
@@ -237,13 +227,13 @@ def test_big_object_second_read_comes_from_cache(mount, big_object, proxy, work_
     fetched = proxy.get_bytes
     assert fetched >= size, f"first read fetched only {fetched} bytes?"
 
-    _forget_pages(first / big_object.key)
+    forget_pages(first / big_object.key)
     proxy.reset()  # the second open on the node: fetched again, each byte once, and kept
     assert sha256_file(first / big_object.key) == big_object.sha256
     print(f"same-mount second open: {proxy.stats.snapshot()}")
     assert proxy.get_bytes <= size + MiB, f"second open fetched {proxy.get_bytes} bytes\n{proxy.stats.summary()}"
 
-    _forget_pages(first / big_object.key)
+    forget_pages(first / big_object.key)
     proxy.reset()  # the third: read off the disk
     assert sha256_file(first / big_object.key) == big_object.sha256
     print(f"same-mount third open: {proxy.stats.snapshot()}")

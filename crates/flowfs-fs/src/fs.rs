@@ -154,6 +154,9 @@ impl Fs {
         let staging = Staging::open(&cfg.cache_dir).map_err(|e| {
             FsError::disk(format!("staging dir under {}", cfg.cache_dir.display()), e)
         })?;
+        if let Some(room) = cache.squeezed() {
+            tracing::warn!("{room}: reads are cached only within that until the disk has room");
+        }
         let cache = Arc::new(cache);
         Ok(Fs {
             prefetch: Arc::new(Prefetcher::new(&cfg, client.clone(), cache.clone())),

@@ -12,13 +12,14 @@ mod fs;
 mod fuse;
 mod inode;
 mod prefetch;
+pub mod units;
 mod wait;
 mod writeback;
 
 // The metadata convention (s3fs-fuse's attributes, flowfs's symlinks) is the client's.
 use flowfs_client::meta;
 
-pub use cache::{admin, disk_space, Admit, DiskSpace};
+pub use cache::{admin, disk_space, Admit, DiskSpace, Squeezed};
 pub use config::{FsConfig, MetaHeads};
 pub use error::{FsError, Result};
 pub use fs::{

@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::{anyhow, Context, Result};
 use flowfs_archive::{archive_named, ArchiveClient};
 use flowfs_fs::admin::{self, CacheStats};
+use flowfs_fs::units::human;
 use flowfs_fs::Warmer;
 
 use crate::cli::{parse_object, CacheCommand, PrefetchArgs, Store};
@@ -26,21 +27,6 @@ pub fn cache(cmd: CacheCommand) -> Result<()> {
             );
             Ok(())
         }
-    }
-}
-
-fn human(n: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i < U.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", U[i])
     }
 }
 

@@ -60,9 +60,12 @@ impl DiskCache {
     }
 
     /// Whether the fetched bytes of `e` are written to disk: it was admitted at an open,
-    /// or another process opened it again since.
+    /// or another process opened it again since, and the free-space floor leaves the
+    /// cache room (on a disk below it, a store was written, then punched by an eviction
+    /// that scanned the whole directory, store after store).
     pub(super) fn admits(&self, e: &CacheEntry) -> bool {
-        e.admitted() || (self.admit == Admit::Reuse && self.seen.again(&e.hash))
+        let policy = e.admitted() || (self.admit == Admit::Reuse && self.seen.again(&e.hash));
+        policy && self.squeezed().is_none_or(|room| room.limit > 0)
     }
 
     /// Whether a fetch of all of `e` ahead of its reader may start: `Some(0)` if its

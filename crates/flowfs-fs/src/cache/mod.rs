@@ -96,7 +96,7 @@ pub use admit::Admit;
 pub use delivered::Delivered;
 pub use disk::{disk_space, DiskSpace};
 pub use entry::{CacheEntry, FetchLock};
-pub use error::CacheError;
+pub use error::{CacheError, Squeezed};
 pub use fetch::{Claim, Claimed, Fetch};
 pub use pin::Pinned;
 
@@ -194,6 +194,18 @@ impl DiskCache {
         self.min_free = bytes;
         self.evict();
         self
+    }
+
+    /// What the free-space floor leaves the cache, when it is less than `--cache-size`
+    /// (one statvfs; `None` without a floor).
+    pub fn squeezed(&self) -> Option<Squeezed> {
+        let avail = self.avail(0)?;
+        let limit = self.limit(self.usage.get(), 0, Some(avail));
+        (limit < self.capacity).then_some(Squeezed {
+            avail,
+            min_free: self.min_free,
+            limit,
+        })
     }
 
     /// Bytes of object data the directory holds, as its processes count them.

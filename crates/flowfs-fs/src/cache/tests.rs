@@ -194,8 +194,13 @@ fn the_cache_gives_way_to_free_space() {
     assert_eq!(cache.used(), 0);
     assert!(e.try_read(0, 1).unwrap().is_none());
     cache.release(&e);
+    assert_eq!(cache.squeezed(), None, "no floor: nothing to say");
     // A floor above the disk's free space: nothing is kept, nothing adopted.
     let cache = cache.with_min_free(u64::MAX / 4);
+    let room = cache
+        .squeezed()
+        .expect("the floor leaves less than --cache-size");
+    assert_eq!((room.min_free, room.limit), (u64::MAX / 4, 0));
     let e = cache.entry("b", "k2", "\"v1\"", data.len() as u64);
     insert(&cache, &e, 0, aligned(&data));
     assert_eq!(cache.used(), 0);

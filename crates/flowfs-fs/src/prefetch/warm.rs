@@ -87,10 +87,9 @@ impl Warmer {
             // Claimed only to count them: given back at once.
             drop(claim.start);
             if missing > 0 {
-                return Err(FsError::Cache(CacheError::NotCached {
-                    bytes: missing * crate::cache::CHUNK,
-                    why: "the log says why",
-                }));
+                return Err(FsError::Cache(
+                    self.not_cached(missing * crate::cache::CHUNK),
+                ));
             }
             if claim.wait.is_empty() || last {
                 return Ok(());
@@ -100,6 +99,18 @@ impl Warmer {
             }
         }
         Ok(())
+    }
+
+    /// Why `bytes` read were not stored: the free-space floor when it leaves the cache
+    /// less than it was asked to hold (the usual reason on a full disk), else the log's.
+    fn not_cached(&self, bytes: u64) -> CacheError {
+        match self.cache.squeezed() {
+            Some(room) => CacheError::NoRoom { bytes, room },
+            None => CacheError::NotCached {
+                bytes,
+                why: "the log says why",
+            },
+        }
     }
 
     /// Ends the use of the cache (as an unmount does).

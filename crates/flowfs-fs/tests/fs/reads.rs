@@ -304,6 +304,27 @@ async fn a_prefetched_object_is_in_the_cache_when_the_warmer_returns() {
     }
 }
 
+/// `flowfs cache prefetch` on a disk below `--cache-min-free` says so, with the figures
+/// and what to change, rather than "the log says why" (a CI disk over 90% full made every
+/// cache test fail that way, with the default floor of 10%).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetch_below_the_free_space_floor_names_it() {
+    let mock = Arc::new(MockClient::new());
+    mock.insert("ref/a.fa", data((5 << 20) + 17, 3));
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = FsConfig::new("b", "", dir.path().to_path_buf());
+    cfg.cache_min_free = u64::MAX / 4;
+    let w = flowfs_fs::Warmer::new(&cfg, mock.clone()).unwrap();
+    let err = w.object("ref/a.fa").await.unwrap_err().to_string();
+    w.close();
+    assert!(
+        err.contains("--cache-min-free keeps") && err.contains("which leaves the cache 0 B"),
+        "{err}"
+    );
+    let st = flowfs_fs::admin::stats(dir.path()).unwrap();
+    assert_eq!((st.objects, st.bytes), (0, 0));
+}
+
 /// A cold `cp -r` of many small files under an S3-like latency (20 ms per request, paused
 /// clock): files opened in listing order are fetched ahead with many GETs in flight, so
 /// the copy costs about N / depth round trips, not N / 16 (issue 27). With the budget of
