@@ -59,6 +59,7 @@ use keys::Keys;
 use names::Namespace;
 use passthrough::Access;
 pub use passthrough::{Backing, BackingKey};
+use remote::Remote;
 pub use status::{Failure, PendingFile, Recovery, Status};
 pub use walk::{ReadAhead, WalkStats};
 pub use xattrs::XattrMode;
@@ -123,6 +124,8 @@ pub struct Fs {
     up: Uploader,
     /// The keys of the mount's names, and which the store refuses.
     keys: Keys,
+    /// Asks the store about names (HEADs and LISTs).
+    remote: Remote,
     /// What a node shows where its object says nothing.
     shown: Defaults,
     /// Every staged file and where it stands on its way to the bucket.
@@ -158,9 +161,11 @@ impl Fs {
             tracing::warn!("{room}: reads are cached only within that until the disk has room");
         }
         let cache = Arc::new(cache);
+        let up = Uploader::new(client.clone(), &cfg.bucket, cfg.part_size, cfg.max_uploads);
         Ok(Fs {
             prefetch: Arc::new(Prefetcher::new(&cfg, client.clone(), cache.clone())),
-            up: Uploader::new(client.clone(), &cfg.bucket, cfg.part_size, cfg.max_uploads),
+            remote: Remote::new(&cfg, client.clone(), up.keys().clone()),
+            up,
             wb: WriteBack::new(staging),
             ns: Namespace::new(),
             keys: Keys::new(&cfg, client.clone()),

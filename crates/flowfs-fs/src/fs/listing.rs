@@ -1,7 +1,8 @@
-//! A directory's entries from the store (`list_remote`): all its listing pages, with the
-//! HEADs that tell symlinks and, where `--meta-heads` asks, attributes kept in objects'
-//! metadata, and the attributes of its subdirectories' markers (`marker_heads`), sent
-//! together with `batched`.
+//! A directory's entries from the store (`Fs::list_remote`): all its listing pages, with
+//! the HEADs that tell symlinks and, where `--meta-heads` asks, attributes kept in
+//! objects' metadata, and the attributes of its subdirectories' markers
+//! (`Remote::head_dirs`), sent together with `batched`; but for what the namespace knows
+//! already under the same ETag (`known_heads`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -13,7 +14,8 @@ use crate::error::Result;
 use crate::inode::{Entry, Kind, MetaHeads};
 use crate::meta::Posix;
 
-use super::remote::{file_entry, meta_entry, same_etag};
+use super::names::DirView;
+use super::remote::{file_entry, meta_entry, same_etag, Remote};
 use super::{batched, pages, valid_name, Fs, MAX_SYMLINK, RELIST_MAX};
 
 /// A listing's entries, and which of them a HEAD may tell more of.
@@ -70,6 +72,52 @@ fn meta_candidates(
     candidates.append(&mut others);
 }
 
+/// Drops from `dirs` (name, marker key) the subdirectories whose attributes directory
+/// `d` knows already, as for its own marker.
+fn unknown_dirs(d: &DirView<'_>, dirs: &mut Vec<(String, String)>) {
+    dirs.retain(|(name, _)| {
+        let known = d.child_entry(name).and_then(|e| e.posix());
+        known.is_none_or(|p| p.mode.is_none())
+    })
+}
+
+/// Drops from `candidates` (name, key) of a listing of `d` those its `entries` show as
+/// directories and those directory `d` knows under the same ETag (a node, or its previous
+/// listing), whose kind, target and attributes it copies into `entries`: a pipeline's
+/// task directories hold many symlinks (Nextflow stages inputs so), each a HEAD else.
+fn known_heads(
+    d: &DirView<'_>,
+    candidates: &mut Vec<(String, String)>,
+    entries: &mut BTreeMap<String, Entry>,
+) {
+    // An object listed before the prefix of the same name was replaced above only if the
+    // prefix came later.
+    candidates.retain(|(n, _)| entries.get(n).is_some_and(|e| e.kind != Kind::Dir));
+    let before = d.listing();
+    let resolved = |e: &Entry| (e.kind == Kind::Symlink && e.target.is_some()) || e.posix.is_some();
+    candidates.retain(|(name, _)| {
+        let node = d.child_entry(name);
+        let listed_before = before.and_then(|l| l.entries.get(name.as_str()));
+        let Some(listed) = entries.get_mut(name) else {
+            return false;
+        };
+        let known = [node, listed_before].into_iter().flatten().find(|k| {
+            k.kind != Kind::Dir
+                && resolved(k)
+                && same_etag(k.etag.as_deref(), listed.etag.as_deref())
+        });
+        match known {
+            Some(k) => {
+                listed.kind = k.kind;
+                listed.target = k.target.clone();
+                listed.posix = k.posix.clone();
+                false
+            }
+            None => true,
+        }
+    });
+}
+
 impl Fs {
     /// Every entry of a directory, all listing pages, with symlinks resolved, the
     /// attributes its own marker holds (`marker_posix`), and whether it has a marker.
@@ -86,38 +134,37 @@ impl Fs {
             let last = d.listing().filter(|l| l.entries.len() <= RELIST_MAX);
             last.map(pages::splits_of).unwrap_or_default()
         });
-        let Some(pages) = self.list_pages(&prefix, &splits, max_pages).await? else {
+        let Some(pages) = self.remote.list_pages(&prefix, &splits, max_pages).await? else {
             return Ok(None);
         };
-        // Where attributes cost no request (an archive's members), every one is read.
-        let heads = match self.client.heads_are_free(&prefix) {
-            true => MetaHeads::Always,
-            false => self.cfg.meta_heads,
-        };
+        let heads = self.remote.heads_in(&prefix);
         let Listed {
             mut entries,
             mut candidates,
             others,
             marked,
-            dirs,
-        } = self.entries_of(&prefix, &pages, heads);
+            mut dirs,
+        } = self.remote.entries_of(&prefix, &pages, heads);
         meta_candidates(heads, marked, &entries, &mut candidates, others);
-        // The directory's own attributes, from its marker, unless known already.
-        let known = self
-            .ns
-            .read(ino, |n| n.entry.posix().is_some_and(|p| p.mode.is_some()));
-        let known = known == Some(true);
+        // What this mount knows needs no HEAD: the directory's own attributes too.
+        let known = self.ns.read_dir(ino, |d| {
+            unknown_dirs(d, &mut dirs);
+            known_heads(d, &mut candidates, &mut entries);
+            d.entry()
+                .and_then(|e| e.posix())
+                .is_some_and(|p| p.mode.is_some())
+        });
         let marker = async {
             match marked && !known {
-                true => self.marker_posix(&prefix).await,
+                true => self.remote.marker_posix(&prefix).await,
                 false => Ok(None),
             }
         };
         // The three sets of HEADs at once: one round trip of latency, not three.
         let (heads, marker, subdirs) = tokio::join!(
-            self.resolve_heads(ino, candidates, &mut entries),
+            self.remote.head_candidates(candidates, &mut entries),
             marker,
-            self.marker_heads(ino, dirs)
+            self.remote.head_dirs(dirs)
         );
         heads?;
         for (name, p) in subdirs? {
@@ -127,20 +174,21 @@ impl Fs {
         }
         Ok(Some((entries, marker?, marked)))
     }
+}
 
+impl Remote {
     /// The entries of a listing's pages under `prefix` (a valid name each; a directory wins
     /// over a file of its name; objects still landing for removed files left out), and
     /// which of them a HEAD may tell more of (`heads`, `--meta-heads`).
     fn entries_of(&self, prefix: &str, pages: &[ListPage], heads: MetaHeads) -> Listed {
         let mut l = Listed::default();
         // Objects of removed files still landing, deleted once they have: not shown.
-        let strays = self.up.keys().strays();
+        let strays = self.in_flight().strays();
         for page in pages {
             for p in &page.prefixes {
                 let name = &p[prefix.len()..p.len() - 1];
                 if valid_name(name).is_ok() {
-                    l.entries
-                        .insert(name.to_string(), Entry::dir(self.ns.started()));
+                    l.entries.insert(name.to_string(), self.dir_entry());
                     if heads == MetaHeads::Always {
                         l.dirs.push((name.to_string(), p.clone()));
                     }
@@ -181,24 +229,12 @@ impl Fs {
         l
     }
 
-    /// The attributes of subdirectories `dirs` (name, marker key) of directory `ino`'s
-    /// listing, from their markers, a HEAD each (`--meta-heads always`; an archive's
-    /// index answers them without a request), but for those this mount knows already, as
-    /// for the directory's own marker. A directory without a marker keeps `--dir-mode`.
-    async fn marker_heads(
-        &self,
-        ino: u64,
-        mut dirs: Vec<(String, String)>,
-    ) -> Result<Vec<(String, Posix)>> {
-        self.ns.read_dir(ino, |d| {
-            dirs.retain(|(name, _)| {
-                let known = d.child_entry(name).and_then(|e| e.posix());
-                known.is_none_or(|p| p.mode.is_none())
-            })
-        });
-        let client = &self.client;
+    /// The attributes of subdirectories `dirs` (name, marker key) of a listing, from
+    /// their markers, a HEAD each (`--meta-heads always`; an archive's index answers them
+    /// without a request). A directory without a marker keeps `--dir-mode`.
+    async fn head_dirs(&self, dirs: Vec<(String, String)>) -> Result<Vec<(String, Posix)>> {
+        let client = self.client();
         let mut found = Vec::new();
-
         batched(
             &dirs,
             |named| head_named(client, named),
@@ -218,47 +254,14 @@ impl Fs {
         Ok(found)
     }
 
-    /// Reads the metadata of `candidates` (name, key) of a listing of directory `ino`:
-    /// symlinks and attributes, a HEAD each, but for those this mount already knows
-    /// under the same ETag (a node, or the directory's previous listing).
-    async fn resolve_heads(
+    /// Reads the metadata of `candidates` (name, key) of a listing into `entries`:
+    /// symlinks and attributes, a HEAD each; a name gone since is dropped.
+    async fn head_candidates(
         &self,
-        ino: u64,
-        mut candidates: Vec<(String, String)>,
+        candidates: Vec<(String, String)>,
         entries: &mut BTreeMap<String, Entry>,
     ) -> Result<()> {
-        // An object listed before the prefix of the same name was replaced above only
-        // if the prefix came later; drop candidates that turned out to be directories.
-        candidates.retain(|(n, _)| entries.get(n).is_some_and(|e| e.kind != Kind::Dir));
-        // A symlink this mount already knows under the same ETag needs no HEAD: a
-        // pipeline's task directories hold many (Nextflow stages inputs as symlinks).
-        self.ns.read_dir(ino, |d| {
-            let before = d.listing();
-            let resolved =
-                |e: &Entry| (e.kind == Kind::Symlink && e.target.is_some()) || e.posix.is_some();
-            candidates.retain(|(name, _)| {
-                let node = d.child_entry(name);
-                let listed_before = before.and_then(|l| l.entries.get(name.as_str()));
-                let Some(listed) = entries.get_mut(name) else {
-                    return false;
-                };
-                let known = [node, listed_before].into_iter().flatten().find(|k| {
-                    k.kind != Kind::Dir
-                        && resolved(k)
-                        && same_etag(k.etag.as_deref(), listed.etag.as_deref())
-                });
-                match known {
-                    Some(k) => {
-                        listed.kind = k.kind;
-                        listed.target = k.target.clone();
-                        listed.posix = k.posix.clone();
-                        false
-                    }
-                    None => true,
-                }
-            });
-        });
-        let client = &self.client;
+        let client = self.client();
         batched(
             &candidates,
             |named| head_named(client, named),

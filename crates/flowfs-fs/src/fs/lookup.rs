@@ -123,9 +123,9 @@ impl Fs {
         let by_name = async {
             let at = Instant::now();
             let found = if ask.was_dir {
-                self.stat_remote_dir(path, marker).await?
+                self.remote.stat_dir(&self.keys.key(path), marker).await?
             } else {
-                self.stat_remote(path, marker).await?
+                self.remote.stat(&self.keys.key(path), marker).await?
             };
             Ok((found, at))
         };

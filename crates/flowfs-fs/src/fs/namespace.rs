@@ -119,7 +119,13 @@ impl Fs {
         // (Nextflow makes two directories per task).
         let (path, known_absent) = self.ns.new_name(parent, name, self.cfg.metadata_ttl)?;
         self.keys.check(&path, true)?;
-        if !known_absent && self.stat_remote(&path, false).await?.is_some() {
+        if !known_absent
+            && self
+                .remote
+                .stat(&self.keys.key(&path), false)
+                .await?
+                .is_some()
+        {
             return Err(FsError::Exists);
         }
         // The marker object makes an empty directory survive a remount; its metadata

@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::inode::{Kind, Listing};
 
 use super::batch::batched;
-use super::Fs;
+use super::remote::Remote;
 
 /// Keys in one page of a LIST (S3's maximum, and what SeaweedFS gives).
 pub(super) const PAGE: usize = 1000;
@@ -40,7 +40,7 @@ pub(super) fn splits_of(l: &Listing) -> Vec<String> {
     splits
 }
 
-impl Fs {
+impl Remote {
     /// The pages of the listing of `prefix` in key order: one after another (`None` past
     /// `max_pages`), or, with `splits` (names), the ranges between them all at once.
     pub(super) async fn list_pages(
@@ -50,7 +50,7 @@ impl Fs {
         max_pages: usize,
     ) -> Result<Option<Vec<ListPage>>> {
         if splits.is_empty() {
-            let (client, prefix) = (self.client.clone(), prefix.to_string());
+            let (client, prefix) = (self.client().clone(), prefix.to_string());
             return Ok(list_range(client, prefix, None, None, max_pages).await?);
         }
         if splits.len() >= max_pages {
@@ -64,7 +64,7 @@ impl Fs {
         batched(
             &ranges,
             |(i, after, upto)| {
-                let (client, prefix) = (self.client.clone(), prefix.to_string());
+                let (client, prefix) = (self.client().clone(), prefix.to_string());
                 let (i, after, upto) = (*i, after.clone(), upto.clone());
                 async move { (i, list_range(client, prefix, after, upto, usize::MAX).await) }
             },

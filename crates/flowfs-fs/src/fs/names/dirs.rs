@@ -37,6 +37,11 @@ pub(in crate::fs) struct DirView<'a> {
 }
 
 impl DirView<'_> {
+    /// The directory's own entry.
+    pub(in crate::fs) fn entry(&self) -> Option<&Entry> {
+        self.t.get(self.dir).map(|n| &n.entry)
+    }
+
     /// The entry of the node `name` leads to, if one is known.
     pub(in crate::fs) fn child_entry(&self, name: &str) -> Option<&Entry> {
         let ino = self.t.child(self.dir, name)?;

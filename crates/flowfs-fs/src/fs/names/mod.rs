@@ -1,7 +1,6 @@
 //! The namespace `Fs` routes name operations to: the inode table behind its one lock,
 //! the per-inode orders of operations that change a key or rewrite an object in place
-//! (locks.rs), the listings fetched ahead of directory walks (walk.rs), and the time the
-//! mount started, which directories show (S3 keeps none for them).
+//! (locks.rs), and the listings fetched ahead of directory walks (walk.rs).
 
 use std::time::SystemTime;
 
@@ -14,7 +13,7 @@ mod known;
 mod links;
 mod rename;
 
-pub(super) use dirs::{Attrs, Fetched};
+pub(super) use dirs::{Attrs, DirView, Fetched};
 pub(super) use edit::NodeEdit;
 pub(super) use known::{Ask, Known};
 
@@ -46,7 +45,6 @@ pub(super) struct Namespace {
     inodes: Mutex<Inodes>,
     locks: Locks,
     walks: Walks,
-    started: SystemTime,
 }
 
 impl Namespace {
@@ -55,7 +53,6 @@ impl Namespace {
             inodes: Mutex::new(Inodes::new()),
             locks: Locks::default(),
             walks: Walks::default(),
-            started: SystemTime::now(),
         }
     }
 
@@ -194,11 +191,6 @@ impl Namespace {
     /// The listings fetched ahead of directory walks.
     pub(super) fn walks(&self) -> &Walks {
         &self.walks
-    }
-
-    /// When the mount started: the time a directory shows.
-    pub(super) fn started(&self) -> SystemTime {
-        self.started
     }
 }
 
