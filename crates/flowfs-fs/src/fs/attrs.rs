@@ -204,7 +204,7 @@ impl Fs {
         mtime: Option<SystemTime>,
         fh: Option<u64>,
     ) -> Result<Attr> {
-        self.refresh_passthrough(Some(ino));
+        self.wb.refresh_passthrough(Some(ino));
         let c = AttrChanges {
             mode,
             mtime,

@@ -5,7 +5,7 @@
 //! setgid bits a write or chown drops (`kill_privs`, the kernel's KILLPRIV_V2).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use flowfs_client::ClientError;
 
@@ -36,7 +36,7 @@ impl Fs {
             // What a passthrough writer wrote before this utimens is taken in first, so
             // that its close does not take the time of that write for a later change
             // (GNU tar sets the mtime on the open file before close: issue 26).
-            self.refresh_passthrough(Some(ino));
+            self.wb.refresh_passthrough(Some(ino));
             self.wb.set_mtime(ino, m);
         }
         self.change_posix(ino, |p| {
@@ -176,12 +176,5 @@ impl Fs {
             Err(ClientError::Precondition(_) | ClientError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
         }
-    }
-
-    /// Waits for the metadata rewrites under way, at most `limit`.
-    pub(super) async fn wait_meta_writes(&self, limit: Duration) -> bool {
-        tokio::time::timeout(limit, self.up.rewrites_done())
-            .await
-            .is_ok()
     }
 }

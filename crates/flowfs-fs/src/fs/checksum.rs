@@ -22,7 +22,7 @@ impl Fs {
         ino: u64,
         algorithm: &str,
     ) -> Result<Vec<u8>> {
-        let staged = self.closed_staged(Which::Node(ino));
+        let staged = self.ns.pick(self.wb.staged(true), Which::Node(ino));
         self.wait_all_durable(staged).await?;
         if self.wb.stat(ino).is_some() {
             return Err(FsError::NoAttr);

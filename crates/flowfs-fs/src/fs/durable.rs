@@ -13,7 +13,7 @@ use super::{Fs, Handle};
 impl Fs {
     /// Returns once the file's content as of now is durable in the bucket.
     pub async fn fsync(self: &Arc<Self>, fh: u64) -> Result<()> {
-        let (ino, staged) = match self.handle(fh)? {
+        let (ino, staged) = match self.handles.get(fh)? {
             Handle::Local { ino, staged, .. } => (ino, staged),
             // The file was staged through another handle: fsync is of the file.
             // Or the object holds more than the file (a copy made ahead, cut short).
@@ -26,7 +26,7 @@ impl Fs {
             Handle::Remote { .. } | Handle::Empty { .. } | Handle::Unstaged { .. } => return Ok(()),
         };
         // What a passthrough writer wrote so far is what must become durable.
-        self.refresh_passthrough(Some(ino));
+        self.wb.refresh_passthrough(Some(ino));
         self.wait_durable(ino, &staged).await
     }
 
@@ -80,20 +80,17 @@ impl Fs {
 
     /// Waits until every file closed so far below `dir` (but `except`) is durable.
     pub(super) async fn wait_tree(self: &Arc<Self>, dir: u64, except: u64) -> Result<()> {
-        let staged = self.closed_staged(Which::Below { dir, except });
+        let staged = self
+            .ns
+            .pick(self.wb.staged(true), Which::Below { dir, except });
         self.wait_all_durable(staged).await
     }
 
     /// `fsync` of a directory: the names in it that this mount wrote back (symlinks,
     /// closed files) are in the bucket when it returns, or it fails with their error.
     pub async fn fsyncdir(self: &Arc<Self>, ino: u64) -> Result<()> {
-        let staged = self.closed_staged(Which::NamedIn(ino));
+        let staged = self.ns.pick(self.wb.staged(true), Which::NamedIn(ino));
         self.wait_all_durable(staged).await
-    }
-
-    /// The staged files with no writer among the nodes `pick` selects.
-    pub(super) fn closed_staged(&self, which: Which) -> Vec<(u64, Arc<StagedFile>)> {
-        self.ns.pick(self.wb.staged(true), which)
     }
 
     pub(super) async fn wait_all_durable(

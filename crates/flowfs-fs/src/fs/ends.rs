@@ -55,7 +55,10 @@ impl Fs {
         {
             tracing::warn!("uploads of removed files still running at the unmount");
         }
-        if !self.wait_meta_writes(limit).await {
+        if tokio::time::timeout(limit, self.up.rewrites_done())
+            .await
+            .is_err()
+        {
             tracing::warn!("chmod, chown or utimens not stored in the bucket before the unmount");
         }
         // Bounded: an abort is one request, which the client's own timeouts bound too.

@@ -37,7 +37,7 @@ impl Fs {
         let _key = self.ns.locks().key(ino).await;
         self.ns.linkable(ino)?;
         if let Some(staged) = self.wb.file(ino) {
-            self.refresh_passthrough(Some(ino));
+            self.wb.refresh_passthrough(Some(ino));
             self.wait_durable(ino, &staged).await?;
         }
         // No upload starts until the new name is recorded: the next one copies to it.

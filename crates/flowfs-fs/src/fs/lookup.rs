@@ -16,7 +16,7 @@ impl Fs {
     /// than the TTL; counts a kernel reference.
     pub async fn lookup(self: &Arc<Self>, parent: u64, name: &str) -> Result<Attr> {
         valid_name(name)?;
-        self.refresh_passthrough(None);
+        self.wb.refresh_passthrough(None);
         let ttl = self.cfg.metadata_ttl;
         // A staged file is what this mount made of the name: the bucket's copy is older
         // until the upload (a HEAD of a file created and then renamed here finds nothing).
@@ -66,7 +66,7 @@ impl Fs {
     /// The attributes of `ino`; a file not open is confirmed with the store once the TTL
     /// has passed (a directory by the lookups of its parent).
     pub async fn getattr(self: &Arc<Self>, ino: u64) -> Result<Attr> {
-        self.refresh_passthrough(Some(ino));
+        self.wb.refresh_passthrough(Some(ino));
         // Directories are confirmed by the lookups of their parent; a staged file is
         // newer than the bucket's copy.
         let known = self.ns.read(ino, |n| {

@@ -80,7 +80,10 @@ impl Fs {
             (Handle::Empty { ino }, None)
         } else {
             let reader = self.open_reader(key, etag, size);
-            let backing = passthrough.then(|| self.cached_backing(&reader)).flatten();
+            let backing = passthrough
+                .then(|| self.prefetch.pin(&reader))
+                .flatten()
+                .and_then(Backing::cached);
             let handle = Handle::Remote {
                 ino,
                 reader,
@@ -150,10 +153,6 @@ impl Fs {
         Arc::new(self.prefetch.open(key, etag, size))
     }
 
-    pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
-        self.handles.get(fh)
-    }
-
     /// A handle on a staged file `WriteBack` has already counted.
     pub(super) fn open_local(&self, ino: u64, staged: Arc<StagedFile>, access: Access) -> u64 {
         self.ns.update(ino, |n| n.opened());
@@ -206,7 +205,7 @@ impl Fs {
                 access,
             } => {
                 if access == Access::Passthrough {
-                    self.end_passthrough(ino, &staged);
+                    self.wb.end_passthrough(ino, &staged);
                 }
                 self.release_staged(ino, &staged, access.writes())
             }
@@ -217,7 +216,7 @@ impl Fs {
     /// Up to `len` bytes at `off` of an open file, from the staged copy, the cache or the
     /// store (with read-ahead).
     pub async fn read(self: &Arc<Self>, fh: u64, off: u64, len: u32) -> Result<Bytes> {
-        match self.handle(fh)? {
+        match self.handles.get(fh)? {
             Handle::Remote { reader, .. } => self.prefetch.read(&reader, off, len).await,
             Handle::Empty { .. } => Ok(Bytes::new()),
             // Staged by another handle meanwhile: its writes are what this one reads.

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use crate::cache::Pinned;
 use crate::error::Result;
-use crate::prefetch::Reader;
 use crate::writeback::StagedFile;
 
 use super::Fs;
@@ -80,18 +79,19 @@ impl std::fmt::Debug for Backing {
     }
 }
 
-impl Fs {
-    /// The cached bytes `reader` reads, pinned, as a backing file, when all are cached.
-    pub(super) fn cached_backing(&self, reader: &Reader) -> Option<Backing> {
+impl Backing {
+    /// The pinned cached bytes of a reader (`Prefetcher::pin`) as a backing file.
+    pub(super) fn cached(pin: Pinned) -> Option<Backing> {
         use std::os::unix::fs::MetadataExt;
-        let pin = self.prefetch.pin(reader)?;
         let ino = pin.file().metadata().ok()?.ino();
         Some(Backing::Cached {
             pin: Arc::new(pin),
             ino,
         })
     }
+}
 
+impl Fs {
     /// A writer of `ino`'s `staged` file will be served by passthrough: its changes are
     /// journaled before it makes any.
     pub(super) fn begin_passthrough(&self, ino: u64, staged: &Arc<StagedFile>) -> Result<()> {
@@ -99,29 +99,5 @@ impl Fs {
             self.journal(ino)?;
         }
         Ok(())
-    }
-
-    /// A passthrough writer closes: what it wrote is taken from the staged file.
-    pub(super) fn end_passthrough(&self, ino: u64, staged: &Arc<StagedFile>) {
-        if let Err(e) = self.wb.end_passthrough(ino, staged) {
-            // The generation moved on anyway: the file is uploaded as it is on disk.
-            tracing::warn!(
-                ino,
-                "cannot stat the staged file of a passthrough writer: {e}"
-            );
-        }
-    }
-
-    /// Sizes and mtimes of files with passthrough writers, taken from their staged files
-    /// before an answer carries them (one `fstat` per such file, none without).
-    pub(super) fn refresh_passthrough(&self, ino: Option<u64>) {
-        match ino {
-            Some(ino) => {
-                if let Err(e) = self.wb.refresh_passthrough(ino) {
-                    tracing::debug!(ino, "cannot stat a passthrough writer's file: {e}");
-                }
-            }
-            None => self.wb.refresh_all_passthrough(),
-        }
     }
 }

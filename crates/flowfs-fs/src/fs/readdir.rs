@@ -71,7 +71,7 @@ impl Fs {
         plus: bool,
     ) -> Result<Vec<DirItem>> {
         if plus {
-            self.refresh_passthrough(None);
+            self.wb.refresh_passthrough(None);
         }
         let handle = self.handles.dir(fh)?;
         let mut h = handle.lock().await;

@@ -52,7 +52,7 @@ impl Fs {
     /// ahead of the calls that asked for it (fs/copy.rs) keeps only what they were
     /// answered, and that is a change the bucket lacks: the object holds more.
     pub async fn stage(self: &Arc<Self>, fh: u64, keep: u64) -> Result<Arc<StagedFile>> {
-        let (ino, reader, ahead) = match self.handle(fh)? {
+        let (ino, reader, ahead) = match self.handles.get(fh)? {
             Handle::Unstaged { ino, reader, ahead } => (ino, reader, ahead),
             Handle::Local { staged, .. } => return Ok(staged),
             Handle::Remote { .. } | Handle::Empty { .. } => return Err(FsError::BadHandle),
@@ -75,7 +75,7 @@ impl Fs {
         // writer counted above goes as a handle of its own would.
         let extra = self.open_local(ino, staged, Access::Write);
         self.release(extra)?;
-        match self.handle(fh)? {
+        match self.handles.get(fh)? {
             Handle::Local { staged, .. } => Ok(staged),
             _ => Err(FsError::BadHandle),
         }

@@ -58,7 +58,7 @@ impl WriteBack {
 
     /// `refresh_passthrough` of every file with passthrough writers open (before a lookup or
     /// a listing answers with sizes): as many `fstat`s as there are such files.
-    pub fn refresh_all_passthrough(&self) {
+    fn refresh_all_passthrough(&self) {
         if self.passthrough_files.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -70,13 +70,27 @@ impl WriteBack {
             t.passthrough.iter().copied().collect()
         };
         for ino in inos {
-            let _ = self.refresh_passthrough(ino);
+            let _ = self.refresh_one(ino);
+        }
+    }
+
+    /// Sizes and mtimes of files with passthrough writers (of `ino`, or of all), taken
+    /// from their staged files before an answer carries them: one `fstat` per such file,
+    /// none without. A file that cannot be looked at keeps what was known.
+    pub fn refresh_passthrough(&self, ino: Option<u64>) {
+        match ino {
+            Some(ino) => {
+                if let Err(e) = self.refresh_one(ino) {
+                    tracing::debug!(ino, "cannot stat a passthrough writer's file: {e}");
+                }
+            }
+            None => self.refresh_all_passthrough(),
         }
     }
 
     /// Takes the size and mtime of `ino`'s staging file from the file while passthrough
     /// writers are open (the `fstat` runs outside the table's lock).
-    pub fn refresh_passthrough(&self, ino: u64) -> io::Result<()> {
+    fn refresh_one(&self, ino: u64) -> io::Result<()> {
         if self.passthrough_files.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
@@ -107,7 +121,17 @@ impl WriteBack {
 
     /// A passthrough writer of `ino`'s staged `file` closes: its changes are taken in, and
     /// the generation moves on (see the module's comment).
-    pub fn end_passthrough(&self, ino: u64, file: &Arc<StagedFile>) -> io::Result<()> {
+    pub fn end_passthrough(&self, ino: u64, file: &Arc<StagedFile>) {
+        if let Err(e) = self.end_kernel_writes(ino, file) {
+            // The generation moved on anyway: the file is uploaded as it is on disk.
+            tracing::warn!(
+                ino,
+                "cannot stat the staged file of a passthrough writer: {e}"
+            );
+        }
+    }
+
+    fn end_kernel_writes(&self, ino: u64, file: &Arc<StagedFile>) -> io::Result<()> {
         let st = disk_stat(file);
         let mut t = self.table.lock();
         let Some(f) = t.files.get_mut(&ino).filter(|f| Arc::ptr_eq(&f.file, file)) else {
