@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_fs::{AttrChanges, Fs, FsConfig, MetaHeads, ROOT};
 
-use crate::common::{await_count, fs_on, setup};
+use crate::common::{await_count, fs_on, mount, setup};
 
 fn meta(mock: &MockClient, key: &str) -> HashMap<String, String> {
     mock.metadata(key).expect("object")
@@ -34,8 +34,7 @@ async fn readdir_plus(fs: &Arc<Fs>, ino: u64) -> Vec<flowfs_fs::Attr> {
 /// gid and the time of its last write; nothing reads the time back afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_carries_mode_owner_and_the_time_of_the_last_write() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, fh) = fs
         .create(ROOT, "run.sh", 0o755, Some((1234, 5678)))
         .await
@@ -68,8 +67,7 @@ async fn an_upload_carries_mode_owner_and_the_time_of_the_last_write() {
 /// onto itself: no byte is sent again, and other metadata stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setattr_of_a_durable_object_rewrites_its_metadata_only() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert_with_metadata("obj", vec![7u8; 3000], &[("other", "kept")]);
     let a = fs.lookup(ROOT, "obj").await.expect("lookup");
     let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
@@ -102,8 +100,7 @@ async fn setattr_of_a_durable_object_rewrites_its_metadata_only() {
 /// `cp -p` sends utimens, chown and chmod one after the other: they share rewrites.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setattrs_that_come_together_share_a_rewrite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert("obj", vec![1u8; 10]);
     let a = fs.lookup(ROOT, "obj").await.expect("lookup");
     mock.set_latency(Duration::from_millis(20));
@@ -230,8 +227,7 @@ async fn meta_heads_always_reads_subdirectories_markers_once() {
 /// An object written by s3fs (or rclone's mtime) shows its mode, owner and time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_of_other_tools_show_their_metadata() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let s3fs = [
         ("mode", "33256"),
         ("uid", "42"),
@@ -282,8 +278,7 @@ async fn mode_and_mtime_survive_a_remount() {
 /// is under way and is not in its PUT, so it is rewritten afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_utimens_during_the_upload_is_rewritten_after_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.set_latency_of(Op::Put, Duration::from_millis(100));
     let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.expect("create");
     fs.write(fh, 0, b"x\n").expect("write");
@@ -347,8 +342,7 @@ async fn setattr_of_an_object_above_the_copy_limit_copies_it_in_parts() {
 /// name only, carrying both changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attributes_set_during_the_upload_of_a_file_renamed_next_reach_the_new_name() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.set_latency_of(Op::Put, Duration::from_millis(100));
     mock.set_latency_of(Op::Head, Duration::from_millis(50));
     mock.set_latency_of(Op::Copy, Duration::from_millis(50));
@@ -391,8 +385,7 @@ async fn attributes_set_during_the_upload_of_a_file_renamed_next_reach_the_new_n
 /// upload that never came, and lost at the close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chmod_after_fsync_of_an_open_file_reaches_the_bucket() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, fh) = fs.create(ROOT, "g", 0o644, None).await.expect("create");
     fs.write(fh, 0, b"data\n").expect("write");
     fs.fsync(fh).await.expect("fsync");

@@ -18,8 +18,7 @@ async fn source(mock: &MockClient, fs: &Arc<Fs>, data: &[u8]) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_object_onto_a_new_file_is_one_server_side_copy() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data(3 << 20, 5);
     let (_, src) = source(&mock, &fs, &bytes).await;
     let (attr, dst) = fs.create(ROOT, "dst", 0o600, None).await.unwrap();
@@ -45,8 +44,7 @@ async fn a_whole_object_onto_a_new_file_is_one_server_side_copy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_after_the_copy_changes_the_copy_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data(100_000, 7);
     let (_, src) = source(&mock, &fs, &bytes).await;
     let (attr, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
@@ -72,8 +70,7 @@ async fn a_write_after_the_copy_changes_the_copy_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_copies_are_left_to_the_kernel() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data(50_000, 9);
     let (src_ino, src) = source(&mock, &fs, &bytes).await;
     let (_, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
@@ -108,8 +105,7 @@ async fn other_copies_are_left_to_the_kernel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_changed_in_the_bucket_is_not_copied() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (_, src) = source(&mock, &fs, &data(20_000, 1)).await;
     // Another client replaces the object after the open: the handle reads the old version.
     mock.insert("src", data(30_000, 2));
@@ -127,8 +123,7 @@ async fn a_source_changed_in_the_bucket_is_not_copied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_linked_file_or_a_completion_marker_is_copied_by_the_kernel() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (_, src) = source(&mock, &fs, &data(10_000, 3)).await;
     // Its upload waits for the outputs beside it; a copy would not.
     let (_, marker) = fs.create(ROOT, ".exitcode", 0o644, None).await.unwrap();
@@ -239,8 +234,7 @@ async fn a_copy_made_ahead_and_cut_short_is_what_was_answered() {
 /// copy waits for the upload, then copies the object on the server; the bytes go up once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_file_still_uploading_is_copied_once_it_lands() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data(3 << 20, 3);
     mock.set_latency_of(Op::Put, std::time::Duration::from_millis(300));
     mock.set_latency_of(Op::CompleteMultipart, std::time::Duration::from_millis(300));
@@ -262,8 +256,7 @@ async fn a_closed_file_still_uploading_is_copied_once_it_lands() {
 /// A source still open for writing is copied by the kernel, from what it holds now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_still_open_for_writing_is_copied_by_the_kernel() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, w) = fs.create(ROOT, "out", 0o644, None).await.unwrap();
     fs.write(w, 0, &data(100_000, 4)).unwrap();
     let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();

@@ -12,8 +12,7 @@ use flowfs_fs::{OpenMode, ROOT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_are_exact_lazy_and_cached() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let sizes = [
         0usize,
         1,
@@ -95,8 +94,7 @@ async fn a_changed_object_is_never_served_stale() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_just_uploaded_is_read_back_from_the_disk_cache() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (dir, mock, fs) = mount("");
     let body = data(3 << 20, 7);
     let (a, fh) = fs.create(ROOT, "aligned.bam", 0o644, None).await.unwrap();
     fs.write(fh, 0, &body).unwrap();
@@ -118,8 +116,7 @@ async fn a_file_just_uploaded_is_read_back_from_the_disk_cache() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_skips_flush_only_for_handles_that_read_the_bucket() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert("remote", b"from the bucket".to_vec());
     let ino = path_ino(&fs, "remote").await.unwrap();
     let (fh, hints) = fs.open(ino, OpenMode::Read).await.unwrap();
@@ -140,8 +137,7 @@ async fn close_skips_flush_only_for_handles_that_read_the_bucket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cache_that_cannot_be_written_costs_the_cache_not_the_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (dir, mock, fs) = mount("p");
     let files = [(1usize << 20) + 5, 9 << 20, 100];
     for (i, n) in files.iter().enumerate() {
         mock.insert(&format!("p/f{i}"), data(*n, i as u8));
@@ -156,8 +152,7 @@ async fn a_cache_that_cannot_be_written_costs_the_cache_not_the_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_sequential_read_comes_in_few_gets() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let big = data(40 << 20, 3);
     mock.insert("p/big", big.clone());
     let ino = path_ino(&fs, "big").await.unwrap();
@@ -225,8 +220,7 @@ async fn a_download_cut_mid_body_keeps_its_first_pieces_and_is_fetched_again() {
 /// and the error keeps the store's as its source.
 #[tokio::test]
 async fn a_refused_get_is_not_sent_again_and_its_error_keeps_the_cause() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = crate::common::setup(dir.path(), "p");
+    let (_dir, mock, fs) = crate::common::mount("p");
     mock.insert("p/obj", data(256 << 10, 9));
     let ino = path_ino(&fs, "obj").await.unwrap();
     let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
@@ -249,8 +243,7 @@ async fn a_refused_get_is_not_sent_again_and_its_error_keeps_the_cause() {
 /// above.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_server_costs_a_read_two_requests_however_fast_it_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let obj = data(16 << 20, 8);
     mock.insert("p/obj", obj.clone());
     let ino = path_ino(&fs, "obj").await.unwrap();
@@ -331,8 +324,7 @@ async fn a_prefetch_below_the_free_space_floor_names_it() {
 /// 16 GETs whatever their size, this took 540 ms.
 #[tokio::test(start_paused = true)]
 async fn a_cold_copy_of_small_files_costs_a_round_trip_per_many_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let n = 400;
     for i in 0..n {
         mock.insert(&format!("p/d/f{i:04}"), data(64 << 10, i as u8));
@@ -359,8 +351,7 @@ async fn a_cold_copy_of_small_files_costs_a_round_trip_per_many_files() {
 /// system calls in the cache dir per file (issue 27's per-file path).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_object_is_read_without_a_request_or_a_cache_entry() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (dir, mock, fs) = mount("p");
     mock.insert("p/empty", Vec::new());
     let ino = path_ino(&fs, "empty").await.unwrap();
     mock.reset_counts();
@@ -385,8 +376,7 @@ async fn an_empty_object_is_read_without_a_request_or_a_cache_entry() {
 /// on its way is EIO, never data, and none of it stays in the cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_object_damaged_on_its_way_is_eio_never_data() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let obj = data(100_000, 7);
     mock.insert("p/obj", obj.clone());
     let ino = path_ino(&fs, "obj").await.unwrap();

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use flowfs_client::mock::Op;
 use flowfs_fs::{AttrChanges, ROOT};
 
-use crate::common::{data, fs_on, setup};
+use crate::common::{data, fs_on, mount, setup};
 
 const OLD: u64 = 1_000_000_000;
 
@@ -68,8 +68,7 @@ async fn ctime_moves_with_changes_and_not_with_uploads() {
 /// Truncation and rename change a file's ctime; rename leaves its mtime.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncate_and_rename_change_ctime() {
-    let dir = tempfile::tempdir().expect("dir");
-    let (_mock, fs) = setup(dir.path(), "");
+    let (_dir, _mock, fs) = mount("");
     let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.expect("create");
     fs.write(fh, 0, b"0123456789").expect("write");
     fs.release(fh).expect("release");

@@ -14,6 +14,14 @@ pub fn setup(cache: &std::path::Path, prefix: &str) -> (Arc<MockClient>, Arc<Fs>
     (mock, fs)
 }
 
+/// `setup` with its cache in a new temporary directory, handed back with the mount: the
+/// directory is removed when the test drops it, so it must outlive the mount's use.
+pub fn mount(prefix: &str) -> (tempfile::TempDir, Arc<MockClient>, Arc<Fs>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs) = setup(dir.path(), prefix);
+    (dir, mock, fs)
+}
+
 /// A file system over a new in-memory store, its configuration the defaults changed by
 /// `set`.
 pub fn setup_with(
