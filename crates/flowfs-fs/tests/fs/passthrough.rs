@@ -8,7 +8,7 @@ use flowfs_client::mock::Op;
 use flowfs_fs::OpenMode;
 use flowfs_fs::{Backing, ROOT};
 
-use crate::common::{copy_whole, data, mount, written};
+use crate::common::{copy_whole, data, mount, uploaded, written};
 
 /// A new file in the root created with passthrough asked for: its attributes, handle
 /// and hints (a backing file among them).
@@ -352,11 +352,8 @@ async fn a_copy_onto_a_passthrough_writer_is_filled_locally_and_copied_on_the_se
 async fn a_copy_of_an_uploaded_source_onto_a_passthrough_writer_is_filled_from_the_cache() {
     let (_dir, mock, fs) = mount("");
     let bytes = data(3 << 20, 11);
-    let (a, w) = fs.create(ROOT, "out", 0o644, None).await.unwrap();
-    fs.write(w, 0, &bytes).unwrap();
-    fs.release(w).unwrap();
-    assert!(fs.flush_all().await.is_empty(), "out is in the bucket");
-    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let ino = uploaded(&fs, "out", &bytes).await;
+    let (src, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     let (_, dst, hints) = created(&fs, "pub").await;
     let sent = mock.count(Op::UploadPart) + mock.count(Op::Put);
     let got = mock.count(Op::Get);

@@ -174,6 +174,16 @@ pub async fn copy_whole(fs: &Arc<Fs>, from: u64, to: u64) -> Option<u64> {
     fs.copy_range(c).await.expect("copy_range")
 }
 
+/// A file `name` in the root written with `bytes` through this mount, closed and
+/// uploaded (`flush_all` found nothing failed), and its inode.
+pub async fn uploaded(fs: &Arc<Fs>, name: &str, bytes: &[u8]) -> u64 {
+    let (a, fh) = fs.create(ROOT, name, 0o644, None).await.expect("create");
+    fs.write(fh, 0, bytes).expect("write");
+    fs.release(fh).expect("release");
+    assert!(fs.flush_all().await.is_empty(), "{name} uploaded");
+    a.ino
+}
+
 /// A file `name` in the root written with `bytes` through this mount and closed (its
 /// upload under way), and a reader's handle on it: a task's output about to be published.
 pub async fn written(fs: &Arc<Fs>, name: &str, bytes: &[u8]) -> (u64, u64) {
