@@ -30,6 +30,32 @@ async fn readdir_plus(fs: &Arc<Fs>, ino: u64) -> Vec<flowfs_fs::Attr> {
         .collect()
 }
 
+/// `c` set through the open handle `fh` (futimens, fchmod), then the file closed and its
+/// uploads waited for, none failed.
+async fn set_on_the_handle_and_closed(fs: &Arc<Fs>, ino: u64, fh: u64, c: AttrChanges) {
+    fs.setattr_with(ino, None, c, Some(fh))
+        .await
+        .expect("setattr on the handle");
+    fs.release(fh).expect("release");
+    assert!(fs.flush_all().await.is_empty(), "flushed");
+}
+
+/// A new file `name` of `mode` written with `bytes` and closed, its upload's PUT sent
+/// (made slow by the caller, so that it is still under way); its inode.
+async fn being_uploaded(
+    fs: &Arc<Fs>,
+    mock: &MockClient,
+    name: &str,
+    mode: u32,
+    bytes: &[u8],
+) -> u64 {
+    let (a, fh) = fs.create(ROOT, name, mode, None).await.expect("create");
+    fs.write(fh, 0, bytes).expect("write");
+    fs.release(fh).expect("release");
+    await_count(mock, Op::Put, 1).await;
+    a.ino
+}
+
 /// The PUT of a new file carries its mode (with the type bits), the caller's uid and
 /// gid and the time of its last write; nothing reads the time back afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,11 +287,7 @@ async fn mode_and_mtime_survive_a_remount() {
         mtime: Some(old),
         ..AttrChanges::default()
     };
-    fs.setattr_with(a.ino, None, c, Some(fh))
-        .await
-        .expect("setattr");
-    fs.release(fh).expect("release");
-    assert!(fs.flush_all().await.is_empty(), "flushed");
+    set_on_the_handle_and_closed(&fs, a.ino, fh, c).await;
     assert_eq!(mock.count(Op::Copy), 0, "the upload carried them");
     let later = fs_on(&mock, two.path(), "");
     let d = later.lookup(ROOT, "task").await.expect("lookup");
@@ -280,25 +302,20 @@ async fn mode_and_mtime_survive_a_remount() {
 async fn a_utimens_during_the_upload_is_rewritten_after_it() {
     let (_dir, mock, fs) = mount("");
     mock.set_latency_of(Op::Put, Duration::from_millis(100));
-    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.expect("create");
-    fs.write(fh, 0, b"x\n").expect("write");
-    fs.release(fh).expect("release");
-    await_count(&mock, Op::Put, 1).await;
+    let ino = being_uploaded(&fs, &mock, "f", 0o644, b"x\n").await;
     let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     let c = AttrChanges {
         mtime: Some(old),
         ..AttrChanges::default()
     };
-    fs.setattr_with(a.ino, None, c, None)
-        .await
-        .expect("setattr");
+    fs.setattr_with(ino, None, c, None).await.expect("setattr");
     assert!(fs.flush_all().await.is_empty(), "flushed");
     assert_eq!(
         meta(&mock, "f").get("mtime").map(String::as_str),
         Some("1000000000")
     );
     assert_eq!((mock.count(Op::Put), mock.count(Op::Copy)), (1, 1));
-    assert_eq!(fs.getattr(a.ino).await.expect("getattr").mtime, old);
+    assert_eq!(fs.getattr(ino).await.expect("getattr").mtime, old);
 }
 
 /// chmod of an object above the single-copy limit (S3: 5 GiB; here lowered to 4 MiB)
@@ -346,13 +363,7 @@ async fn attributes_set_during_the_upload_of_a_file_renamed_next_reach_the_new_n
     mock.set_latency_of(Op::Put, Duration::from_millis(100));
     mock.set_latency_of(Op::Head, Duration::from_millis(50));
     mock.set_latency_of(Op::Copy, Duration::from_millis(50));
-    let (a, fh) = fs
-        .create(ROOT, ".f.XXXX", 0o600, None)
-        .await
-        .expect("create");
-    fs.write(fh, 0, b"hello\n").expect("write");
-    fs.release(fh).expect("release");
-    await_count(&mock, Op::Put, 1).await;
+    let ino = being_uploaded(&fs, &mock, ".f.XXXX", 0o600, b"hello\n").await;
     let old = UNIX_EPOCH + Duration::from_secs(1_500_000_000);
     let c = AttrChanges {
         mtime: Some(old),
@@ -360,9 +371,7 @@ async fn attributes_set_during_the_upload_of_a_file_renamed_next_reach_the_new_n
         mode: Some(0o755),
         ..AttrChanges::default()
     };
-    fs.setattr_with(a.ino, None, c, None)
-        .await
-        .expect("setattr");
+    fs.setattr_with(ino, None, c, None).await.expect("setattr");
     fs.rename(ROOT, ".f.XXXX", ROOT, "f", false)
         .await
         .expect("rename");
@@ -393,11 +402,7 @@ async fn a_chmod_after_fsync_of_an_open_file_reaches_the_bucket() {
         mode: Some(0o700),
         ..AttrChanges::default()
     };
-    fs.setattr_with(a.ino, None, c, Some(fh))
-        .await
-        .expect("fchmod");
-    fs.release(fh).expect("release");
-    assert!(fs.flush_all().await.is_empty(), "flushed");
+    set_on_the_handle_and_closed(&fs, a.ino, fh, c).await;
     let m = meta(&mock, "g");
     assert_eq!(m.get("mode").map(String::as_str), Some("33216"), "{m:?}");
     assert_eq!(mock.object("g").as_deref(), Some(&b"data\n"[..]));

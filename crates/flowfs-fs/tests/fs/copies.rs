@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use flowfs_client::mock::{MockClient, Op};
-use flowfs_fs::{CopyRange, Fs, OpenMode, ROOT};
+use flowfs_fs::{Attr, CopyRange, Fs, OpenMode, ROOT};
 
 use crate::common::*;
 
@@ -14,6 +14,20 @@ async fn source(mock: &MockClient, fs: &Arc<Fs>, data: &[u8]) -> (u64, u64) {
     let ino = remote(mock, fs, "src", data.to_vec()).await;
     let (fh, _) = fs.open(ino, OpenMode::Read).await.expect("open");
     (ino, fh)
+}
+
+/// A copy's two ends: `data(n, seed)` as a `source` (its inode, a reader's handle), and a
+/// new file `dst` (its attributes, a writer's handle).
+async fn ends(
+    mock: &MockClient,
+    fs: &Arc<Fs>,
+    n: usize,
+    seed: u8,
+) -> (Vec<u8>, (u64, u64), (Attr, u64)) {
+    let bytes = data(n, seed);
+    let src = source(mock, fs, &bytes).await;
+    let dst = fs.create(ROOT, "dst", 0o644, None).await.expect("create");
+    (bytes, src, dst)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,9 +59,7 @@ async fn a_whole_object_onto_a_new_file_is_one_server_side_copy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_after_the_copy_changes_the_copy_only() {
     let (_dir, mock, fs) = mount("");
-    let bytes = data(100_000, 7);
-    let (_, src) = source(&mock, &fs, &bytes).await;
-    let (attr, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
+    let (bytes, (_, src), (attr, dst)) = ends(&mock, &fs, 100_000, 7).await;
     assert!(copy_whole(&fs, src, dst).await.is_some());
     // The handle stages the copy at its first change, as any writer of an object.
     assert!(fs.needs_stage(dst));
@@ -71,9 +83,7 @@ async fn a_write_after_the_copy_changes_the_copy_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_copies_are_left_to_the_kernel() {
     let (_dir, mock, fs) = mount("");
-    let bytes = data(50_000, 9);
-    let (src_ino, src) = source(&mock, &fs, &bytes).await;
-    let (_, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
+    let (_, (src_ino, src), (_, dst)) = ends(&mock, &fs, 50_000, 9).await;
     let part = |from: u64, to: u64, len: u64| CopyRange {
         from: (src, from),
         to: (dst, to),
@@ -164,9 +174,7 @@ fn call(src: u64, dst: u64, off: u64, len: u64) -> CopyRange {
 async fn a_copy_asked_for_in_chunks_is_one_copy_on_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = chunked(dir.path(), 1000);
-    let bytes = data(2500, 4);
-    let (_, src) = source(&mock, &fs, &bytes).await;
-    let (attr, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
+    let (bytes, (_, src), (attr, dst)) = ends(&mock, &fs, 2500, 4).await;
     mock.reset_counts();
     for (off, want) in [(0, 1000), (1000, 1000), (2000, 500)] {
         let got = fs.copy_range(call(src, dst, off, 1000)).await.unwrap();
