@@ -5,6 +5,7 @@
 //! of both, so that no test includes another crate's source by `#[path]`.
 
 pub mod azurite;
+mod emulator;
 pub mod fakegcs;
 mod group;
 pub mod weed;

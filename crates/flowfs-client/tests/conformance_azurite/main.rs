@@ -43,10 +43,9 @@ const DEVIATIONS: &[(&str, &str)] = &[
 
 #[test]
 fn azurite_conforms() {
-    let Some(bin) = azurite::azurite_or_skip("the Azurite conformance run") else {
+    let Some(server) = Azurite::start_or_skip("the Azurite conformance run") else {
         return;
     };
-    let server = Azurite::start(&bin);
     server.use_connection_string();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

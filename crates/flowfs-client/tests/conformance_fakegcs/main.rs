@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use flowfs_client::retry::{RetryPolicy, Retrying};
 use flowfs_client::{ClientError, CompletedPart, List, ObjectClient, Upload, Version};
-use flowfs_testkit::fakegcs::{self, FakeGcs};
+use flowfs_testkit::fakegcs::FakeGcs;
 
 const BUCKET: &str = "flowfs-conformance";
 
@@ -28,10 +28,9 @@ const DEVIATIONS: &[(&str, &str)] = &[(
 
 #[test]
 fn fake_gcs_conforms() {
-    let Some(bin) = fakegcs::fake_gcs_or_skip("the fake-gcs-server conformance run") else {
+    let Some(server) = FakeGcs::start_or_skip("the fake-gcs-server conformance run") else {
         return;
     };
-    let server = FakeGcs::start(&bin);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
