@@ -23,28 +23,17 @@ const BUCKET: &str = "flowfs-conformance";
 
 #[test]
 fn seaweedfs_conforms() {
-    let Some(bin) = weed::weed_or_skip("the SeaweedFS conformance run") else {
-        return;
-    };
-    let scratch = tempfile::tempdir().expect("temp dir");
-    use_credentials(scratch.path(), "unused", "unused");
-    let server = Weed::start(&bin);
+    let what = "the SeaweedFS conformance run";
     // One thread: nothing reads the environment while `use_credentials` changes it.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        server.create_bucket(BUCKET).await;
-        wrong_secret_is_access_denied(&server, scratch.path()).await;
-        use_credentials(scratch.path(), &server.access_key, &server.secret_key);
-        missing_bucket_is_no_such_bucket(&server).await;
+    weed::serve_or_skip(what, BUCKET, 1, async |server, scratch| {
+        wrong_secret_is_access_denied(server, scratch).await;
+        use_credentials(scratch, &server.access_key, &server.secret_key);
+        missing_bucket_is_no_such_bucket(server).await;
         closed_port_is_unreachable().await;
         let client: Arc<dyn ObjectClient> =
             Arc::new(product_client(&server.endpoint, BUCKET, 3).await);
         conformance::run_all_on("seaweedfs", client, &[]).await;
     });
-    drop(server);
 }
 
 /// A signature made with the wrong secret: `SignatureDoesNotMatch` (403), `AccessDenied`.
