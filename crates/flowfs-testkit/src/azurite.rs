@@ -3,92 +3,48 @@
 //! phones home without it), data in a private temp dir; ready when it answers HTTP. It is
 //! installed pinned by scripts/setup.sh under ~/.cache/flowfs-emul (FLOWFS_EMUL_DIR).
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use flowfs_client::azure::{AzureClient, AzureConfig};
+
+use crate::emulator::{installed_or_skip, Emulator};
 
 /// Azurite's documented development account (public by design, the same everywhere).
 pub const ACCOUNT: &str = "devstoreaccount1";
 pub const KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
-pub struct Azurite {
-    child: Option<Child>,
-    /// The blob endpoint, the account's path included.
-    pub endpoint: String,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-/// The `azurite-blob` scripts/setup.sh installed.
-pub fn find_azurite() -> Option<PathBuf> {
-    let p = crate::group::emul_dir()?.join("azurite/node_modules/.bin/azurite-blob");
-    p.is_file().then_some(p)
-}
-
-/// Azurite, or `None` when `FLOWFS_CONFORMANCE_AZURE=0` says to skip `what` on purpose.
-/// Without it installed the test fails: CI installs it.
-pub fn azurite_or_skip(what: &str) -> Option<PathBuf> {
-    if std::env::var("FLOWFS_CONFORMANCE_AZURE").as_deref() == Ok("0") {
-        eprintln!("FLOWFS_CONFORMANCE_AZURE=0: {what} is skipped on purpose");
-        return None;
-    }
-    Some(find_azurite().unwrap_or_else(|| {
-        panic!("{what} needs Azurite: run `bash scripts/setup.sh` (or set FLOWFS_CONFORMANCE_AZURE=0 to skip)")
-    }))
-}
+/// Azurite's blob service; its endpoint is the account's (its path included).
+pub struct Azurite(Emulator);
 
 impl Azurite {
-    pub fn start(bin: &std::path::Path) -> Azurite {
-        let dir = tempfile::Builder::new()
-            .prefix("flowfs-azurite-")
-            .tempdir()
-            .expect("temp dir");
-        let mut last = String::new();
-        for attempt in 0..3 {
-            let port = crate::weed::free_port();
-            let log = dir.path().join(format!("azurite-{attempt}.log"));
-            let out = std::fs::File::create(&log).expect("log");
-            let mut cmd = Command::new(bin);
+    /// Azurite started, or `None` when `FLOWFS_CONFORMANCE_AZURE=0` says to skip `what` on
+    /// purpose.
+    pub fn start_or_skip(what: &str) -> Option<Azurite> {
+        let under = "azurite/node_modules/.bin/azurite-blob";
+        let bin = installed_or_skip("Azurite", "FLOWFS_CONFORMANCE_AZURE", what, under)?;
+        let probe = format!("/{ACCOUNT}?comp=list");
+        let server = Emulator::start("azurite", &probe, &format!("/{ACCOUNT}"), |port, dir| {
+            let mut cmd = Command::new(&bin);
             cmd.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
                 .arg("--location")
-                .arg(dir.path().join("data"))
-                .args(["--disableTelemetry", "--skipApiVersionCheck", "--silent"])
-                .current_dir(dir.path())
-                .stdin(Stdio::null())
-                .stdout(out.try_clone().expect("log"))
-                .stderr(out);
+                .arg(dir.join("data"))
+                .args(["--disableTelemetry", "--skipApiVersionCheck", "--silent"]);
             for (k, _) in std::env::vars_os() {
                 if k.to_string_lossy().to_lowercase().ends_with("_proxy") {
                     cmd.env_remove(&k);
                 }
             }
-            let mut child = crate::group::spawn(&mut cmd, "azurite-blob");
-            let probe = format!("/{ACCOUNT}?comp=list");
-            match crate::group::wait_http(&mut child, port, &probe, "azurite") {
-                Ok(()) => {
-                    return Azurite {
-                        child: Some(child),
-                        endpoint: format!("http://127.0.0.1:{port}/{ACCOUNT}"),
-                        log,
-                        _dir: dir,
-                    }
-                }
-                Err(e) => {
-                    crate::group::stop(child);
-                    last = format!("{e}\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-                }
-            }
-        }
-        panic!("Azurite did not start: {last}");
+            cmd
+        });
+        Some(Azurite(server))
     }
 
     /// The connection string of the development account here.
     pub fn connection_string(&self) -> String {
         format!(
             "DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};BlobEndpoint={};",
-            self.endpoint
+            self.0.endpoint
         )
     }
 
@@ -118,14 +74,6 @@ impl Azurite {
     }
 
     pub fn log_tail(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Azurite {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.take() {
-            crate::group::stop(c);
-        }
+        self.0.log_tail()
     }
 }

@@ -5,6 +5,17 @@
 //! of both, so that no test includes another crate's source by `#[path]`.
 
 pub mod azurite;
+mod emulator;
 pub mod fakegcs;
 mod group;
 pub mod weed;
+
+/// Runs `body` to its end on a runtime of one thread, as a test over a real server does
+/// when it changes the environment (credentials): nothing else runs to read it meanwhile.
+pub fn on_one_thread<F: std::future::Future>(body: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(body)
+}

@@ -69,6 +69,44 @@ pub fn weed_or_skip(what: &str) -> Option<PathBuf> {
     Some(bin)
 }
 
+/// A test over a real SeaweedFS, as the client's conformance run and the core's bodies
+/// over it are: skipped when `weed_or_skip` says so, else the server started with `bucket`
+/// made, the credential chain pointed at it (`use_credentials`, its files kept out of
+/// `scratch`), and `body(server, scratch)` run on `threads` threads (one while the body
+/// changes the environment). The runtime ends before the server stops.
+pub fn serve_or_skip(
+    what: &str,
+    bucket: &str,
+    threads: usize,
+    body: impl AsyncFnOnce(&Weed, &Path),
+) {
+    let Some(bin) = weed_or_skip(what) else {
+        return;
+    };
+    let scratch = tempfile::tempdir().expect("temp dir");
+    // The environment's AWS_* and proxy variables are gone before the server starts too.
+    use_credentials(scratch.path(), "unused", "unused");
+    let server = Weed::start(&bin);
+    use_credentials(scratch.path(), &server.access_key, &server.secret_key);
+    let rt = match threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+    }
+    .enable_all()
+    .build()
+    .expect("runtime");
+    rt.block_on(async {
+        server.create_bucket(bucket).await;
+        body(&server, scratch.path()).await
+    });
+    drop(rt);
+    drop(server);
+}
+
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     p.metadata()

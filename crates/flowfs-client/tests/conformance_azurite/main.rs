@@ -43,31 +43,23 @@ const DEVIATIONS: &[(&str, &str)] = &[
 
 #[test]
 fn azurite_conforms() {
-    let Some(bin) = azurite::azurite_or_skip("the Azurite conformance run") else {
+    let Some(server) = Azurite::start_or_skip("the Azurite conformance run") else {
         return;
     };
-    let server = Azurite::start(&bin);
     server.use_connection_string();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    flowfs_testkit::on_one_thread(async {
         let client = server.client(CONTAINER);
         client.create_container().await.expect("create container");
         missing_container_is_no_such_bucket(&server).await;
         wrong_key_is_access_denied(&server).await;
-        let client: Arc<dyn ObjectClient> = Arc::new(client);
-        let make = move || client.clone();
-        conformance::run_all_with("azurite", "conformance/", &make, DEVIATIONS).await;
+        conformance::run_all_on("azurite", Arc::new(client), DEVIATIONS).await;
     });
     drop(server);
 }
 
 async fn missing_container_is_no_such_bucket(server: &Azurite) {
     let c = server.client("flowfs-no-such-container");
-    let e = conformance::err(c.check_bucket("").await, "check_bucket");
-    assert!(matches!(e, ClientError::NoSuchBucket(_)), "got {e:?}");
+    conformance::assert_no_such_bucket(&c).await;
     let e = conformance::err(c.head("k").await, "head");
     assert!(
         matches!(e, ClientError::NoSuchBucket(_) | ClientError::NotFound(_)),

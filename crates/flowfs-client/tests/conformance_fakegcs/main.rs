@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use flowfs_client::retry::{RetryPolicy, Retrying};
-use flowfs_client::{ClientError, CompletedPart, List, ObjectClient, Upload, Version};
-use flowfs_testkit::fakegcs::{self, FakeGcs};
+use flowfs_client::{CompletedPart, List, ObjectClient, Upload, Version};
+use flowfs_testkit::fakegcs::FakeGcs;
 
 const BUCKET: &str = "flowfs-conformance";
 
@@ -28,15 +28,10 @@ const DEVIATIONS: &[(&str, &str)] = &[(
 
 #[test]
 fn fake_gcs_conforms() {
-    let Some(bin) = fakegcs::fake_gcs_or_skip("the fake-gcs-server conformance run") else {
+    let Some(server) = FakeGcs::start_or_skip("the fake-gcs-server conformance run") else {
         return;
     };
-    let server = FakeGcs::start(&bin);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
+    flowfs_testkit::on_one_thread(async {
         let client = server.client(BUCKET);
         client.create_bucket().await.expect("create bucket");
         missing_bucket_is_no_such_bucket(&server).await;
@@ -52,16 +47,14 @@ fn fake_gcs_conforms() {
         let retrying = Retrying::new(Arc::new(client), policy);
         let client: Arc<dyn ObjectClient> = Arc::new(retrying);
         many_parts_are_composed_in_a_tree(&*client).await;
-        let make = move || client.clone();
-        conformance::run_all_with("gcs", "conformance/", &make, DEVIATIONS).await;
+        conformance::run_all_on("gcs", client, DEVIATIONS).await;
     });
     drop(server);
 }
 
 async fn missing_bucket_is_no_such_bucket(server: &FakeGcs) {
     let c = server.client("flowfs-no-such-bucket");
-    let e = conformance::err(c.check_bucket("").await, "check_bucket");
-    assert!(matches!(e, ClientError::NoSuchBucket(_)), "got {e:?}");
+    conformance::assert_no_such_bucket(&c).await;
     println!("conformance[gcs] missing_bucket_is_no_such_bucket ... ok");
 }
 

@@ -23,29 +23,17 @@ const BUCKET: &str = "flowfs-conformance";
 
 #[test]
 fn seaweedfs_conforms() {
-    let Some(bin) = weed::weed_or_skip("the SeaweedFS conformance run") else {
-        return;
-    };
-    let scratch = tempfile::tempdir().expect("temp dir");
-    use_credentials(scratch.path(), "unused", "unused");
-    let server = Weed::start(&bin);
+    let what = "the SeaweedFS conformance run";
     // One thread: nothing reads the environment while `use_credentials` changes it.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        server.create_bucket(BUCKET).await;
-        wrong_secret_is_access_denied(&server, scratch.path()).await;
-        use_credentials(scratch.path(), &server.access_key, &server.secret_key);
-        missing_bucket_is_no_such_bucket(&server).await;
+    weed::serve_or_skip(what, BUCKET, 1, async |server, scratch| {
+        wrong_secret_is_access_denied(server, scratch).await;
+        use_credentials(scratch, &server.access_key, &server.secret_key);
+        missing_bucket_is_no_such_bucket(server).await;
         closed_port_is_unreachable().await;
         let client: Arc<dyn ObjectClient> =
             Arc::new(product_client(&server.endpoint, BUCKET, 3).await);
-        let make = move || client.clone();
-        conformance::run_all("seaweedfs", "conformance/", &make).await;
+        conformance::run_all_on("seaweedfs", client, &[]).await;
     });
-    drop(server);
 }
 
 /// A signature made with the wrong secret: `SignatureDoesNotMatch` (403), `AccessDenied`.
@@ -67,8 +55,7 @@ async fn wrong_secret_is_access_denied(w: &Weed, scratch: &std::path::Path) {
 /// HEAD of a key in a missing bucket is a plain 404: `NotFound` (on AWS S3 too).
 async fn missing_bucket_is_no_such_bucket(w: &Weed) {
     let c = product_client(&w.endpoint, "flowfs-no-such-bucket", 1).await;
-    let e = conformance::err(c.check_bucket("").await, "check_bucket");
-    assert!(matches!(e, ClientError::NoSuchBucket(_)), "got {e:?}");
+    conformance::assert_no_such_bucket(&c).await;
     let e = conformance::err(c.get_range(Version::any("k").range(0, 1)).await, "get");
     assert!(matches!(e, ClientError::NoSuchBucket(_)), "got {e:?}");
     let e = conformance::err(c.head("k").await, "head");

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_fs::{AttrChanges, Fs, FsConfig, MetaHeads, ROOT};
 
-use crate::common::{await_count, fs_on, setup};
+use crate::common::{await_count, fs_on, mount, setup};
 
 fn meta(mock: &MockClient, key: &str) -> HashMap<String, String> {
     mock.metadata(key).expect("object")
@@ -30,12 +30,37 @@ async fn readdir_plus(fs: &Arc<Fs>, ino: u64) -> Vec<flowfs_fs::Attr> {
         .collect()
 }
 
+/// `c` set through the open handle `fh` (futimens, fchmod), then the file closed and its
+/// uploads waited for, none failed.
+async fn set_on_the_handle_and_closed(fs: &Arc<Fs>, ino: u64, fh: u64, c: AttrChanges) {
+    fs.setattr_with(ino, None, c, Some(fh))
+        .await
+        .expect("setattr on the handle");
+    fs.release(fh).expect("release");
+    assert!(fs.flush_all().await.is_empty(), "flushed");
+}
+
+/// A new file `name` of `mode` written with `bytes` and closed, its upload's PUT sent
+/// (made slow by the caller, so that it is still under way); its inode.
+async fn being_uploaded(
+    fs: &Arc<Fs>,
+    mock: &MockClient,
+    name: &str,
+    mode: u32,
+    bytes: &[u8],
+) -> u64 {
+    let (a, fh) = fs.create(ROOT, name, mode, None).await.expect("create");
+    fs.write(fh, 0, bytes).expect("write");
+    fs.release(fh).expect("release");
+    await_count(mock, Op::Put, 1).await;
+    a.ino
+}
+
 /// The PUT of a new file carries its mode (with the type bits), the caller's uid and
 /// gid and the time of its last write; nothing reads the time back afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_carries_mode_owner_and_the_time_of_the_last_write() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, fh) = fs
         .create(ROOT, "run.sh", 0o755, Some((1234, 5678)))
         .await
@@ -68,8 +93,7 @@ async fn an_upload_carries_mode_owner_and_the_time_of_the_last_write() {
 /// onto itself: no byte is sent again, and other metadata stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setattr_of_a_durable_object_rewrites_its_metadata_only() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert_with_metadata("obj", vec![7u8; 3000], &[("other", "kept")]);
     let a = fs.lookup(ROOT, "obj").await.expect("lookup");
     let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
@@ -102,8 +126,7 @@ async fn setattr_of_a_durable_object_rewrites_its_metadata_only() {
 /// `cp -p` sends utimens, chown and chmod one after the other: they share rewrites.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setattrs_that_come_together_share_a_rewrite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert("obj", vec![1u8; 10]);
     let a = fs.lookup(ROOT, "obj").await.expect("lookup");
     mock.set_latency(Duration::from_millis(20));
@@ -230,8 +253,7 @@ async fn meta_heads_always_reads_subdirectories_markers_once() {
 /// An object written by s3fs (or rclone's mtime) shows its mode, owner and time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_of_other_tools_show_their_metadata() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let s3fs = [
         ("mode", "33256"),
         ("uid", "42"),
@@ -265,11 +287,7 @@ async fn mode_and_mtime_survive_a_remount() {
         mtime: Some(old),
         ..AttrChanges::default()
     };
-    fs.setattr_with(a.ino, None, c, Some(fh))
-        .await
-        .expect("setattr");
-    fs.release(fh).expect("release");
-    assert!(fs.flush_all().await.is_empty(), "flushed");
+    set_on_the_handle_and_closed(&fs, a.ino, fh, c).await;
     assert_eq!(mock.count(Op::Copy), 0, "the upload carried them");
     let later = fs_on(&mock, two.path(), "");
     let d = later.lookup(ROOT, "task").await.expect("lookup");
@@ -282,28 +300,22 @@ async fn mode_and_mtime_survive_a_remount() {
 /// is under way and is not in its PUT, so it is rewritten afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_utimens_during_the_upload_is_rewritten_after_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.set_latency_of(Op::Put, Duration::from_millis(100));
-    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.expect("create");
-    fs.write(fh, 0, b"x\n").expect("write");
-    fs.release(fh).expect("release");
-    await_count(&mock, Op::Put, 1).await;
+    let ino = being_uploaded(&fs, &mock, "f", 0o644, b"x\n").await;
     let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     let c = AttrChanges {
         mtime: Some(old),
         ..AttrChanges::default()
     };
-    fs.setattr_with(a.ino, None, c, None)
-        .await
-        .expect("setattr");
+    fs.setattr_with(ino, None, c, None).await.expect("setattr");
     assert!(fs.flush_all().await.is_empty(), "flushed");
     assert_eq!(
         meta(&mock, "f").get("mtime").map(String::as_str),
         Some("1000000000")
     );
     assert_eq!((mock.count(Op::Put), mock.count(Op::Copy)), (1, 1));
-    assert_eq!(fs.getattr(a.ino).await.expect("getattr").mtime, old);
+    assert_eq!(fs.getattr(ino).await.expect("getattr").mtime, old);
 }
 
 /// chmod of an object above the single-copy limit (S3: 5 GiB; here lowered to 4 MiB)
@@ -347,18 +359,11 @@ async fn setattr_of_an_object_above_the_copy_limit_copies_it_in_parts() {
 /// name only, carrying both changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attributes_set_during_the_upload_of_a_file_renamed_next_reach_the_new_name() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.set_latency_of(Op::Put, Duration::from_millis(100));
     mock.set_latency_of(Op::Head, Duration::from_millis(50));
     mock.set_latency_of(Op::Copy, Duration::from_millis(50));
-    let (a, fh) = fs
-        .create(ROOT, ".f.XXXX", 0o600, None)
-        .await
-        .expect("create");
-    fs.write(fh, 0, b"hello\n").expect("write");
-    fs.release(fh).expect("release");
-    await_count(&mock, Op::Put, 1).await;
+    let ino = being_uploaded(&fs, &mock, ".f.XXXX", 0o600, b"hello\n").await;
     let old = UNIX_EPOCH + Duration::from_secs(1_500_000_000);
     let c = AttrChanges {
         mtime: Some(old),
@@ -366,9 +371,7 @@ async fn attributes_set_during_the_upload_of_a_file_renamed_next_reach_the_new_n
         mode: Some(0o755),
         ..AttrChanges::default()
     };
-    fs.setattr_with(a.ino, None, c, None)
-        .await
-        .expect("setattr");
+    fs.setattr_with(ino, None, c, None).await.expect("setattr");
     fs.rename(ROOT, ".f.XXXX", ROOT, "f", false)
         .await
         .expect("rename");
@@ -391,8 +394,7 @@ async fn attributes_set_during_the_upload_of_a_file_renamed_next_reach_the_new_n
 /// upload that never came, and lost at the close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chmod_after_fsync_of_an_open_file_reaches_the_bucket() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, fh) = fs.create(ROOT, "g", 0o644, None).await.expect("create");
     fs.write(fh, 0, b"data\n").expect("write");
     fs.fsync(fh).await.expect("fsync");
@@ -400,11 +402,7 @@ async fn a_chmod_after_fsync_of_an_open_file_reaches_the_bucket() {
         mode: Some(0o700),
         ..AttrChanges::default()
     };
-    fs.setattr_with(a.ino, None, c, Some(fh))
-        .await
-        .expect("fchmod");
-    fs.release(fh).expect("release");
-    assert!(fs.flush_all().await.is_empty(), "flushed");
+    set_on_the_handle_and_closed(&fs, a.ino, fh, c).await;
     let m = meta(&mock, "g");
     assert_eq!(m.get("mode").map(String::as_str), Some("33216"), "{m:?}");
     assert_eq!(mock.object("g").as_deref(), Some(&b"data\n"[..]));

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use flowfs_client::mock::{MockClient, Op};
-use flowfs_fs::{CopyRange, Fs, OpenMode, ROOT};
+use flowfs_fs::{Attr, CopyRange, Fs, OpenMode, ROOT};
 
 use crate::common::*;
 
@@ -16,10 +16,23 @@ async fn source(mock: &MockClient, fs: &Arc<Fs>, data: &[u8]) -> (u64, u64) {
     (ino, fh)
 }
 
+/// A copy's two ends: `data(n, seed)` as a `source` (its inode, a reader's handle), and a
+/// new file `dst` (its attributes, a writer's handle).
+async fn ends(
+    mock: &MockClient,
+    fs: &Arc<Fs>,
+    n: usize,
+    seed: u8,
+) -> (Vec<u8>, (u64, u64), (Attr, u64)) {
+    let bytes = data(n, seed);
+    let src = source(mock, fs, &bytes).await;
+    let dst = fs.create(ROOT, "dst", 0o644, None).await.expect("create");
+    (bytes, src, dst)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_object_onto_a_new_file_is_one_server_side_copy() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data(3 << 20, 5);
     let (_, src) = source(&mock, &fs, &bytes).await;
     let (attr, dst) = fs.create(ROOT, "dst", 0o600, None).await.unwrap();
@@ -45,11 +58,8 @@ async fn a_whole_object_onto_a_new_file_is_one_server_side_copy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_after_the_copy_changes_the_copy_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
-    let bytes = data(100_000, 7);
-    let (_, src) = source(&mock, &fs, &bytes).await;
-    let (attr, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
+    let (_dir, mock, fs) = mount("");
+    let (bytes, (_, src), (attr, dst)) = ends(&mock, &fs, 100_000, 7).await;
     assert!(copy_whole(&fs, src, dst).await.is_some());
     // The handle stages the copy at its first change, as any writer of an object.
     assert!(fs.needs_stage(dst));
@@ -72,11 +82,8 @@ async fn a_write_after_the_copy_changes_the_copy_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_copies_are_left_to_the_kernel() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
-    let bytes = data(50_000, 9);
-    let (src_ino, src) = source(&mock, &fs, &bytes).await;
-    let (_, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
+    let (_dir, mock, fs) = mount("");
+    let (_, (src_ino, src), (_, dst)) = ends(&mock, &fs, 50_000, 9).await;
     let part = |from: u64, to: u64, len: u64| CopyRange {
         from: (src, from),
         to: (dst, to),
@@ -108,8 +115,7 @@ async fn other_copies_are_left_to_the_kernel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_changed_in_the_bucket_is_not_copied() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (_, src) = source(&mock, &fs, &data(20_000, 1)).await;
     // Another client replaces the object after the open: the handle reads the old version.
     mock.insert("src", data(30_000, 2));
@@ -127,8 +133,7 @@ async fn a_source_changed_in_the_bucket_is_not_copied() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_linked_file_or_a_completion_marker_is_copied_by_the_kernel() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (_, src) = source(&mock, &fs, &data(10_000, 3)).await;
     // Its upload waits for the outputs beside it; a copy would not.
     let (_, marker) = fs.create(ROOT, ".exitcode", 0o644, None).await.unwrap();
@@ -169,9 +174,7 @@ fn call(src: u64, dst: u64, off: u64, len: u64) -> CopyRange {
 async fn a_copy_asked_for_in_chunks_is_one_copy_on_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let (mock, fs) = chunked(dir.path(), 1000);
-    let bytes = data(2500, 4);
-    let (_, src) = source(&mock, &fs, &bytes).await;
-    let (attr, dst) = fs.create(ROOT, "dst", 0o644, None).await.unwrap();
+    let (bytes, (_, src), (attr, dst)) = ends(&mock, &fs, 2500, 4).await;
     mock.reset_counts();
     for (off, want) in [(0, 1000), (1000, 1000), (2000, 500)] {
         let got = fs.copy_range(call(src, dst, off, 1000)).await.unwrap();
@@ -239,8 +242,7 @@ async fn a_copy_made_ahead_and_cut_short_is_what_was_answered() {
 /// copy waits for the upload, then copies the object on the server; the bytes go up once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_file_still_uploading_is_copied_once_it_lands() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data(3 << 20, 3);
     mock.set_latency_of(Op::Put, std::time::Duration::from_millis(300));
     mock.set_latency_of(Op::CompleteMultipart, std::time::Duration::from_millis(300));
@@ -262,8 +264,7 @@ async fn a_closed_file_still_uploading_is_copied_once_it_lands() {
 /// A source still open for writing is copied by the kernel, from what it holds now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_still_open_for_writing_is_copied_by_the_kernel() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, w) = fs.create(ROOT, "out", 0o644, None).await.unwrap();
     fs.write(w, 0, &data(100_000, 4)).unwrap();
     let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();

@@ -11,8 +11,7 @@ use flowfs_fs::{Fs, FsConfig, FsError, Kind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listings_span_pages_and_directories_win() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     for i in 0..2500 {
         mock.insert(&format!("wide/f{i:05}"), vec![1u8; i % 7]);
     }
@@ -43,8 +42,7 @@ async fn listings_span_pages_and_directories_win() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_land_one_to_one_and_large_files_go_multipart() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "run");
+    let (_dir, mock, fs) = mount("run");
     let small = data(1000, 1);
     let (a, fh) = fs.create(ROOT, "small.txt", 0o644, None).await.unwrap();
     fs.write(fh, 0, &small).unwrap();
@@ -70,8 +68,7 @@ async fn writes_land_one_to_one_and_large_files_go_multipart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_uploads_reach_fsync_and_are_kept_until_they_succeed() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.fail(Op::Put, 0, ClientError::Transient("injected".into()), 1);
     let (_, fh) = fs.create(ROOT, "out.txt", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"precious").unwrap();
@@ -94,8 +91,7 @@ async fn failed_uploads_reach_fsync_and_are_kept_until_they_succeed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_multipart_upload_is_aborted_and_never_visible() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.fail(
         Op::UploadPart,
         1,
@@ -117,8 +113,7 @@ async fn a_failed_multipart_upload_is_aborted_and_never_visible() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_marker_becomes_visible_after_the_outputs() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.set_latency(Duration::from_millis(20));
     let task = fs.mkdir(ROOT, "task", 0o755, None).await.unwrap().ino;
     let sub = fs.mkdir(task, "sub", 0o755, None).await.unwrap().ino;
@@ -150,8 +145,7 @@ async fn completion_marker_becomes_visible_after_the_outputs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_changes_move_objects() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert("d/x", b"x".to_vec());
     mock.insert("d/sub/y", b"y".to_vec());
     mock.insert("f", b"f".to_vec());
@@ -236,8 +230,7 @@ async fn a_directory_renamed_while_a_file_below_uploads_keeps_it() {
     // The upload may land before, during or after the rename's LIST and copies: in every
     // case the file must end up under the new name only.
     for delay_ms in [0u64, 3, 8, 15, 25, 40] {
-        let dir = tempfile::tempdir().unwrap();
-        let (mock, fs) = setup(dir.path(), "");
+        let (_dir, mock, fs) = mount("");
         let a = fs.mkdir(ROOT, "a", 0o755, None).await.unwrap().ino;
         let b = fs.mkdir(a, "b", 0o755, None).await.unwrap().ino;
         for i in 0..3 {
@@ -276,8 +269,7 @@ async fn a_directory_renamed_while_a_file_below_uploads_keeps_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_written_front_to_back_uploads_its_parts_while_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let body = data((5 << 20) + 777, 3);
     let (_, fh) = fs.create(ROOT, "big.bam", 0o644, None).await.unwrap();
     for (i, c) in body.chunks(128 << 10).enumerate() {
@@ -299,8 +291,7 @@ async fn a_file_written_front_to_back_uploads_its_parts_while_written() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_to_sent_bytes_drops_the_early_upload() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     // Rewritten at the start after parts went (a header patched at the end).
     let mut body = data(4 << 20, 5);
     let (_, fh) = fs.create(ROOT, "patched", 0o644, None).await.unwrap();
@@ -341,8 +332,7 @@ async fn a_change_to_sent_bytes_drops_the_early_upload() {
 /// mount shows the same times.
 #[tokio::test(start_paused = true)]
 async fn many_uploads_in_one_directory_send_nothing_but_their_puts() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let logs = fs.mkdir(ROOT, "logs", 0o755, None).await.unwrap().ino;
     // Some older objects in the directory, among the new names.
     for i in (0..60).step_by(7) {
@@ -388,8 +378,7 @@ async fn many_uploads_in_one_directory_send_nothing_but_their_puts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mkdir_after_a_lookup_found_nothing_sends_only_its_marker() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert("taken/x", b"x".to_vec());
     // As the kernel does before mkdir: a lookup that finds nothing.
     assert!(matches!(

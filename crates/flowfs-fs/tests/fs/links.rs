@@ -23,8 +23,7 @@ fn link_id(mock: &flowfs_client::mock::MockClient, key: &str) -> Option<String> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_is_one_node_whose_names_are_server_side_copies() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let a = file(&fs, ROOT, "a", b"first").await;
     let d = fs.mkdir(ROOT, "d", 0o755, None).await.unwrap().ino;
     // The file's own upload lands first: counted before it, the PUTs told whether it had
@@ -68,8 +67,7 @@ async fn a_link_is_one_node_whose_names_are_server_side_copies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_mount_joins_names_while_their_etags_match() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     // Made by mkdir: its listing reads the metadata of each object (`--meta-heads marked`).
     let x = fs.mkdir(ROOT, "x", 0o755, None).await.unwrap().ino;
     for name in ["p", "q"] {
@@ -100,8 +98,7 @@ async fn another_mount_joins_names_while_their_etags_match() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renames_move_one_name_and_keep_the_others() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let a = file(&fs, ROOT, "a", b"a").await;
     fs.link(a, ROOT, "b").await.unwrap();
     fs.rename(ROOT, "b", ROOT, "c", false).await.unwrap();

@@ -8,7 +8,7 @@ use flowfs_client::mock::Op;
 use flowfs_fs::OpenMode;
 use flowfs_fs::{Backing, ROOT};
 
-use crate::common::{copy_whole, data, setup, written};
+use crate::common::{copy_whole, data, mount, uploaded, written};
 
 /// A new file in the root created with passthrough asked for: its attributes, handle
 /// and hints (a backing file among them).
@@ -38,8 +38,7 @@ fn holds(b: &Option<Backing>, bytes: &[u8]) -> bool {
 /// and stat shows its size while the writer is open.
 #[tokio::test]
 async fn a_passthrough_writer_s_bytes_are_uploaded_at_its_close() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, fh, hints) = created(&fs, "out.bin").await;
     let bytes = data(3 << 20, 5);
     let f = backing_file(&hints.backing);
@@ -58,8 +57,7 @@ async fn a_passthrough_writer_s_bytes_are_uploaded_at_its_close() {
 /// (flowfs never sees its writes): the next mount uploads what the file holds.
 #[tokio::test]
 async fn a_passthrough_writer_s_file_is_recovered_after_a_crash() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (dir, mock, fs) = mount("");
     let (_, _fh, hints) = created(&fs, "log.txt").await;
     backing_file(&hints.backing)
         .write_all_at(b"line 1\n", 0)
@@ -76,8 +74,7 @@ async fn a_passthrough_writer_s_file_is_recovered_after_a_crash() {
 /// its close (an fsync's upload never stands for the final content).
 #[tokio::test]
 async fn fsync_and_close_of_a_passthrough_writer_upload_each_state() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (_, fh, hints) = created(&fs, "f").await;
     let f = backing_file(&hints.backing);
     f.write_all_at(b"first", 0).unwrap();
@@ -95,8 +92,7 @@ async fn fsync_and_close_of_a_passthrough_writer_upload_each_state() {
 /// twice: the close was compared with the open, not with the fsync's look).
 #[tokio::test]
 async fn fsync_then_close_without_a_write_uploads_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (_, fh, hints) = created(&fs, "calls.vcf.gz").await;
     let bytes = data(300 << 10, 7);
     backing_file(&hints.backing)
@@ -119,8 +115,7 @@ async fn fsync_then_close_without_a_write_uploads_once() {
 /// requires of every open of one inode served by passthrough.
 #[tokio::test]
 async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let ino = crate::common::remote(&mock, &fs, "in.txt", &b"hello world"[..]).await;
     let (pre, _) = fs.open(ino, OpenMode::Write).await.unwrap();
     let (wfh, w) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
@@ -142,8 +137,7 @@ async fn every_open_of_a_staged_file_is_offered_the_same_backing_file() {
 /// never given a backing file here (its bytes are not all local).
 #[tokio::test]
 async fn no_backing_file_is_offered_unless_asked_or_when_bytes_are_remote() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let ino = crate::common::remote(&mock, &fs, "r.txt", &b"remote"[..]).await;
     let (fh, h) = fs.open_as(ino, OpenMode::Read, true).await.unwrap();
     assert!(h.backing.is_none());
@@ -157,8 +151,7 @@ async fn no_backing_file_is_offered_unless_asked_or_when_bytes_are_remote() {
 /// object's bytes, as long as the object. The same open before it was read is not.
 #[tokio::test]
 async fn a_fully_cached_file_is_offered_its_cache_data_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data((2 << 20) + 777, 9);
     let ino = crate::common::remote(&mock, &fs, "ref.fa", bytes.clone()).await;
     let (fh, h) = fs.open_as(ino, OpenMode::Read, true).await.unwrap();
@@ -204,8 +197,7 @@ async fn cached_backing(fs: &std::sync::Arc<flowfs_fs::Fs>, ino: u64) -> (u64, B
 /// one that was changed is, even when its size stayed.
 #[tokio::test]
 async fn a_passthrough_writer_that_changes_nothing_uploads_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let ino = crate::common::remote(&mock, &fs, "same.txt", &b"unchanged"[..]).await;
     let (pre, _) = fs.open(ino, OpenMode::Write).await.unwrap();
     let (fh, h) = fs.open_as(ino, OpenMode::Write, true).await.unwrap();
@@ -229,8 +221,7 @@ async fn a_passthrough_writer_that_changes_nothing_uploads_nothing() {
 /// losing the mtime (issue 26: every file of an extracted tree failed `tar --compare`).
 #[tokio::test]
 async fn a_utimens_before_the_close_of_a_passthrough_writer_is_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, fh, hints) = created(&fs, "f").await;
     backing_file(&hints.backing)
         .write_all_at(&[b'x'; 100], 0)
@@ -260,8 +251,7 @@ async fn a_utimens_before_the_close_of_a_passthrough_writer_is_kept() {
 /// what it keeps, a write stages the whole object. Such a writer is offered no backing.
 #[tokio::test]
 async fn an_existing_object_opened_for_writing_is_fetched_at_its_first_change() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let body = data(3 << 20, 9);
     for k in ["touched", "cut", "patched"] {
         mock.insert(k, body.clone());
@@ -314,8 +304,7 @@ async fn an_existing_object_opened_for_writing_is_fetched_at_its_first_change() 
 /// waits for what another handle wrote, as it did when every writer staged at its open.
 #[tokio::test]
 async fn fsync_of_an_unstaged_writer_makes_the_file_durable() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let ino = crate::common::remote(&mock, &fs, "shared", &b"old content"[..]).await;
     let (lazy, _) = fs.open_as(ino, OpenMode::Write, false).await.unwrap();
     assert!(fs.needs_stage(lazy));
@@ -333,8 +322,7 @@ async fn fsync_of_an_unstaged_writer_makes_the_file_durable() {
 /// kernel, and the upload at the close is a copy on the server: no byte goes up again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_onto_a_passthrough_writer_is_filled_locally_and_copied_on_the_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data(3 << 20, 8);
     let (_, src) = written(&fs, "out", &bytes).await;
     let (d, dst, hints) = created(&fs, "pub").await;
@@ -362,14 +350,10 @@ async fn a_copy_onto_a_passthrough_writer_is_filled_locally_and_copied_on_the_se
 /// file is filled from the cache's data file, and the upload is still the server's copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_of_an_uploaded_source_onto_a_passthrough_writer_is_filled_from_the_cache() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data(3 << 20, 11);
-    let (a, w) = fs.create(ROOT, "out", 0o644, None).await.unwrap();
-    fs.write(w, 0, &bytes).unwrap();
-    fs.release(w).unwrap();
-    assert!(fs.flush_all().await.is_empty(), "out is in the bucket");
-    let (src, _) = fs.open(a.ino, OpenMode::Read).await.unwrap();
+    let ino = uploaded(&fs, "out", &bytes).await;
+    let (src, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     let (_, dst, hints) = created(&fs, "pub").await;
     let sent = mock.count(Op::UploadPart) + mock.count(Op::Put);
     let got = mock.count(Op::Get);
@@ -395,8 +379,7 @@ async fn a_copy_of_an_uploaded_source_onto_a_passthrough_writer_is_filled_from_t
 /// staged for the kernel are sent instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filled_copy_whose_source_is_gone_sends_its_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let bytes = data(200_000, 9);
     let (_, src) = written(&fs, "out", &bytes).await;
     let (_, dst, _hints) = created(&fs, "pub").await;

@@ -20,8 +20,7 @@ fn fs_with_ttl(mock: &Arc<MockClient>, cache: &std::path::Path, ttl: Duration) -
 /// handle arrives, truncate down, write past the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reopen_before_the_old_release_keeps_every_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, fh1) = fs.create(ROOT, "f", 0o644, None).await.unwrap();
     fs.write(fh1, 0, &data(100_000, 1)).unwrap();
     fs.fsync(fh1).await.unwrap();
@@ -87,8 +86,7 @@ async fn a_name_whose_key_the_store_cannot_hold_is_enametoolong() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_file_whose_name_is_removed_has_no_link() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, fh) = fs.create(ROOT, "gone", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"still here").unwrap();
     assert_eq!(fs.getattr(a.ino).await.unwrap().nlink, 1);
@@ -121,8 +119,7 @@ async fn a_directory_keeps_its_time_when_confirmed_again() {
 /// pjdfstest: a directory's mtime and ctime change when an entry is added or removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directory_changes_its_time_when_entries_come_and_go() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_mock, fs) = setup(dir.path(), "");
+    let (_dir, _mock, fs) = mount("");
     let d = fs.mkdir(ROOT, "d", 0o755, None).await.unwrap();
     let mut last = d.mtime;
     let mut changed = |a: flowfs_fs::Attr, what: &str| {
@@ -146,8 +143,7 @@ async fn a_directory_changes_its_time_when_entries_come_and_go() {
 /// staged, and utimens sets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_shows_the_time_of_its_last_change() {
-    let dir = tempfile::tempdir().unwrap();
-    let (_mock, fs) = setup(dir.path(), "");
+    let (_dir, _mock, fs) = mount("");
     let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.unwrap();
     let t0 = fs.getattr(a.ino).await.unwrap().mtime;
     fs.write(fh, 0, b"abc").unwrap();
@@ -200,8 +196,7 @@ async fn a_directorys_nlink_counts_its_subdirectories() {
 /// over 255 bytes is ENAMETOOLONG.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_that_cannot_be_names_are_left_out_and_still_count_as_content() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let long = "x".repeat(256);
     mock.insert("ok", b"1".to_vec());
     mock.insert("a//b", b"2".to_vec());

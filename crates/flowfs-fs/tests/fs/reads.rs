@@ -7,13 +7,19 @@ use std::time::Duration;
 use crate::common::*;
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
-use flowfs_fs::{FsConfig, FsError};
+use flowfs_fs::{Fs, FsConfig, FsError};
 use flowfs_fs::{OpenMode, ROOT};
+
+/// `bytes` put at `p/{name}` as another client would (the mounts here are of prefix `p`),
+/// and the inode of `name`.
+async fn in_p(mock: &MockClient, fs: &Arc<Fs>, name: &str, bytes: impl Into<bytes::Bytes>) -> u64 {
+    mock.insert(&format!("p/{name}"), bytes);
+    path_ino(fs, name).await.expect("lookup")
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_are_exact_lazy_and_cached() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let sizes = [
         0usize,
         1,
@@ -37,8 +43,7 @@ async fn reads_are_exact_lazy_and_cached() {
 
     // A random 4 KiB read in a large object fetches one small chunk.
     let big = data(40 << 20, 9);
-    mock.insert("p/big", big.clone());
-    let ino = path_ino(&fs, "big").await.unwrap();
+    let ino = in_p(&mock, &fs, "big", big.clone()).await;
     let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     fs.read(fh, 0, 4096).await.unwrap();
     // Nothing of it is left in flight to count: a first read fetches only its chunk (a
@@ -95,17 +100,13 @@ async fn a_changed_object_is_never_served_stale() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_just_uploaded_is_read_back_from_the_disk_cache() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (dir, mock, fs) = mount("");
     let body = data(3 << 20, 7);
-    let (a, fh) = fs.create(ROOT, "aligned.bam", 0o644, None).await.unwrap();
-    fs.write(fh, 0, &body).unwrap();
-    fs.release(fh).unwrap();
-    assert!(fs.flush_all().await.is_empty());
+    let ino = uploaded(&fs, "aligned.bam", &body).await;
     assert_eq!(mock.object("aligned.bam").unwrap(), body);
     // the next task reads it: no GET, the uploaded staging file became a cache entry
     mock.reset_counts();
-    assert_eq!(read_all(&fs, a.ino).await, body);
+    assert_eq!(read_all(&fs, ino).await, body);
     assert_eq!(mock.count(Op::Get), 0);
     assert_eq!(mock.get_bytes(), 0);
     // a new version written by another client is fetched, never the cached one
@@ -118,8 +119,7 @@ async fn a_file_just_uploaded_is_read_back_from_the_disk_cache() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_skips_flush_only_for_handles_that_read_the_bucket() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert("remote", b"from the bucket".to_vec());
     let ino = path_ino(&fs, "remote").await.unwrap();
     let (fh, hints) = fs.open(ino, OpenMode::Read).await.unwrap();
@@ -140,8 +140,7 @@ async fn close_skips_flush_only_for_handles_that_read_the_bucket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cache_that_cannot_be_written_costs_the_cache_not_the_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (dir, mock, fs) = mount("p");
     let files = [(1usize << 20) + 5, 9 << 20, 100];
     for (i, n) in files.iter().enumerate() {
         mock.insert(&format!("p/f{i}"), data(*n, i as u8));
@@ -156,11 +155,9 @@ async fn a_cache_that_cannot_be_written_costs_the_cache_not_the_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_sequential_read_comes_in_few_gets() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let big = data(40 << 20, 3);
-    mock.insert("p/big", big.clone());
-    let ino = path_ino(&fs, "big").await.unwrap();
+    let ino = in_p(&mock, &fs, "big", big.clone()).await;
     mock.reset_counts();
     assert_eq!(read_all(&fs, ino).await, big);
     // GETs far ahead span many 1 MiB pieces: 40 MiB is not 40 requests.
@@ -181,8 +178,7 @@ async fn a_download_cut_mid_body_keeps_its_first_pieces_and_is_fetched_again() {
         cfg.metadata_ttl = Duration::from_secs(60);
     });
     let obj = data(8 << 20, 5);
-    mock.insert("p/obj", obj.clone());
-    let ino = path_ino(&fs, "obj").await.unwrap();
+    let ino = in_p(&mock, &fs, "obj", obj.clone()).await;
     let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     mock.reset_counts();
     // The connection breaks 3 MiB into the body.
@@ -207,8 +203,7 @@ async fn a_download_cut_mid_body_keeps_its_first_pieces_and_is_fetched_again() {
     fs.release(fh).unwrap();
     // A server that keeps failing reaches the reader as EIO, after one more try.
     let other = data(1 << 20, 6);
-    mock.insert("p/other", other.clone());
-    let ino = path_ino(&fs, "other").await.unwrap();
+    let ino = in_p(&mock, &fs, "other", other.clone()).await;
     let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     mock.reset_counts();
     mock.fail(Op::Get, 0, ClientError::Transient("down".into()), 2);
@@ -225,10 +220,8 @@ async fn a_download_cut_mid_body_keeps_its_first_pieces_and_is_fetched_again() {
 /// and the error keeps the store's as its source.
 #[tokio::test]
 async fn a_refused_get_is_not_sent_again_and_its_error_keeps_the_cause() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = crate::common::setup(dir.path(), "p");
-    mock.insert("p/obj", data(256 << 10, 9));
-    let ino = path_ino(&fs, "obj").await.unwrap();
+    let (_dir, mock, fs) = crate::common::mount("p");
+    let ino = in_p(&mock, &fs, "obj", data(256 << 10, 9)).await;
     let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     mock.reset_counts();
     mock.fail(Op::Get, 0, ClientError::Refused("InvalidRange".into()), 1);
@@ -249,11 +242,9 @@ async fn a_refused_get_is_not_sent_again_and_its_error_keeps_the_cause() {
 /// above.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_server_costs_a_read_two_requests_however_fast_it_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let obj = data(16 << 20, 8);
-    mock.insert("p/obj", obj.clone());
-    let ino = path_ino(&fs, "obj").await.unwrap();
+    let ino = in_p(&mock, &fs, "obj", obj.clone()).await;
     // Each read on a handle of its own, in a chunk of its own: no read-ahead, no cache.
     for chunk in 0..(16 << 20) / (64 << 10) {
         let at = chunk * (64 << 10) + 100;
@@ -331,8 +322,7 @@ async fn a_prefetch_below_the_free_space_floor_names_it() {
 /// 16 GETs whatever their size, this took 540 ms.
 #[tokio::test(start_paused = true)]
 async fn a_cold_copy_of_small_files_costs_a_round_trip_per_many_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let n = 400;
     for i in 0..n {
         mock.insert(&format!("p/d/f{i:04}"), data(64 << 10, i as u8));
@@ -359,10 +349,8 @@ async fn a_cold_copy_of_small_files_costs_a_round_trip_per_many_files() {
 /// system calls in the cache dir per file (issue 27's per-file path).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_object_is_read_without_a_request_or_a_cache_entry() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
-    mock.insert("p/empty", Vec::new());
-    let ino = path_ino(&fs, "empty").await.unwrap();
+    let (dir, mock, fs) = mount("p");
+    let ino = in_p(&mock, &fs, "empty", Vec::new()).await;
     mock.reset_counts();
     assert_eq!(read_all(&fs, ino).await, Vec::<u8>::new());
     assert_eq!(read_all(&fs, ino).await, Vec::<u8>::new());
@@ -385,11 +373,9 @@ async fn an_empty_object_is_read_without_a_request_or_a_cache_entry() {
 /// on its way is EIO, never data, and none of it stays in the cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_object_damaged_on_its_way_is_eio_never_data() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     let obj = data(100_000, 7);
-    mock.insert("p/obj", obj.clone());
-    let ino = path_ino(&fs, "obj").await.unwrap();
+    let ino = in_p(&mock, &fs, "obj", obj.clone()).await;
     let (fh, _) = fs.open(ino, OpenMode::Read).await.unwrap();
     mock.flip_bodies(1);
     let e = fs.read(fh, 0, 4096).await.unwrap_err();
@@ -414,8 +400,7 @@ async fn a_damaged_whole_body_is_fetched_again_by_the_retry_layer() {
     let cfg = FsConfig::new("b", "p", dir.path().to_path_buf());
     let fs = Arc::new(flowfs_fs::Fs::new(cfg, retrying).unwrap());
     let obj = data(300_000, 8);
-    mock.insert("p/obj", obj.clone());
-    let ino = path_ino(&fs, "obj").await.unwrap();
+    let ino = in_p(&mock, &fs, "obj", obj.clone()).await;
     mock.flip_bodies(1);
     mock.reset_counts();
     assert_eq!(read_all(&fs, ino).await, obj);

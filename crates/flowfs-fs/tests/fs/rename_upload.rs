@@ -13,8 +13,7 @@ use flowfs_fs::{OpenMode, ROOT};
 /// fsync returned success, and the bucket held the file under neither name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_asked_for_during_a_rename_goes_to_the_new_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = crate::common::setup(dir.path(), "");
+    let (_dir, mock, fs) = crate::common::mount("");
     let (attr, fh) = fs.create(ROOT, "a", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"first version").unwrap();
     fs.fsync(fh).await.unwrap();
@@ -55,8 +54,7 @@ async fn an_upload_asked_for_during_a_rename_goes_to_the_new_name() {
 /// over `config`. Every rename succeeds and the bucket ends with the last version only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_file_renamed_over_its_target_again_and_again_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = crate::common::setup(dir.path(), "");
+    let (_dir, mock, fs) = crate::common::mount("");
     mock.set_latency_of(Op::Put, Duration::from_millis(2));
     mock.set_latency_of(Op::Delete, Duration::from_millis(3));
     for i in 0..200 {
@@ -87,8 +85,7 @@ async fn a_lock_file_renamed_over_its_target_again_and_again_loses_nothing() {
 /// Azure by test_write_mix: a write-then-rename, then a truncate of the result).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_file_can_be_changed_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = crate::common::setup(dir.path(), "");
+    let (_dir, mock, fs) = crate::common::mount("");
     // A directory from the bucket, whose `g` is listed (the listing kept) but never
     // looked up: no node for it when its directory moves.
     mock.insert("d/sub/g", &b"deeper\n"[..]);

@@ -4,17 +4,28 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::common::fs_on;
+use crate::common::{fs_on, mount};
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_client::ClientError;
-use flowfs_fs::PendingState;
 use flowfs_fs::ROOT;
+use flowfs_fs::{Fs, PendingState};
+
+/// Files written and closed on `fs` while every PUT fails ("server down"): their uploads
+/// have all failed when it returns.
+async fn failed_uploads(mock: &MockClient, fs: &Arc<Fs>, files: &[(&str, &[u8])]) {
+    let down = ClientError::Transient("server down".into());
+    mock.fail(Op::Put, 0, down, 1000);
+    for (name, bytes) in files {
+        let (_, fh) = fs.create(ROOT, name, 0o644, None).await.expect("create");
+        fs.write(fh, 0, bytes).expect("write");
+        fs.release(fh).expect("release");
+    }
+    assert_eq!(fs.flush_all().await.len(), files.len());
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_the_store_has_not_taken_is_pending_until_it_lands() {
-    let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    let fs = fs_on(&mock, dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     assert!(fs.status().durable(), "nothing written yet");
 
     mock.set_latency(Duration::from_millis(1500));
@@ -53,15 +64,8 @@ async fn a_file_the_store_has_not_taken_is_pending_until_it_lands() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_upload_is_reported_with_its_key_and_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let mock = Arc::new(MockClient::new());
-    let fs = fs_on(&mock, dir.path(), "");
-    let down = ClientError::Transient("server down".into());
-    mock.fail(Op::Put, 0, down, 1000);
-    let (_, fh) = fs.create(ROOT, "r.txt", 0o644, None).await.unwrap();
-    fs.write(fh, 0, b"result").unwrap();
-    fs.release(fh).unwrap();
-    assert_eq!(fs.flush_all().await.len(), 1);
+    let (_dir, mock, fs) = mount("");
+    failed_uploads(&mock, &fs, &[("r.txt", b"result")]).await;
 
     let s = fs.status();
     assert!(!s.durable());
@@ -83,14 +87,7 @@ async fn the_recovery_of_a_dead_mounts_journal_is_reported() {
     let mock = Arc::new(MockClient::new());
     {
         let fs = fs_on(&mock, dir.path(), "");
-        let down = ClientError::Transient("server down".into());
-        mock.fail(Op::Put, 0, down, 1000);
-        for name in ["a.txt", "b.txt"] {
-            let (_, fh) = fs.create(ROOT, name, 0o644, None).await.unwrap();
-            fs.write(fh, 0, name.as_bytes()).unwrap();
-            fs.release(fh).unwrap();
-        }
-        assert_eq!(fs.flush_all().await.len(), 2);
+        failed_uploads(&mock, &fs, &[("a.txt", b"a.txt"), ("b.txt", b"b.txt")]).await;
         // Dropped without a clean shutdown: as after kill -9.
         crate::common::crash(fs).await;
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use flowfs_client::mock::Op;
 use flowfs_fs::{AttrChanges, ROOT};
 
-use crate::common::{data, fs_on, setup};
+use crate::common::{data, fs_on, mount, setup, uploaded};
 
 const OLD: u64 = 1_000_000_000;
 
@@ -68,15 +68,11 @@ async fn ctime_moves_with_changes_and_not_with_uploads() {
 /// Truncation and rename change a file's ctime; rename leaves its mtime.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncate_and_rename_change_ctime() {
-    let dir = tempfile::tempdir().expect("dir");
-    let (_mock, fs) = setup(dir.path(), "");
-    let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.expect("create");
-    fs.write(fh, 0, b"0123456789").expect("write");
-    fs.release(fh).expect("release");
-    assert!(fs.flush_all().await.is_empty(), "flushed");
-    let before = fs.getattr(a.ino).await.expect("getattr");
+    let (_dir, _mock, fs) = mount("");
+    let ino = uploaded(&fs, "f", b"0123456789").await;
+    let before = fs.getattr(ino).await.expect("getattr");
     let t = fs
-        .setattr_with(a.ino, Some(3), AttrChanges::default(), None)
+        .setattr_with(ino, Some(3), AttrChanges::default(), None)
         .await
         .expect("truncate");
     assert!(t.ctime > before.ctime && t.mtime > before.mtime, "{t:?}");
@@ -84,7 +80,7 @@ async fn truncate_and_rename_change_ctime() {
     fs.rename(ROOT, "f", ROOT, "g", false)
         .await
         .expect("rename");
-    let r = fs.getattr(a.ino).await.expect("getattr");
+    let r = fs.getattr(ino).await.expect("getattr");
     assert_eq!(r.mtime, t.mtime, "rename leaves mtime");
     assert!(r.ctime > t.ctime, "rename changes ctime");
 }

@@ -26,8 +26,7 @@ async fn find(fs: &std::sync::Arc<flowfs_fs::Fs>, dir: u64) -> usize {
 /// another took 128 round trips (2.6 s); listed ahead, 16 at once, about a tenth.
 #[tokio::test(start_paused = true)]
 async fn a_walk_of_many_directories_costs_a_round_trip_per_many_listings() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     for d in 0..128 {
         for f in 0..4 {
             mock.insert(&format!("p/w/d{d:03}/f{f}"), b"x".to_vec());
@@ -53,8 +52,7 @@ async fn a_walk_of_many_directories_costs_a_round_trip_per_many_listings() {
 /// walker reaches it).
 #[tokio::test(start_paused = true)]
 async fn what_a_walk_lists_ahead_is_bounded() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "p");
+    let (_dir, mock, fs) = mount("p");
     for d in 0..1000 {
         mock.insert(&format!("p/top/d{d:04}/f"), b"x".to_vec());
     }

@@ -54,8 +54,7 @@ fn walk(dir: &std::path::Path, ext: &str) -> usize {
 /// pauses are minutes.
 #[tokio::test(start_paused = true)]
 async fn a_failed_upload_is_sent_again_in_the_background_when_it_may_succeed() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = crate::common::setup(dir.path(), "");
+    let (_dir, mock, fs) = crate::common::mount("");
     // The first PUT fails retryably, the second for good.
     mock.fail(Op::Put, 0, ClientError::Transient("HTTP 503".into()), 1);
     mock.fail(Op::Put, 0, ClientError::AccessDenied("no".into()), 1);
@@ -96,8 +95,7 @@ async fn a_failed_upload_is_sent_again_in_the_background_when_it_may_succeed() {
 /// left to run meanwhile, so the unmount surely begins while it is in flight.
 #[tokio::test(start_paused = true)]
 async fn an_upload_failing_while_the_unmount_waits_for_it_is_tried_once_more() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = crate::common::setup(dir.path(), "");
+    let (_dir, mock, fs) = crate::common::mount("");
     mock.set_latency_of(Op::Put, Duration::from_secs(1));
     mock.fail(Op::Put, 0, ClientError::Transient("HTTP 503".into()), 1);
     let (_, fh) = fs.create(ROOT, "out.txt", 0o644, None).await.unwrap();
@@ -115,8 +113,7 @@ async fn an_upload_failing_while_the_unmount_waits_for_it_is_tried_once_more() {
 /// truncation that grows the file still fetches all it keeps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncate_of_an_object_fetches_only_the_bytes_it_keeps() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = crate::common::setup(dir.path(), "");
+    let (_dir, mock, fs) = crate::common::mount("");
     let body = crate::common::data(8 << 20, 3);
     mock.insert("big", body.clone());
     mock.insert("grow", body[..1000].to_vec());
@@ -147,8 +144,7 @@ async fn truncate_of_an_object_fetches_only_the_bytes_it_keeps() {
 /// (stress-ng's fsize stressor, issue 26); the file keeps what it had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncate_past_the_local_file_size_limit_is_efbig() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = crate::common::setup(dir.path(), "");
+    let (_dir, mock, fs) = crate::common::mount("");
     let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.unwrap();
     fs.write(fh, 0, b"kept").unwrap();
     let huge = 1u64 << 62;

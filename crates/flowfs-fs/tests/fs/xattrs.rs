@@ -7,7 +7,7 @@ use std::sync::Arc;
 use flowfs_client::mock::{MockClient, Op};
 use flowfs_fs::{Fs, FsError, XattrMode, ROOT};
 
-use crate::common::{fs_on, path_ino, setup};
+use crate::common::{fs_on, mount, path_ino, setup};
 
 /// What s3fs 1.90 (`use_xattr`) wrote for `user.a` = `hi`.
 const BY_S3FS: &str = "%7B%22user.a%22%3A%22aGk%3D%22%7D";
@@ -44,8 +44,7 @@ async fn an_upload_carries_them_and_another_mount_reads_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_an_object_in_the_bucket_they_are_a_metadata_rewrite() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert_with_metadata(
         "obj",
         vec![3u8; 5000],
@@ -72,8 +71,7 @@ async fn on_an_object_in_the_bucket_they_are_a_metadata_rewrite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_keeps_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     mock.insert_with_metadata("a", vec![1u8; 10], &[("xattr", BY_S3FS)]);
     path_ino(&fs, "a").await.unwrap();
     fs.rename(ROOT, "a", ROOT, "b", false).await.unwrap();
@@ -85,8 +83,7 @@ async fn a_rename_keeps_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flags_namespaces_and_size_have_their_errnos() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mock, fs) = setup(dir.path(), "");
+    let (_dir, mock, fs) = mount("");
     let (a, fh) = fs.create(ROOT, "f", 0o644, None).await.unwrap();
     let errno = |r: Result<(), FsError>| r.err().map(|e| e.errno());
     let create = fs.setxattr(a.ino, "user.a", b"1", XattrMode::Create);

@@ -11,26 +11,14 @@ mod bodies;
 use std::sync::Arc;
 
 use flowfs_client::ObjectClient;
-use flowfs_testkit::weed::{self, product_client, use_credentials, Weed};
+use flowfs_testkit::weed::{self, product_client};
 
 const BUCKET: &str = "flowfs-core";
 
 #[test]
 fn the_shared_bodies_hold_on_seaweedfs() {
-    let Some(bin) = weed::weed_or_skip("the core over SeaweedFS") else {
-        return;
-    };
-    let scratch = tempfile::tempdir().expect("temp dir");
-    let server = Weed::start(&bin);
-    use_credentials(scratch.path(), &server.access_key, &server.secret_key);
     // The bodies want several threads (uploads, reads); the environment is set by now.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        server.create_bucket(BUCKET).await;
+    weed::serve_or_skip("the core over SeaweedFS", BUCKET, 2, async |server, _| {
         let client: Arc<dyn ObjectClient> =
             Arc::new(product_client(&server.endpoint, BUCKET, 3).await);
         bodies::written_renamed_and_read_back(client.clone(), "written").await;
@@ -39,6 +27,4 @@ fn the_shared_bodies_hold_on_seaweedfs() {
             .await;
         bodies::names_the_store_would_change_are_refused_or_kept_exactly(client, "names").await;
     });
-    drop(rt);
-    drop(server);
 }

@@ -100,6 +100,12 @@ pub async fn run_all(backend: &str, base: &str, make: &dyn Fn() -> Arc<dyn Objec
     run_all_with(backend, base, make, &[]).await
 }
 
+/// `run_all_with` over a real server, every behaviour on `client` under `conformance/`.
+pub async fn run_all_on(backend: &str, client: Arc<dyn ObjectClient>, deviations: &[(&str, &str)]) {
+    let make = move || client.clone();
+    run_all_with(backend, "conformance/", &make, deviations).await
+}
+
 /// `run_all` for a server that gets some behaviours wrong: `deviations` names each (a
 /// substring of its name) with the reason. Those run too and must still fail, so that a
 /// server that mends one is noticed and its entry removed.
@@ -257,6 +263,13 @@ pub fn err<T: std::fmt::Debug>(r: Result<T>, what: &str) -> ClientError {
         Ok(v) => panic!("{what}: expected an error, got Ok({v:?})"),
         Err(e) => e,
     }
+}
+
+/// `check_bucket` of a bucket that does not exist is `NoSuchBucket` on every server (what a
+/// mount's start tells the user).
+pub async fn assert_no_such_bucket(c: &dyn ObjectClient) {
+    let e = err(c.check_bucket("").await, "check_bucket");
+    assert!(matches!(e, ClientError::NoSuchBucket(_)), "got {e:?}");
 }
 
 pub fn assert_not_found<T: std::fmt::Debug>(r: Result<T>, what: &str) {

@@ -14,6 +14,14 @@ pub fn setup(cache: &std::path::Path, prefix: &str) -> (Arc<MockClient>, Arc<Fs>
     (mock, fs)
 }
 
+/// `setup` with its cache in a new temporary directory, handed back with the mount: the
+/// directory is removed when the test drops it, so it must outlive the mount's use.
+pub fn mount(prefix: &str) -> (tempfile::TempDir, Arc<MockClient>, Arc<Fs>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mock, fs) = setup(dir.path(), prefix);
+    (dir, mock, fs)
+}
+
 /// A file system over a new in-memory store, its configuration the defaults changed by
 /// `set`.
 pub fn setup_with(
@@ -164,6 +172,16 @@ pub async fn copy_whole(fs: &Arc<Fs>, from: u64, to: u64) -> Option<u64> {
         len: CALL_MAX,
     };
     fs.copy_range(c).await.expect("copy_range")
+}
+
+/// A file `name` in the root written with `bytes` through this mount, closed and
+/// uploaded (`flush_all` found nothing failed), and its inode.
+pub async fn uploaded(fs: &Arc<Fs>, name: &str, bytes: &[u8]) -> u64 {
+    let (a, fh) = fs.create(ROOT, name, 0o644, None).await.expect("create");
+    fs.write(fh, 0, bytes).expect("write");
+    fs.release(fh).expect("release");
+    assert!(fs.flush_all().await.is_empty(), "{name} uploaded");
+    a.ino
 }
 
 /// A file `name` in the root written with `bytes` through this mount and closed (its
