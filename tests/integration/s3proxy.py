@@ -457,17 +457,23 @@ class _Server(ThreadingHTTPServer):
 
 
 class CountingProxy:
-    def __init__(self, upstream_endpoint: str, host: str = "127.0.0.1", port: int = 0):
+    """`tls`: a server context, to be spoken to over HTTPS (it forwards plain http)."""
+
+    def __init__(self, upstream_endpoint: str, host: str = "127.0.0.1", port: int = 0, tls=None):
         u = urlsplit(upstream_endpoint)
         assert u.scheme == "http", "the proxy forwards plain http only"
         self.stats = Stats()
         self._server = _Server((host, port), (u.hostname, u.port or 80), self.stats)
+        self._scheme = "http"
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._thread: threading.Thread | None = None
 
     @property
     def endpoint(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{self._scheme}://{host}:{port}"
 
     def start(self) -> "CountingProxy":
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},

@@ -1,7 +1,6 @@
-//! Object storage access for flowfs: one trait over S3-compatible stores, an S3 backend
-//! and an in-memory backend with request counters and fault injection for unit tests.
-//!
-//! Keys are plain strings: nothing here rewrites `dir/`, `a//b` or unicode.
+//! Object storage access for flowfs: one trait (`ObjectClient`) over the S3, GCS and Azure
+//! Blob backends, and an in-memory one with request counters and fault injection for unit
+//! tests. Keys are plain strings: nothing here rewrites `dir/`, `a//b` or unicode.
 
 #![warn(missing_docs)]
 
@@ -21,6 +20,7 @@ mod rest;
 pub mod retry;
 mod rules;
 pub mod s3;
+pub mod tls;
 pub mod xattr;
 
 use std::collections::HashMap;

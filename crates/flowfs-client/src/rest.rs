@@ -16,6 +16,7 @@ use crate::{ClientError, Result};
 
 /// The HTTP client of a REST backend: 5 s to connect, 60 s without a byte of an answer.
 pub(crate) fn http_client() -> Result<reqwest::Client> {
+    crate::tls::ready();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         .read_timeout(Duration::from_secs(60))
@@ -291,7 +292,7 @@ mod tests {
             .map(|a| a.port())
             .unwrap();
         let url = format!("http://127.0.0.1:{port}/acct/c/k?sv=2025&sig=SECRETSIG");
-        let e = reqwest::Client::new().get(&url).send().await.unwrap_err();
+        let e = http_client().unwrap().get(&url).send().await.unwrap_err();
         let msg = send_error("GET k", e).to_string();
         assert!(!msg.contains("SECRETSIG") && !msg.contains("sig="), "{msg}");
         assert!(msg.contains("GET k"), "{msg}");

@@ -56,7 +56,8 @@ pub struct S3Client {
 impl S3Client {
     /// Builds the SDK client from the environment, the AWS profiles and `cfg`.
     pub async fn new(cfg: &S3Config) -> S3Client {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(crate::tls::sdk_http_client());
         if let Some(region) = &cfg.region {
             loader = loader.region(aws_config::Region::new(region.clone()));
         }

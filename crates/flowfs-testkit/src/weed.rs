@@ -357,6 +357,7 @@ async fn sdk_client(w: &Weed) -> aws_sdk_s3::Client {
         .endpoint_url(&w.endpoint)
         .credentials_provider(creds)
         .force_path_style(true)
+        .http_client(flowfs_client::tls::sdk_http_client())
         .build();
     aws_sdk_s3::Client::from_conf(cfg)
 }

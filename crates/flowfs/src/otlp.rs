@@ -223,6 +223,7 @@ pub struct Otlp {
 
 impl Otlp {
     pub fn new(cfg: OtlpConfig, ending: Arc<Ending>, ops: Arc<OpStats>) -> Result<Arc<Otlp>> {
+        flowfs_client::tls::ready();
         let http = reqwest::Client::builder()
             .timeout(cfg.timeout)
             .build()

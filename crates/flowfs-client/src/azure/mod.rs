@@ -274,7 +274,7 @@ mod tests {
     #[test]
     fn keys_are_encoded_into_urls_as_they_are() {
         let c = AzureClient {
-            http: reqwest::Client::new(),
+            http: crate::rest::http_client().unwrap(),
             signer: Signer::new(
                 reqsign_core::Context::new(),
                 credentials::resolve(Some("a"), None, &|k| {

@@ -249,7 +249,7 @@ mod tests {
 
     fn client() -> GcsClient {
         GcsClient {
-            http: reqwest::Client::new(),
+            http: crate::rest::http_client().unwrap(),
             signer: None,
             endpoint: "http://h".into(),
             bucket: "b".into(),

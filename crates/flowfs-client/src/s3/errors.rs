@@ -60,6 +60,18 @@ fn foreign(body: Option<&[u8]>, length: Option<usize>) -> bool {
     !s3.iter().any(|tag| text.contains(tag))
 }
 
+/// The innermost cause of a failure to connect, what a user can act on ("invalid peer
+/// certificate: UnknownIssuer", "Connection refused (os error 111)"); an untrusted
+/// certificate was only "connection failed". It names no credentials: S3's are in
+/// signed headers, never in the URL.
+fn cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(s) = last.source() {
+        last = s;
+    }
+    last.to_string()
+}
+
 /// One place that turns an SDK failure into the kind the file system acts on.
 pub(super) fn map_err<E>(
     what: &str,
@@ -73,7 +85,8 @@ where
             ClientError::Unreachable(format!("{what}: connection timed out"))
         }
         SdkError::DispatchFailure(d) if d.is_io() => {
-            ClientError::Unreachable(format!("{what}: connection failed"))
+            let why = d.as_connector_error().map(|c| cause(c)).unwrap_or_default();
+            ClientError::Unreachable(format!("{what}: connection failed: {why}"))
         }
         SdkError::DispatchFailure(_) => {
             ClientError::Transient(format!("{what}: request could not be sent"))
