@@ -62,10 +62,11 @@ impl DiskCache {
     /// Whether the fetched bytes of `e` are written to disk: it was admitted at an open,
     /// or another process opened it again since, and the free-space floor leaves the
     /// cache room (on a disk below it, a store was written, then punched by an eviction
-    /// that scanned the whole directory, store after store).
+    /// that scanned the whole directory, store after store). The floor's answer is at
+    /// most a second old (floor.rs).
     pub(super) fn admits(&self, e: &CacheEntry) -> bool {
         let policy = e.admitted() || (self.admit == Admit::Reuse && self.seen.again(&e.hash));
-        policy && self.squeezed().is_none_or(|room| room.limit > 0)
+        policy && (self.floor).has_room(|| self.squeezed().is_none_or(|room| room.limit > 0))
     }
 
     /// Whether a fetch of all of `e` ahead of its reader may start: `Some(0)` if its

@@ -37,7 +37,8 @@
 //! them; `pin.rs` pins; `bitmap.rs` its chunk map; `fetch.rs` Fetch, Claim and Claimed (a
 //! fetch in flight, owned); `memory.rs` fetched ranges in memory; `persist.rs` the files;
 //! `shared.rs` the locks and the directory's counters; `disk.rs` statvfs, hole punching,
-//! syncfs; `error.rs` CacheError; `admin.rs` what `flowfs cache` does.
+//! syncfs; `floor.rs` whether the free-space floor leaves room (asked at most once a
+//! second); `error.rs` CacheError; `admin.rs` what `flowfs cache` does.
 //!
 //! Locks of the cache in this process (an entry's own are described in entry/mod.rs):
 //! - `inner`: the entries open in this process (hash -> entry). A hit does not take it;
@@ -62,6 +63,7 @@ mod evict;
 mod fetch;
 #[cfg(test)]
 mod fetch_tests;
+mod floor;
 mod index;
 mod keep;
 mod memory;
@@ -118,6 +120,8 @@ pub struct DiskCache {
     usage: Usage,
     /// Free space to leave on the cache's file system (staged writes need it).
     min_free: u64,
+    /// Whether that floor leaves room, as admission last found it.
+    floor: floor::Floor,
     capacity: u64,
     /// The entries open in this process; no I/O under it.
     inner: Mutex<HashMap<String, Arc<CacheEntry>>>,
@@ -169,6 +173,7 @@ impl DiskCache {
             evict_lock,
             usage: root.usage,
             min_free: 0,
+            floor: floor::Floor::new(),
             capacity,
             inner: Mutex::new(HashMap::new()),
             evicting: Mutex::new(()),
@@ -192,6 +197,7 @@ impl DiskCache {
     /// `--cache-size` when the disk fills up with other things (staged writes above all).
     pub fn with_min_free(mut self, bytes: u64) -> DiskCache {
         self.min_free = bytes;
+        self.floor.forget();
         self.evict();
         self
     }

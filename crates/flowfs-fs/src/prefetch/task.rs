@@ -94,11 +94,12 @@ impl Prefetcher {
                 return;
             };
             let delivered = self.cache.deliver(p, data, off_disk);
-            if delivered.in_memory_only() && whole {
+            let memory_only = delivered.in_memory_only();
+            if memory_only && whole {
                 held.push(delivered);
                 return;
             }
-            if delivered.in_memory_only() {
+            if memory_only {
                 // Nothing to write: no hand-off to a blocking thread.
                 delivered.skip();
                 return;
