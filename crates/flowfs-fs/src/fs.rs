@@ -109,27 +109,55 @@ const SIBLING_PREFETCH: usize = 64;
 const MAX_SYMLINK: u64 = 4096;
 
 /// The file system over one bucket prefix: every FUSE operation is a method, with no FUSE
-/// or HTTP types.
+/// or HTTP types. It routes each to the owners below; the namespace and the write-back
+/// table are shared with the write path and the listings, each behind its own lock.
 pub struct Fs {
-    cfg: FsConfig,
+    cfg: Arc<FsConfig>,
     client: Arc<dyn ObjectClient>,
     cache: Arc<DiskCache>,
     /// The inode table, the per-inode orders of name changes, the walks' listings.
-    ns: Namespace,
+    ns: Arc<Namespace>,
     /// Open files and directories by handle number.
     handles: Handles,
     /// Reads from the store: read-ahead, GETs, the prefetch of a directory's next files.
     prefetch: Arc<Prefetcher>,
-    /// Sends staged files to the bucket.
-    up: Uploader,
+    /// Sends staged files to the bucket (a directory rename holds its moves).
+    up: Arc<Uploader>,
     /// The keys of the mount's names, and which the store refuses.
     keys: Keys,
-    /// Asks the store about names (HEADs and LISTs).
-    remote: Remote,
     /// What a node shows where its object says nothing.
     shown: Defaults,
     /// Every staged file and where it stands on its way to the bucket.
-    wb: WriteBack,
+    wb: Arc<WriteBack>,
+    /// Journal, uploads, durability waits, attribute rewrites and renames in the store.
+    w: Arc<WritePath>,
+    /// Directory listings from the store, and the ones fetched ahead of walks.
+    lists: Arc<Listings>,
+}
+
+/// The write path: a staged file's journal record, its upload and what follows it
+/// (links, attribute rewrites, the cache's copy), the waits of fsync and unmount, and
+/// the store's side of renames and removals (upload.rs, durable.rs, changes.rs, ends.rs).
+struct WritePath {
+    cfg: Arc<FsConfig>,
+    client: Arc<dyn ObjectClient>,
+    cache: Arc<DiskCache>,
+    ns: Arc<Namespace>,
+    up: Arc<Uploader>,
+    keys: Keys,
+    shown: Defaults,
+    wb: Arc<WriteBack>,
+}
+
+/// Directory listings: what a lookup or readdir asks the store (`Remote`) and keeps in
+/// the namespace, and the listings fetched ahead of walks (lookup.rs, readdir.rs,
+/// listing.rs, walk.rs).
+struct Listings {
+    cfg: Arc<FsConfig>,
+    ns: Arc<Namespace>,
+    remote: Remote,
+    keys: Keys,
+    wb: Arc<WriteBack>,
 }
 
 fn valid_name(name: &str) -> Result<()> {
@@ -161,19 +189,48 @@ impl Fs {
             tracing::warn!("{room}: reads are cached only within that until the disk has room");
         }
         let cache = Arc::new(cache);
-        let up = Uploader::new(client.clone(), &cfg.bucket, cfg.part_size, cfg.max_uploads);
+        let up = Arc::new(Uploader::new(
+            client.clone(),
+            &cfg.bucket,
+            cfg.part_size,
+            cfg.max_uploads,
+        ));
+        let cfg = Arc::new(cfg);
+        let (ns, wb) = (
+            Arc::new(Namespace::new()),
+            Arc::new(WriteBack::new(staging)),
+        );
+        let (keys, shown) = (Keys::new(&cfg, client.clone()), Defaults::new(&cfg));
+        let w = Arc::new(WritePath {
+            cfg: cfg.clone(),
+            client: client.clone(),
+            cache: cache.clone(),
+            ns: ns.clone(),
+            up: up.clone(),
+            keys: keys.clone(),
+            shown: shown.clone(),
+            wb: wb.clone(),
+        });
+        let lists = Arc::new(Listings {
+            cfg: cfg.clone(),
+            ns: ns.clone(),
+            remote: Remote::new(&cfg, client.clone(), up.keys().clone()),
+            keys: keys.clone(),
+            wb: wb.clone(),
+        });
         Ok(Fs {
             prefetch: Arc::new(Prefetcher::new(&cfg, client.clone(), cache.clone())),
-            remote: Remote::new(&cfg, client.clone(), up.keys().clone()),
-            up,
-            wb: WriteBack::new(staging),
-            ns: Namespace::new(),
-            keys: Keys::new(&cfg, client.clone()),
-            shown: Defaults::new(&cfg),
+            handles: Handles::default(),
             cfg,
             client,
             cache,
-            handles: Handles::default(),
+            ns,
+            up,
+            keys,
+            shown,
+            wb,
+            w,
+            lists,
         })
     }
 
@@ -193,6 +250,21 @@ impl Fs {
         target.ok_or(FsError::NotFound)?
     }
 
+    /// Saves what must survive a restart (cache bitmaps); called at unmount.
+    pub fn shutdown(&self) {
+        let t = std::time::Instant::now();
+        self.cache.close();
+        self.wb.staging().close();
+        // Closing syncs what the cache changed (fdatasync per entry), slow on a disk busy
+        // with other writers: the suspect when an unmount's 60 s wait for the session's end
+        // ran out (a CI run, fsx seed 5, with other work loading the disk). Say so.
+        if t.elapsed() > std::time::Duration::from_secs(5) {
+            tracing::warn!("closing the cache took {:.1} s", t.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl WritePath {
     /// `Keys::check_writable` of the node `ino`. A node without a path (gone from the
     /// namespace) has no key to refuse: the operation answers for itself, as it did
     /// before writes were checked per key.
@@ -239,18 +311,5 @@ impl Fs {
     fn attr_now(&self, ino: u64) -> Result<Attr> {
         let attr = self.ns.read(ino, |n| self.node_attr(ino, n));
         attr.ok_or(FsError::NotFound)
-    }
-
-    /// Saves what must survive a restart (cache bitmaps); called at unmount.
-    pub fn shutdown(&self) {
-        let t = std::time::Instant::now();
-        self.cache.close();
-        self.wb.staging().close();
-        // Closing syncs what the cache changed (fdatasync per entry), slow on a disk busy
-        // with other writers: the suspect when an unmount's 60 s wait for the session's end
-        // ran out (a CI run, fsx seed 5, with other work loading the disk). Say so.
-        if t.elapsed() > std::time::Duration::from_secs(5) {
-            tracing::warn!("closing the cache took {:.1} s", t.elapsed().as_secs_f64());
-        }
     }
 }

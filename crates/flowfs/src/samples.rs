@@ -5,7 +5,7 @@
 //! encode this list.
 
 use flowfs_client::metrics::{HistogramCounts, StoreCounts};
-use flowfs_fs::{AheadStats, JournalCounts, OpStats, ReadStats, Status};
+use flowfs_fs::{AheadStats, OpStats, ReadStats, Status};
 
 use crate::stop::Ending;
 
@@ -70,7 +70,7 @@ pub fn snapshot(ending: &Ending, ops: &OpStats) -> Vec<Sample> {
     let fs = &ending.fs;
     out.extend(cache_samples(&fs.read_stats()));
     out.extend(ahead_samples(&fs.read_ahead().files));
-    out.extend(writeback_samples(&fs.status(), &fs.journal_counts()));
+    out.extend(writeback_samples(&fs.status()));
     out.push(fuse_sample(ops));
     out
 }
@@ -256,7 +256,8 @@ fn ahead_samples(a: &AheadStats) -> Vec<Sample> {
 }
 
 /// What waits for upload, and the journal.
-fn writeback_samples(s: &Status, j: &JournalCounts) -> Vec<Sample> {
+fn writeback_samples(s: &Status) -> Vec<Sample> {
+    let j = &s.journal;
     use Kind::*;
     use Unit::*;
     use Value::Int;

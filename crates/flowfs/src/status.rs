@@ -142,6 +142,7 @@ mod tests {
                 uploaded: true,
                 error: None,
             }],
+            ..Status::default()
         };
         let r = report_of(&s, Path::new("/mnt"), "s3://b/p", false);
         assert!(!r.durable);

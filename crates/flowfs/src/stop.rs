@@ -152,7 +152,7 @@ impl Ending {
         };
         let (failed, forced) = match flushed {
             Some(failed) => (failed, false),
-            None => (self.fs.not_uploaded(), true),
+            None => (self.fs.status().not_uploaded(), true),
         };
         umount(&self.dir)?;
         if failed.is_empty() {

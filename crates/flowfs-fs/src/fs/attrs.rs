@@ -12,6 +12,7 @@ use crate::inode::{Entry, Kind};
 use crate::meta::{Posix, S_IFMT, S_IFREG};
 use crate::writeback::NewFile;
 
+use super::WritePath;
 use super::{valid_name, Access, Fs};
 
 /// A symlink's type bits, as s3fs writes them for its own symlinks (whose content is
@@ -87,6 +88,7 @@ impl AttrChanges {
 
 /// What a node shows where its object's metadata says nothing: the mount's modes and
 /// owner (`--file-mode`, `--dir-mode`, `--uid`, `--gid`).
+#[derive(Clone)]
 pub(super) struct Defaults {
     file_mode: u16,
     dir_mode: u16,
@@ -165,6 +167,71 @@ impl Defaults {
 }
 
 impl Fs {
+    /// Changes mode bits, size (truncation, staged) or mtime.
+    pub async fn setattr(
+        self: &Arc<Self>,
+        ino: u64,
+        mode: Option<u32>,
+        size: Option<u64>,
+        mtime: Option<SystemTime>,
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        self.wb.refresh_passthrough(Some(ino));
+        let c = AttrChanges {
+            mode,
+            mtime,
+            ..AttrChanges::default()
+        };
+        self.setattr_with(ino, size, c, fh).await
+    }
+
+    /// Changes the size (truncation, staged) and the attributes in `c` (see attrs.rs).
+    pub async fn setattr_with(
+        self: &Arc<Self>,
+        ino: u64,
+        size: Option<u64>,
+        mut c: AttrChanges,
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        c.kill_suidgid &= self.w.has_privs(ino);
+        if size.is_some() || c.any() {
+            self.w.check_writable(ino)?;
+        }
+        if let Some(size) = size {
+            let kind = self.ns.read(ino, |n| n.entry.kind);
+            match kind {
+                Some(Kind::File) => {}
+                Some(Kind::Dir) => return Err(FsError::IsDir),
+                _ => return Err(FsError::Invalid("size of a non-file")),
+            }
+            self.truncate(ino, size, fh).await?;
+        }
+        self.w.change_attrs(ino, c)?;
+        self.w.attr_now(ino)
+    }
+
+    /// truncate(2) and ftruncate(2): the staged content gets its new length; without an
+    /// open writer it is uploaded as a file closed just now would be.
+    async fn truncate(self: &Arc<Self>, ino: u64, size: u64, fh: Option<u64>) -> Result<()> {
+        if let Some(fh) = fh.filter(|fh| self.needs_stage(*fh)) {
+            // An ftruncate is its writer's first change: only what it keeps is fetched.
+            let staged = self.stage(fh, size).await?;
+            return self.w.truncate_staged(ino, &staged, size);
+        }
+        let writer = fh.and_then(|fh| self.handles.writer(fh)).map(|(_, s)| s);
+        if let Some(staged) = writer {
+            return self.w.truncate_staged(ino, &staged, size);
+        }
+        // As a writer of its own, released at once: that queues the upload.
+        let staged = self.open_staged(ino, true, size).await?;
+        let fh = self.open_local(ino, staged.clone(), Access::Write);
+        let r = self.w.truncate_staged(ino, &staged, size);
+        self.release(fh)?;
+        r
+    }
+}
+
+impl WritePath {
     /// mknod of a FIFO, socket or device node: an empty object whose metadata holds its
     /// mode (type bits included) and rdev, staged and uploaded in the background like a
     /// symlink. The kernel opens, reads and writes it locally, never through flowfs.
@@ -193,68 +260,5 @@ impl Fs {
             self.spawn_upload(ino);
         }
         self.attr_now(ino)
-    }
-
-    /// Changes mode bits, size (truncation, staged) or mtime.
-    pub async fn setattr(
-        self: &Arc<Self>,
-        ino: u64,
-        mode: Option<u32>,
-        size: Option<u64>,
-        mtime: Option<SystemTime>,
-        fh: Option<u64>,
-    ) -> Result<Attr> {
-        self.wb.refresh_passthrough(Some(ino));
-        let c = AttrChanges {
-            mode,
-            mtime,
-            ..AttrChanges::default()
-        };
-        self.setattr_with(ino, size, c, fh).await
-    }
-
-    /// Changes the size (truncation, staged) and the attributes in `c` (see attrs.rs).
-    pub async fn setattr_with(
-        self: &Arc<Self>,
-        ino: u64,
-        size: Option<u64>,
-        mut c: AttrChanges,
-        fh: Option<u64>,
-    ) -> Result<Attr> {
-        c.kill_suidgid &= self.has_privs(ino);
-        if size.is_some() || c.any() {
-            self.check_writable(ino)?;
-        }
-        if let Some(size) = size {
-            let kind = self.ns.read(ino, |n| n.entry.kind);
-            match kind {
-                Some(Kind::File) => {}
-                Some(Kind::Dir) => return Err(FsError::IsDir),
-                _ => return Err(FsError::Invalid("size of a non-file")),
-            }
-            self.truncate(ino, size, fh).await?;
-        }
-        self.change_attrs(ino, c)?;
-        self.attr_now(ino)
-    }
-
-    /// truncate(2) and ftruncate(2): the staged content gets its new length; without an
-    /// open writer it is uploaded as a file closed just now would be.
-    async fn truncate(self: &Arc<Self>, ino: u64, size: u64, fh: Option<u64>) -> Result<()> {
-        if let Some(fh) = fh.filter(|fh| self.needs_stage(*fh)) {
-            // An ftruncate is its writer's first change: only what it keeps is fetched.
-            let staged = self.stage(fh, size).await?;
-            return self.truncate_staged(ino, &staged, size);
-        }
-        let writer = fh.and_then(|fh| self.handles.writer(fh)).map(|(_, s)| s);
-        if let Some(staged) = writer {
-            return self.truncate_staged(ino, &staged, size);
-        }
-        // As a writer of its own, released at once: that queues the upload.
-        let staged = self.open_staged(ino, true, size).await?;
-        let fh = self.open_local(ino, staged.clone(), Access::Write);
-        let r = self.truncate_staged(ino, &staged, size);
-        self.release(fh)?;
-        r
     }
 }

@@ -13,6 +13,7 @@ use crate::error::{FsError, Result};
 use crate::inode::{Kind, ROOT};
 use crate::meta::{Posix, S_IFMT};
 
+use super::WritePath;
 use super::{AttrChanges, Fs};
 
 /// `mode` without the setuid and setgid bits a change of its file drops (setgid stays
@@ -26,6 +27,22 @@ fn without_privs(mode: u32) -> u32 {
 }
 
 impl Fs {
+    /// A write by a caller without `CAP_FSETID` (the kernel's `FUSE_WRITE_KILL_SUIDGID`):
+    /// a file's setuid and setgid bits go, as a local file system drops them. One look
+    /// under the namespace lock when it has none (the common case).
+    pub fn kill_privs(self: &Arc<Self>, ino: u64) -> Result<()> {
+        if !self.w.has_privs(ino) {
+            return Ok(());
+        }
+        let c = AttrChanges {
+            kill_suidgid: true,
+            ..AttrChanges::default()
+        };
+        self.w.change_attrs(ino, c)
+    }
+}
+
+impl WritePath {
     /// chmod, chown, utimens: the node takes them at once, and its ctime is now
     /// (`change_posix`).
     pub(super) fn change_attrs(self: &Arc<Self>, ino: u64, c: AttrChanges) -> Result<()> {
@@ -64,20 +81,6 @@ impl Fs {
             .read(ino, |n| n.entry.posix.as_ref()?.mode)
             .flatten();
         mode.is_some_and(|m| m & S_IFMT != libc::S_IFDIR && without_privs(m) != m)
-    }
-
-    /// A write by a caller without `CAP_FSETID` (the kernel's `FUSE_WRITE_KILL_SUIDGID`):
-    /// a file's setuid and setgid bits go, as a local file system drops them. One look
-    /// under the namespace lock when it has none (the common case).
-    pub fn kill_privs(self: &Arc<Self>, ino: u64) -> Result<()> {
-        if !self.has_privs(ino) {
-            return Ok(());
-        }
-        let c = AttrChanges {
-            kill_suidgid: true,
-            ..AttrChanges::default()
-        };
-        self.change_attrs(ino, c)
     }
 
     /// Changes the attributes of `ino` by `change` (nothing changes where it fails) and

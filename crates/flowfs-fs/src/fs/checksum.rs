@@ -12,9 +12,10 @@ use crate::inode::Kind;
 
 use super::names::Which;
 use super::remote::same_etag;
-use super::Fs;
 
-impl Fs {
+use super::WritePath;
+
+impl WritePath {
     /// The value of `user.flowfs.<algorithm>` of `ino`: ENODATA where its store keeps
     /// no such checksum for it.
     pub(super) async fn checksum_xattr(

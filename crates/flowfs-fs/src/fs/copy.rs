@@ -35,6 +35,7 @@ use super::handles::Ahead;
 use super::names::NodeEdit;
 use super::passthrough::Access;
 use super::Fs;
+use super::WritePath;
 
 /// One `copy_file_range` call: `(handle, offset)` of the source and of the destination,
 /// and the most bytes to copy.
@@ -69,13 +70,18 @@ impl Fs {
         if let Some((ino, ahead)) = self.handles.ahead(c.to.0) {
             return self.copy_on(c, ino, ahead).await;
         }
-        if !self.settled_source(c.from.0).await {
+        if !self
+            .w
+            .settled_source(self.handles.local(Access::Read, c.from.0))
+            .await
+        {
             return Ok(None);
         }
         let Some(source) = self.source_version(c.from.0) else {
             return Ok(None);
         };
-        let Some(plan) = self.server_copy(&c, &source) else {
+        let dest = self.handles.local(Access::Write, c.to.0);
+        let Some(plan) = self.w.server_copy(&c, &source, dest) else {
             return self.fill_copy(&c, source).await;
         };
         let ServerCopy {
@@ -86,7 +92,7 @@ impl Fs {
         let Some(_name) = self.wb.hold_name(ino).await else {
             return Ok(None);
         };
-        let Some((key, metadata, mtime)) = self.copy_target_attrs(ino) else {
+        let Some((key, metadata, mtime)) = self.w.copy_target_attrs(ino) else {
             return Ok(None);
         };
         // As an upload: no other upload or stray's delete on this key meanwhile.
@@ -95,8 +101,8 @@ impl Fs {
             return Ok(None);
         }
         // The empty file's record goes: a crash from here leaves the copy or nothing.
-        if let Err(e) = self.journal(ino) {
-            self.copy_not_taken(&plan);
+        if let Err(e) = self.w.journal(ino) {
+            self.w.copy_not_taken(&plan);
             return Err(e);
         }
         let sent = (self.client)
@@ -113,16 +119,16 @@ impl Fs {
             Ok(p) => p.etag,
             Err(e) => {
                 tracing::info!(from = %plan.key, to = %key, "server-side copy refused, copying the bytes: {e}");
-                self.copy_not_taken(&plan);
+                self.w.copy_not_taken(&plan);
                 return Ok(None);
             }
         };
-        if !self.finish_copy(&plan, &etag, mtime) {
-            self.copy_not_taken(&plan);
-            self.copy_given_up(&plan, &key).await;
+        if !self.w.finish_copy(&plan, &etag, mtime) {
+            self.w.copy_not_taken(&plan);
+            self.w.copy_given_up(&plan, &key).await;
             return Ok(None);
         }
-        let reader = self.open_reader(key, Some(etag.as_str().into()), size);
+        let reader = self.prefetch.reader(key, Some(etag.as_str().into()), size);
         let ahead = (acked < size).then(|| Ahead {
             key: plan.key.clone(),
             etag: plan.etag.clone(),
@@ -186,21 +192,6 @@ impl Fs {
         self.flush(fh)
     }
 
-    /// False where the source `fh` is a staged file still open for writing, or whose
-    /// upload failed; otherwise, once a closed staged file's upload has landed (at once
-    /// for a source read from the bucket).
-    async fn settled_source(self: &Arc<Self>, fh: u64) -> bool {
-        let Some((src, staged)) = self.handles.local(Access::Read, fh) else {
-            return true;
-        };
-        if !self.wb.closed_source(src, &staged) {
-            return false;
-        }
-        // A failure is the source's own to report (its fsync, its close); this copy
-        // leaves the bytes to the kernel.
-        self.wait_durable(src, &staged).await.is_ok()
-    }
-
     /// The object `fh` reads, as (inode, key, ETag, size): a reader of the bucket, or of
     /// a staged file the bucket holds as it is (`settled_source`).
     fn source_version(&self, fh: u64) -> Option<SourceVersion> {
@@ -220,13 +211,36 @@ impl Fs {
         });
         known.flatten()
     }
+}
 
-    /// The copy `c` of `source` (`source_version`) asks for, if the server can make it.
-    fn server_copy(&self, c: &CopyRange, source: &SourceVersion) -> Option<ServerCopy> {
+impl WritePath {
+    /// False where the source's staged file (`local`, of its handle) is still open for
+    /// writing, or its upload failed; otherwise, once a closed staged file's upload has
+    /// landed (at once for a source read from the bucket).
+    async fn settled_source(self: &Arc<Self>, local: Option<(u64, Arc<StagedFile>)>) -> bool {
+        let Some((src, staged)) = local else {
+            return true;
+        };
+        if !self.wb.closed_source(src, &staged) {
+            return false;
+        }
+        // A failure is the source's own to report (its fsync, its close); this copy
+        // leaves the bytes to the kernel.
+        self.wait_durable(src, &staged).await.is_ok()
+    }
+
+    /// The copy `c` of `source` (`source_version`) asks for, if the server can make it
+    /// onto `dest` (the staged file of the destination handle).
+    fn server_copy(
+        &self,
+        c: &CopyRange,
+        source: &SourceVersion,
+        dest: Option<(u64, Arc<StagedFile>)>,
+    ) -> Option<ServerCopy> {
         let (src, key, etag, size) = source.clone();
         let asks_all = c.len >= size || c.len >= self.cfg.copy_chunk;
         let whole = c.from.1 == 0 && c.to.1 == 0 && asks_all && size > 0;
-        let (ino, staged) = self.handles.local(Access::Write, c.to.0)?;
+        let (ino, staged) = dest?;
         let fits = whole && ino != src && self.wb.copy_target(ino, &staged);
         fits.then(|| ServerCopy {
             key,
@@ -287,14 +301,6 @@ impl Fs {
         })
     }
 
-    /// The copy was not made or not taken: the file is staged as before, its record back.
-    fn copy_not_taken(&self, plan: &ServerCopy) {
-        self.wb.end_copy(plan.ino, &plan.staged);
-        if let Err(e) = self.journal(plan.ino) {
-            tracing::warn!(ino = plan.ino, "cannot write the journal record back: {e}");
-        }
-    }
-
     /// The destination changed while the server copied: if it was removed, the copy is a
     /// stray and goes (its key is still held); otherwise its next upload replaces it.
     async fn copy_given_up(&self, plan: &ServerCopy, key: &str) {
@@ -306,6 +312,14 @@ impl Fs {
             if let Err(e) = self.client.delete(key).await {
                 tracing::warn!(%key, "cannot delete the copy of a file removed while it was copied: {e}");
             }
+        }
+    }
+
+    /// The copy was not made or not taken: the file is staged as before, its record back.
+    fn copy_not_taken(&self, plan: &ServerCopy) {
+        self.wb.end_copy(plan.ino, &plan.staged);
+        if let Err(e) = self.journal(plan.ino) {
+            tracing::warn!(ino = plan.ino, "cannot write the journal record back: {e}");
         }
     }
 }

@@ -42,7 +42,7 @@ impl Fs {
         };
         let whole = c.from.1 == 0 && c.to.1 == 0 && c.len >= size && size > 0;
         let fits = whole && ino != src && self.wb.fill_target(ino, &staged);
-        if !fits || !self.ns.edit(ino, |t| self.copyable_target(&t)) {
+        if !fits || !self.ns.edit(ino, |t| self.w.copyable_target(&t)) {
             return Ok(None);
         }
         let to = staged.clone();

@@ -8,6 +8,7 @@ use crate::error::{FsError, Result};
 use crate::writeback::{Durability, StagedFile};
 
 use super::names::Which;
+use super::WritePath;
 use super::{Fs, Handle};
 
 impl Fs {
@@ -27,9 +28,18 @@ impl Fs {
         };
         // What a passthrough writer wrote so far is what must become durable.
         self.wb.refresh_passthrough(Some(ino));
-        self.wait_durable(ino, &staged).await
+        self.w.wait_durable(ino, &staged).await
     }
 
+    /// `fsync` of a directory: the names in it that this mount wrote back (symlinks,
+    /// closed files) are in the bucket when it returns, or it fails with their error.
+    pub async fn fsyncdir(self: &Arc<Self>, ino: u64) -> Result<()> {
+        let staged = self.ns.pick(self.wb.staged(true), Which::NamedIn(ino));
+        self.w.wait_all_durable(staged).await
+    }
+}
+
+impl WritePath {
     pub(super) async fn wait_durable(
         self: &Arc<Self>,
         ino: u64,
@@ -83,13 +93,6 @@ impl Fs {
         let staged = self
             .ns
             .pick(self.wb.staged(true), Which::Below { dir, except });
-        self.wait_all_durable(staged).await
-    }
-
-    /// `fsync` of a directory: the names in it that this mount wrote back (symlinks,
-    /// closed files) are in the bucket when it returns, or it fails with their error.
-    pub async fn fsyncdir(self: &Arc<Self>, ino: u64) -> Result<()> {
-        let staged = self.ns.pick(self.wb.staged(true), Which::NamedIn(ino));
         self.wait_all_durable(staged).await
     }
 

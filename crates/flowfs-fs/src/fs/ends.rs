@@ -13,6 +13,7 @@ use flowfs_client::ClientError;
 use crate::error::FsError;
 use crate::writeback::{Loose, OpenUpload, PendingState};
 
+use super::WritePath;
 use super::{percent_encode, Fs, SYMLINK_META};
 
 /// How far the store's clock may be behind ours when the uploads a dead mount created
@@ -30,7 +31,7 @@ impl Fs {
         for (ino, s) in self.wb.staged(false) {
             let fs = self.clone();
             set.spawn(async move {
-                let r = fs.wait_durable_tried(ino, &s, true).await;
+                let r = fs.w.wait_durable_tried(ino, &s, true).await;
                 r.err().map(|e| (ino, e))
             });
         }
@@ -40,13 +41,13 @@ impl Fs {
         let all = async {
             while let Some(r) = set.join_next().await {
                 if let Ok(Some((ino, e))) = r {
-                    failed.push(self.named_failure(ino, e));
+                    failed.push(self.w.named_failure(ino, e));
                 }
             }
         };
         let limit = self.cfg.unmount_timeout;
         if tokio::time::timeout(limit, all).await.is_err() {
-            return self.not_durable(limit);
+            return self.w.not_durable(limit);
         }
         // Uploads of files removed meanwhile, whose tasks delete what they landed.
         if tokio::time::timeout(limit, self.up.keys().idle())
@@ -66,10 +67,97 @@ impl Fs {
         if tokio::time::timeout(ABORT_WAIT, aborts).await.is_err() {
             tracing::warn!("early multipart uploads not aborted yet; the next mount aborts them");
         }
-        failed.extend(self.recovery_failures());
+        failed.extend(self.w.recovery_failures());
         failed
     }
 
+    /// Uploads what a dead mount left in the journal; returns the keys it recovered.
+    pub async fn recover(&self) -> (Vec<String>, Vec<String>) {
+        let mut ok = Vec::new();
+        let mut failed = Vec::new();
+        // Multipart uploads a dead mount left open: their files (if journaled) go up
+        // whole below; the parts they had sent are dropped.
+        for u in self
+            .wb
+            .staging()
+            .open_uploads(&self.cfg.cache_dir, &self.cfg.bucket)
+        {
+            let r = match &u.upload_id {
+                Some(id) => self.client.abort_multipart(Upload::new(&u.key, id)).await,
+                None => self.w.abort_unnamed(&u).await,
+            };
+            match r {
+                Ok(()) | Err(ClientError::NotFound(_)) => u.forget(),
+                Err(e) => tracing::warn!(
+                    key = %u.key,
+                    "cannot abort a multipart upload left open by an earlier mount: {e}"
+                ),
+            }
+        }
+        for o in self
+            .wb
+            .staging()
+            .orphans(&self.cfg.cache_dir, &self.cfg.bucket)
+        {
+            let r = async {
+                let mut metadata: HashMap<_, _> = o.record.metadata.iter().cloned().collect();
+                let symlink = o.record.symlink;
+                if symlink {
+                    let target = std::fs::read_to_string(&o.data)
+                        .map_err(|e| ClientError::Other(e.to_string()))?;
+                    metadata.insert(SYMLINK_META.to_string(), percent_encode(&target));
+                }
+                let f =
+                    std::fs::File::open(&o.data).map_err(|e| ClientError::Other(e.to_string()))?;
+                let stat = f
+                    .metadata()
+                    .map_err(|e| ClientError::Other(e.to_string()))?;
+                let size = stat.len();
+                // The data file was last written when the file was.
+                if let Ok(t) = stat.modified() {
+                    metadata.insert(crate::meta::MTIME.into(), crate::meta::format_time(t));
+                }
+                self.up
+                    .send_loose(Loose {
+                        key: &o.key,
+                        file: &f,
+                        size,
+                        metadata: &metadata,
+                        one_part: symlink,
+                        note: o.upload_note_path(),
+                        stop: &AtomicBool::new(false),
+                    })
+                    .await?;
+                // Its other names (hard links) get it too, as after a live upload.
+                for link in &o.record.links {
+                    self.client.copy(Version::any(&o.key), link, None).await?;
+                }
+                Ok(())
+            }
+            .await;
+            match r {
+                Ok(_) => {
+                    o.forget();
+                    ok.push(o.key.clone());
+                }
+                Err(e) => {
+                    let why = self.w.set_aside(&o, &e);
+                    self.wb.fail_key(&o.key, why.clone());
+                    failed.push(format!("{}: {why}", o.key))
+                }
+            }
+        }
+        self.up.note_recovered(&ok);
+        (ok, failed)
+    }
+
+    /// Keys recovered from an earlier mount's journal and uploaded at start.
+    pub fn recovered(&self) -> Vec<String> {
+        self.up.recovered()
+    }
+}
+
+impl WritePath {
     /// An upload's error as `KEY: reason` (the write-back error already starts so).
     fn named_failure(&self, ino: u64, e: FsError) -> String {
         match e {
@@ -129,86 +217,6 @@ impl Fs {
         Ok(())
     }
 
-    /// Uploads what a dead mount left in the journal; returns the keys it recovered.
-    pub async fn recover(&self) -> (Vec<String>, Vec<String>) {
-        let mut ok = Vec::new();
-        let mut failed = Vec::new();
-        // Multipart uploads a dead mount left open: their files (if journaled) go up
-        // whole below; the parts they had sent are dropped.
-        for u in self
-            .wb
-            .staging()
-            .open_uploads(&self.cfg.cache_dir, &self.cfg.bucket)
-        {
-            let r = match &u.upload_id {
-                Some(id) => self.client.abort_multipart(Upload::new(&u.key, id)).await,
-                None => self.abort_unnamed(&u).await,
-            };
-            match r {
-                Ok(()) | Err(ClientError::NotFound(_)) => u.forget(),
-                Err(e) => tracing::warn!(
-                    key = %u.key,
-                    "cannot abort a multipart upload left open by an earlier mount: {e}"
-                ),
-            }
-        }
-        for o in self
-            .wb
-            .staging()
-            .orphans(&self.cfg.cache_dir, &self.cfg.bucket)
-        {
-            let r = async {
-                let mut metadata: HashMap<_, _> = o.record.metadata.iter().cloned().collect();
-                let symlink = o.record.symlink;
-                if symlink {
-                    let target = std::fs::read_to_string(&o.data)
-                        .map_err(|e| ClientError::Other(e.to_string()))?;
-                    metadata.insert(SYMLINK_META.to_string(), percent_encode(&target));
-                }
-                let f =
-                    std::fs::File::open(&o.data).map_err(|e| ClientError::Other(e.to_string()))?;
-                let stat = f
-                    .metadata()
-                    .map_err(|e| ClientError::Other(e.to_string()))?;
-                let size = stat.len();
-                // The data file was last written when the file was.
-                if let Ok(t) = stat.modified() {
-                    metadata.insert(crate::meta::MTIME.into(), crate::meta::format_time(t));
-                }
-                self.up
-                    .send_loose(Loose {
-                        key: &o.key,
-                        file: &f,
-                        size,
-                        metadata: &metadata,
-                        one_part: symlink,
-                        note: o.upload_note_path(),
-                        stop: &AtomicBool::new(false),
-                    })
-                    .await?;
-                // Its other names (hard links) get it too, as after a live upload.
-                for link in &o.record.links {
-                    self.client.copy(Version::any(&o.key), link, None).await?;
-                }
-                Ok(())
-            }
-            .await;
-            match r {
-                Ok(_) => {
-                    o.forget();
-                    ok.push(o.key.clone());
-                }
-                Err(e) => {
-                    let why = self.set_aside(&o, &e);
-                    self.wb.fail_key(&o.key, why.clone());
-                    failed.push(format!("{}: {why}", o.key))
-                }
-            }
-        }
-        self.up.note_recovered(&ok);
-        (ok, failed)
-    }
-
     /// What became of an orphan whose recovery failed: one the store refuses for good
     /// goes to `CACHE/failed/` (else every later mount would fail on it again); any
     /// other stays in the journal for the next mount.
@@ -220,10 +228,5 @@ impl Fs {
             Ok(p) => format!("{e}; not tried again: its data is kept at {}", p.display()),
             Err(io) => format!("{e}; it stays in the journal (cannot set it aside: {io})"),
         }
-    }
-
-    /// Keys recovered from an earlier mount's journal and uploaded at start.
-    pub fn recovered(&self) -> Vec<String> {
-        self.up.recovered()
     }
 }

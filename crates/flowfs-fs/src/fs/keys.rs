@@ -14,6 +14,7 @@ use crate::error::{FsError, Result};
 /// succeed, and it used to stay in the journal failing every later mount.
 const MAX_KEY: usize = 1024;
 
+#[derive(Clone)]
 pub(super) struct Keys {
     /// Empty or ending in `/` (`FsConfig::prefix`).
     prefix: String,

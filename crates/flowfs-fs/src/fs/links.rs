@@ -14,13 +14,14 @@ use crate::error::{FsError, Result};
 use crate::inode::Kind;
 use crate::meta::Posix;
 
+use super::WritePath;
 use super::{valid_name, Attr, Fs};
 
 impl Fs {
     /// `link`: `newparent/newname` becomes one more name of the file `ino`. The file's
     /// content is made durable first (its object is what the new name copies).
     pub async fn link(self: &Arc<Self>, ino: u64, newparent: u64, newname: &str) -> Result<Attr> {
-        self.check_writable_in(newparent, newname)?;
+        self.w.check_writable_in(newparent, newname)?;
         valid_name(newname)?;
         self.ns.linkable(ino)?;
         // Asked as a lookup (a name another client removed is free), not counted as
@@ -38,14 +39,14 @@ impl Fs {
         self.ns.linkable(ino)?;
         if let Some(staged) = self.wb.file(ino) {
             self.wb.refresh_passthrough(Some(ino));
-            self.wait_durable(ino, &staged).await?;
+            self.w.wait_durable(ino, &staged).await?;
         }
         // No upload starts until the new name is recorded: the next one copies to it.
         let _name = self.wb.hold_name(ino).await;
         let to = self.ns.child_path(newparent, newname)?;
         self.keys.check(&to, false)?;
         let from = self.ns.path(ino).ok_or(FsError::NotFound)?;
-        let (id, etag) = self.link_id(ino, &from).await?;
+        let (id, etag) = self.w.link_id(ino, &from).await?;
         let _dest = self.up.keys().hold(&self.keys.key(&to)).await;
         self.client
             .copy(
@@ -55,11 +56,13 @@ impl Fs {
             )
             .await?;
         self.ns.linked(ino, (newparent, newname), id, etag)?;
-        let attr = self.attr_now(ino)?;
-        self.rejournal(ino)?;
+        let attr = self.w.attr_now(ino)?;
+        self.w.rejournal(ino)?;
         Ok(attr)
     }
+}
 
+impl WritePath {
     /// A staged file's names changed: its journal record names them again, so that a
     /// recovery copies to exactly the names it has.
     fn rejournal(&self, ino: u64) -> Result<()> {

@@ -16,7 +16,8 @@ use crate::meta::Posix;
 
 use super::names::DirView;
 use super::remote::{file_entry, meta_entry, same_etag, Remote};
-use super::{batched, pages, valid_name, Fs, MAX_SYMLINK, RELIST_MAX};
+use super::Listings;
+use super::{batched, pages, valid_name, MAX_SYMLINK, RELIST_MAX};
 
 /// A listing's entries, and which of them a HEAD may tell more of.
 #[derive(Default)]
@@ -118,7 +119,16 @@ fn known_heads(
     });
 }
 
-impl Fs {
+impl Listings {
+    /// Whether the store has an object or a directory at `path` (one HEAD, then a LIST).
+    pub(super) async fn in_store(&self, path: &str) -> Result<bool> {
+        Ok(self
+            .remote
+            .stat(&self.keys.key(path), false)
+            .await?
+            .is_some())
+    }
+
     /// Every entry of a directory, all listing pages, with symlinks resolved, the
     /// attributes its own marker holds (`marker_posix`), and whether it has a marker.
     /// `None` when it has more than `max_pages` pages of keys: a listing fetched ahead of

@@ -9,6 +9,7 @@ use crate::error::{FsError, Result};
 use crate::inode::{Entry, Kind, Listing};
 
 use super::names::{Ask, Known};
+use super::Listings;
 use super::{pages, valid_name, Attr, Fs, RELIST_MAX};
 
 impl Fs {
@@ -28,33 +29,14 @@ impl Fs {
             r => r,
         };
         let ask = match self.ns.known(parent, name, ttl, staged, check)? {
-            Known::Node(ino) => return self.attr_now(ino),
+            Known::Node(ino) => return self.w.attr_now(ino),
             Known::Absent => return Err(FsError::NotFound),
             Known::Ask(ask) => ask,
         };
-        let (found, at) = self.ask_store(parent, name, &ask).await?;
+        let (found, at) = self.lists.ask_store(parent, name, &ask).await?;
         match self.ns.answered(parent, name, found, at) {
-            Some(ino) => self.attr_now(ino),
+            Some(ino) => self.w.attr_now(ino),
             None => Err(FsError::NotFound),
-        }
-    }
-
-    /// A file created in a directory never listed here (one that was in the bucket
-    /// before: a pipeline's `results/`, a rerun's work dir) lists the directory behind the
-    /// create, up to `RELIST_MAX` names, so that the lookups of the creates after it are
-    /// answered from memory. Each cost a HEAD and a one-key LIST before: 200 files into
-    /// an existing directory took 5.0 s at 20 ms per request, against 0.3 s into a new
-    /// one. A bigger directory is noted as such and asked name by name, as before. Only
-    /// a create does this, not a name found absent: a reader waiting for another
-    /// client's file would then be answered from a listing up to a TTL old for names it
-    /// never asked before (a lookup of a new name asks the store).
-    pub(super) fn list_unlisted_behind(self: &Arc<Self>, parent: u64) {
-        if self.cfg.metadata_ttl.is_zero() {
-            return; // no listing is used twice
-        }
-        let unlisted = self.ns.read(parent, |p| p.listed_len().is_none());
-        if unlisted == Some(true) {
-            self.list_ahead(parent, RELIST_MAX.div_ceil(pages::PAGE), true);
         }
     }
 
@@ -74,7 +56,7 @@ impl Fs {
                 || n.entry.kind == Kind::Dir
                 || n.is_open()
                 || self.wb.stat(ino).is_some();
-            kept.then(|| self.node_attr(ino, n))
+            kept.then(|| self.w.node_attr(ino, n))
         });
         if let Some(attr) = known.ok_or(FsError::NotFound)? {
             return Ok(attr);
@@ -88,19 +70,40 @@ impl Fs {
         let named = self.ns.read(ino, |n| (n.parent(), n.name().clone()));
         let (parent, name) = named.ok_or(FsError::NotFound)?;
         let ask = Ask::name(path);
-        let (found, at) = self.ask_store(parent, &name, &ask).await?;
+        let (found, at) = self.lists.ask_store(parent, &name, &ask).await?;
         let attr = self.ns.update(ino, |n| match found {
             Some(e) if e.kind == n.entry.kind => {
                 if n.validated().is_some_and(|v| at >= v) {
                     n.entry.refresh(&e);
                     n.confirm(at);
                 }
-                Ok(self.node_attr(ino, n))
+                Ok(self.w.node_attr(ino, n))
             }
             Some(_) => Err(FsError::Stale),
             None => Err(FsError::NotFound),
         });
         attr.ok_or(FsError::NotFound)?
+    }
+}
+
+impl Listings {
+    /// A file created in a directory never listed here (one that was in the bucket
+    /// before: a pipeline's `results/`, a rerun's work dir) lists the directory behind the
+    /// create, up to `RELIST_MAX` names, so that the lookups of the creates after it are
+    /// answered from memory. Each cost a HEAD and a one-key LIST before: 200 files into
+    /// an existing directory took 5.0 s at 20 ms per request, against 0.3 s into a new
+    /// one. A bigger directory is noted as such and asked name by name, as before. Only
+    /// a create does this, not a name found absent: a reader waiting for another
+    /// client's file would then be answered from a listing up to a TTL old for names it
+    /// never asked before (a lookup of a new name asks the store).
+    pub(super) fn list_unlisted_behind(self: &Arc<Self>, parent: u64) {
+        if self.cfg.metadata_ttl.is_zero() {
+            return; // no listing is used twice
+        }
+        let unlisted = self.ns.read(parent, |p| p.listed_len().is_none());
+        if unlisted == Some(true) {
+            self.list_ahead(parent, RELIST_MAX.div_ceil(pages::PAGE), true);
+        }
     }
 
     /// What `parent/name` is, asked of the store (`marker`: read a directory's marker;

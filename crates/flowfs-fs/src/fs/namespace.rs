@@ -9,6 +9,7 @@ use crate::error::{FsError, Result};
 use crate::inode::{Entry, Kind};
 use crate::writeback::{NewFile, StagedFile};
 
+use super::WritePath;
 use super::{valid_name, Access, Attr, Backing, Fs, OpenHints, MAX_SYMLINK};
 
 impl Fs {
@@ -46,7 +47,7 @@ impl Fs {
         owner: Option<(u32, u32)>,
         passthrough: bool,
     ) -> Result<(Attr, u64, OpenHints)> {
-        self.check_writable_in(parent, name)?;
+        self.w.check_writable_in(parent, name)?;
         valid_name(name)?;
         let e = Entry {
             kind: Kind::File,
@@ -59,8 +60,8 @@ impl Fs {
                     .new_posix(crate::meta::S_IFREG | mode & 0o7777, owner),
             )),
         };
-        let (ino, staged) = self.add_new(parent, name, e, NewFile::Created, b"")?;
-        self.list_unlisted_behind(parent);
+        let (ino, staged) = self.w.add_new(parent, name, e, NewFile::Created, b"")?;
+        self.lists.list_unlisted_behind(parent);
         let access = if passthrough {
             Access::Passthrough
         } else {
@@ -68,12 +69,12 @@ impl Fs {
         };
         let fh = self.open_local(ino, staged.clone(), access);
         if passthrough {
-            if let Err(e) = self.begin_passthrough(ino, &staged) {
+            if let Err(e) = self.w.begin_passthrough(ino, &staged) {
                 let _ = self.release(fh);
                 return Err(e);
             }
         }
-        let attr = self.attr_now(ino)?;
+        let attr = self.w.attr_now(ino)?;
         let hints = OpenHints {
             backing: passthrough.then(|| Backing::Staged(staged)),
             ..OpenHints::default()
@@ -92,7 +93,7 @@ impl Fs {
     ) -> Result<Attr> {
         let bits = mode & libc::S_IFMT;
         if [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK].contains(&bits) {
-            return self.mknod_special(parent, name, mode, rdev, owner).await;
+            return self.w.mknod_special(parent, name, mode, rdev, owner).await;
         }
         if bits != libc::S_IFREG && bits != 0 {
             return Err(FsError::Invalid("mknod of this file type"));
@@ -112,20 +113,14 @@ impl Fs {
         mode: u32,
         owner: Option<(u32, u32)>,
     ) -> Result<Attr> {
-        self.check_writable_in(parent, name)?;
+        self.w.check_writable_in(parent, name)?;
         valid_name(name)?;
         // The kernel's lookup just before found nothing: from a listing or a negative
         // entry younger than the TTL, that answer stands without a second round trip
         // (Nextflow makes two directories per task).
         let (path, known_absent) = self.ns.new_name(parent, name, self.cfg.metadata_ttl)?;
         self.keys.check(&path, true)?;
-        if !known_absent
-            && self
-                .remote
-                .stat(&self.keys.key(&path), false)
-                .await?
-                .is_some()
-        {
+        if !known_absent && self.lists.in_store(&path).await? {
             return Err(FsError::Exists);
         }
         // The marker object makes an empty directory survive a remount; its metadata
@@ -147,7 +142,7 @@ impl Fs {
             )
             .await?;
         let ino = self.ns.dir_made(parent, name, e);
-        self.attr_now(ino)
+        self.w.attr_now(ino)
     }
 
     /// Creates a symlink: staged and uploaded like a file, as a small object whose metadata
@@ -160,7 +155,7 @@ impl Fs {
         target: &str,
         owner: Option<(u32, u32)>,
     ) -> Result<Attr> {
-        self.check_writable_in(parent, name)?;
+        self.w.check_writable_in(parent, name)?;
         valid_name(name)?;
         if target.len() as u64 > MAX_SYMLINK {
             return Err(FsError::NameTooLong);
@@ -176,13 +171,17 @@ impl Fs {
             target: Some(target.into()),
             posix: Some(Arc::new(self.shown.new_posix(0o120_777, owner))),
         };
-        let (ino, _) = self.add_new(parent, name, e, NewFile::Closed, target.as_bytes())?;
+        let (ino, _) = self
+            .w
+            .add_new(parent, name, e, NewFile::Closed, target.as_bytes())?;
         if let Some((_, true)) = self.wb.request_upload(ino) {
-            self.spawn_upload(ino);
+            self.w.spawn_upload(ino);
         }
-        self.attr_now(ino)
+        self.w.attr_now(ino)
     }
+}
 
+impl WritePath {
     /// Adds a new node `name` in `parent` for entry `e` (a file, symlink or special file
     /// made by this mount), with its staged file of `content` and its journal record. The
     /// kernel looked the name up just before and found nothing: no round trip to the

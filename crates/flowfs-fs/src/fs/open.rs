@@ -8,7 +8,6 @@ use bytes::Bytes;
 
 use crate::error::{FsError, Result};
 use crate::inode::Kind;
-use crate::prefetch::Reader;
 use crate::writeback::StagedFile;
 
 use super::{Access, Backing, Fs, Handle, OpenHints, OpenMode};
@@ -40,7 +39,7 @@ impl Fs {
         passthrough: bool,
     ) -> Result<(u64, OpenHints)> {
         if mode.writes() {
-            self.check_writable(ino)?;
+            self.w.check_writable(ino)?;
         }
         let ttl = self.cfg.metadata_ttl;
         let known = self
@@ -79,7 +78,7 @@ impl Fs {
         let (handle, backing) = if size == 0 {
             (Handle::Empty { ino }, None)
         } else {
-            let reader = self.open_reader(key, etag, size);
+            let reader = self.prefetch.reader(key, etag, size);
             let backing = passthrough
                 .then(|| self.prefetch.pin(&reader))
                 .flatten()
@@ -126,10 +125,10 @@ impl Fs {
         let fh = self.open_local(ino, staged.clone(), access);
         let mut ready = Ok(());
         if truncate {
-            ready = self.truncate_staged(ino, &staged, 0);
+            ready = self.w.truncate_staged(ino, &staged, 0);
         }
         if passthrough && ready.is_ok() {
-            ready = self.begin_passthrough(ino, &staged);
+            ready = self.w.begin_passthrough(ino, &staged);
         }
         if let Err(e) = ready {
             let _ = self.release(fh);
@@ -140,17 +139,6 @@ impl Fs {
             ..OpenHints::default()
         };
         Ok((fh, hints))
-    }
-
-    /// The reader of an open: the object version `etag` of `size` bytes at `key`.
-    pub(super) fn open_reader(
-        &self,
-        key: String,
-        etag: Option<Arc<str>>,
-        size: u64,
-    ) -> Arc<Reader> {
-        let etag = etag.as_deref().map(String::from);
-        Arc::new(self.prefetch.open(key, etag, size))
     }
 
     /// A handle on a staged file `WriteBack` has already counted.
@@ -207,7 +195,7 @@ impl Fs {
                 if access == Access::Passthrough {
                     self.wb.end_passthrough(ino, &staged);
                 }
-                self.release_staged(ino, &staged, access.writes())
+                self.w.release_staged(ino, &staged, access.writes())
             }
         }
         Ok(())

@@ -11,7 +11,7 @@ use crate::cache::Pinned;
 use crate::error::Result;
 use crate::writeback::StagedFile;
 
-use super::Fs;
+use super::WritePath;
 
 /// How an open handle on a staged file uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ impl Backing {
     }
 }
 
-impl Fs {
+impl WritePath {
     /// A writer of `ino`'s `staged` file will be served by passthrough: its changes are
     /// journaled before it makes any.
     pub(super) fn begin_passthrough(&self, ino: u64, staged: &Arc<StagedFile>) -> Result<()> {

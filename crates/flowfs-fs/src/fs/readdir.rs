@@ -8,6 +8,7 @@ use crate::error::{FsError, Result};
 use crate::inode::Listing;
 
 use super::names::{Attrs, Fetched};
+use super::Listings;
 use super::{DirItem, Fs};
 
 impl Fs {
@@ -24,6 +25,49 @@ impl Fs {
         self.handles.remove_dir(fh);
     }
 
+    /// Items from `offset` on. With `plus`, each item but `.` and `..` carries its
+    /// attributes and counts as a lookup; the caller forgets the ones it could not send.
+    pub async fn readdir(
+        self: &Arc<Self>,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        plus: bool,
+    ) -> Result<Vec<DirItem>> {
+        if plus {
+            self.wb.refresh_passthrough(None);
+        }
+        let handle = self.handles.dir(fh)?;
+        let mut h = handle.lock().await;
+        if h.ino != ino {
+            return Err(FsError::BadHandle);
+        }
+        if offset == 0 || h.items.is_none() {
+            let listing = self.lists.listing(ino).await?;
+            if offset == 0 {
+                self.lists.walk_ahead(ino, &listing);
+            }
+            h.at = Some(listing.at);
+            h.items = Some(Arc::new(
+                listing
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ));
+        }
+        let items = h.items.clone().unwrap_or_default();
+        let at = h.at.unwrap_or_else(Instant::now);
+        let attrs = Attrs {
+            entry: &|i, e| self.shown.attr(i, e),
+            node: &|i, n| self.w.node_attr(i, n),
+        };
+        self.ns
+            .dir_items(ino, (&items, at), offset, plus.then_some(attrs))
+    }
+}
+
+impl Listings {
     /// The entries of a directory, from the listing cache while it is fresh.
     pub(super) async fn listing(&self, ino: u64) -> Result<Listing> {
         let l = self.listing_within(ino, usize::MAX).await?;
@@ -59,46 +103,5 @@ impl Fs {
             marked,
         };
         Ok(Some(self.ns.listed(ino, listed, |i| self.wb.stat(i))))
-    }
-
-    /// Items from `offset` on. With `plus`, each item but `.` and `..` carries its
-    /// attributes and counts as a lookup; the caller forgets the ones it could not send.
-    pub async fn readdir(
-        self: &Arc<Self>,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        plus: bool,
-    ) -> Result<Vec<DirItem>> {
-        if plus {
-            self.wb.refresh_passthrough(None);
-        }
-        let handle = self.handles.dir(fh)?;
-        let mut h = handle.lock().await;
-        if h.ino != ino {
-            return Err(FsError::BadHandle);
-        }
-        if offset == 0 || h.items.is_none() {
-            let listing = self.listing(ino).await?;
-            if offset == 0 {
-                self.walk_ahead(ino, &listing);
-            }
-            h.at = Some(listing.at);
-            h.items = Some(Arc::new(
-                listing
-                    .entries
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            ));
-        }
-        let items = h.items.clone().unwrap_or_default();
-        let at = h.at.unwrap_or_else(Instant::now);
-        let attrs = Attrs {
-            entry: &|i, e| self.shown.attr(i, e),
-            node: &|i, n| self.node_attr(i, n),
-        };
-        self.ns
-            .dir_items(ino, (&items, at), offset, plus.then_some(attrs))
     }
 }

@@ -8,12 +8,13 @@ use crate::error::{FsError, Result};
 use crate::inode::Kind;
 
 use super::Fs;
+use super::WritePath;
 
 impl Fs {
     /// Removes the name of a file or symlink and deletes its object; a staged copy is
     /// never uploaded again.
     pub async fn unlink(self: &Arc<Self>, parent: u64, name: &str) -> Result<()> {
-        self.check_writable_in(parent, name)?;
+        self.w.check_writable_in(parent, name)?;
         let ino = self.resolve(parent, name).await?;
         // A metadata rewrite landing after the delete would bring the object back.
         let _key = self.ns.locks().key(ino).await;
@@ -24,7 +25,7 @@ impl Fs {
         };
         // The file lives on under its other names.
         if self.ns.has_links(ino) {
-            return self.unlink_one_name(ino, parent, name).await;
+            return self.w.unlink_one_name(ino, parent, name).await;
         }
         let retired = self.wb.retire(ino);
         if retired.is_some_and(|r| r.in_flight) {
@@ -40,6 +41,27 @@ impl Fs {
         Ok(())
     }
 
+    /// Removes an empty directory.
+    pub async fn rmdir(self: &Arc<Self>, parent: u64, name: &str) -> Result<()> {
+        self.w.check_writable_in(parent, name)?;
+        let ino = self.resolve(parent, name).await?;
+        // A rewrite of its marker landing after the delete would bring it back.
+        let _key = self.ns.locks().key(ino).await;
+        let kind = self.ns.read_at(ino, |n, path| (n.entry.kind, path));
+        let path = match kind.ok_or(FsError::NotFound)? {
+            (Kind::Dir, path) => path,
+            _ => return Err(FsError::NotDir),
+        };
+        if self.w.dir_has_children(ino, &path).await? {
+            return Err(FsError::NotEmpty);
+        }
+        self.client.delete(&self.keys.dir_prefix(&path)).await?;
+        self.ns.name_removed(parent, name, None);
+        Ok(())
+    }
+}
+
+impl WritePath {
     /// Whether a directory holds anything, in the bucket or staged here.
     pub(super) async fn dir_has_children(&self, ino: u64, path: &str) -> Result<bool> {
         let staged_child = self.ns.any_child(ino, |i| self.wb.stat(i).is_some());
@@ -55,24 +77,5 @@ impl Fs {
         let keys = self.up.keys();
         Ok(!page.prefixes.is_empty()
             || (page.objects.iter()).any(|o| o.key != prefix && !keys.is_stray(&o.key)))
-    }
-
-    /// Removes an empty directory.
-    pub async fn rmdir(self: &Arc<Self>, parent: u64, name: &str) -> Result<()> {
-        self.check_writable_in(parent, name)?;
-        let ino = self.resolve(parent, name).await?;
-        // A rewrite of its marker landing after the delete would bring it back.
-        let _key = self.ns.locks().key(ino).await;
-        let kind = self.ns.read_at(ino, |n, path| (n.entry.kind, path));
-        let path = match kind.ok_or(FsError::NotFound)? {
-            (Kind::Dir, path) => path,
-            _ => return Err(FsError::NotDir),
-        };
-        if self.dir_has_children(ino, &path).await? {
-            return Err(FsError::NotEmpty);
-        }
-        self.client.delete(&self.keys.dir_prefix(&path)).await?;
-        self.ns.name_removed(parent, name, None);
-        Ok(())
     }
 }

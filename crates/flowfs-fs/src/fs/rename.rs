@@ -10,6 +10,7 @@ use flowfs_client::ClientError;
 use crate::error::{FsError, Result};
 use crate::inode::Kind;
 
+use super::WritePath;
 use super::{batched, valid_name, Fs};
 
 impl Fs {
@@ -23,8 +24,8 @@ impl Fs {
         newname: &str,
         noreplace: bool,
     ) -> Result<()> {
-        self.check_writable_in(parent, name)?;
-        self.check_writable_in(newparent, newname)?;
+        self.w.check_writable_in(parent, name)?;
+        self.w.check_writable_in(newparent, newname)?;
         valid_name(newname)?;
         let ino = self.resolve(parent, name).await?;
         let target = match self.resolve(newparent, newname).await {
@@ -42,7 +43,7 @@ impl Fs {
         let target = match target {
             Some(t) if self.ns.has_links(t) => {
                 let _target = self.ns.locks().key(t).await;
-                self.unlink_one_name(t, newparent, newname).await?;
+                self.w.unlink_one_name(t, newparent, newname).await?;
                 None
             }
             t => t,
@@ -56,13 +57,15 @@ impl Fs {
         };
         let _second = self.ns.locks().key(second).await;
         if self.ns.is_other_name(ino, parent, name) {
-            return (self.rename_other_name(ino, (parent, name), (newparent, newname), target))
-                .await;
+            return (self
+                .w
+                .rename_other_name(ino, (parent, name), (newparent, newname), target))
+            .await;
         }
         let check = |path: &str, dir: bool| self.keys.check(path, dir);
         let (kind, old_path, new_path) = self.ns.rename_paths(ino, (newparent, newname), check)?;
         let replaced_remote = match target {
-            Some(tino) => self.rename_clear_target(kind, tino, &new_path).await?,
+            Some(tino) => self.w.rename_clear_target(kind, tino, &new_path).await?,
             None => false,
         };
         // No upload of the source runs from here until the node has its new name: the
@@ -76,16 +79,19 @@ impl Fs {
             _ => None,
         };
         let copied = match kind {
-            Kind::Dir => self.rename_dir_remote(&old_path, &new_path).await?,
-            _ => self.rename_file_remote(ino, &old_path, &new_path).await?,
+            Kind::Dir => self.w.rename_dir_remote(&old_path, &new_path).await?,
+            _ => self.w.rename_file_remote(ino, &old_path, &new_path).await?,
         };
         // Until its upload lands, a staged source shadows the object it replaced.
         self.wb.set_shadows(ino, replaced_remote);
-        self.rename_nodes(ino, (parent, name), (newparent, newname))?;
+        self.w
+            .rename_nodes(ino, (parent, name), (newparent, newname))?;
         self.ns.take_copied_etags(ino, &copied);
         Ok(())
     }
+}
 
+impl WritePath {
     /// Makes room at the target name: an empty directory's marker goes, a file's pending
     /// upload is retired. True when the replaced file was (or may be) in the bucket.
     pub(super) async fn rename_clear_target(

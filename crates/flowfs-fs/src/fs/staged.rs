@@ -10,6 +10,7 @@ use crate::inode::Kind;
 use crate::writeback::{download_into, StagedFile};
 
 use super::Fs;
+use super::WritePath;
 
 impl Fs {
     /// Opens `ino`'s staged content as a handle (`write`: a writer), staging it first
@@ -67,6 +68,47 @@ impl Fs {
         Ok(staged)
     }
 
+    /// Writes `data` at `off` to the staged copy (local disk only); returns the bytes
+    /// written.
+    pub fn write(self: &Arc<Self>, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
+        let (ino, staged) = self.handles.writer(fh).ok_or(FsError::BadHandle)?;
+        let ps = self.cfg.part_size;
+        let next = match self.wb.write(ino, &staged, (off, data), ps) {
+            Ok(j) => j,
+            Err(e) => {
+                let e = FsError::from(e);
+                if !matches!(e, FsError::NoSpace(_)) {
+                    return Err(e);
+                }
+                // The task's output goes before cached data: free the disk and try once more.
+                self.cache.make_room(data.len() as u64);
+                self.wb.write(ino, &staged, (off, data), ps)?
+            }
+        };
+        if next.journal {
+            self.w.journal(ino)?;
+        }
+        if next.early_due {
+            self.w.send_early(ino);
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Extends a file (fallocate mode 0); space is not reserved in object storage.
+    pub async fn fallocate(self: &Arc<Self>, fh: u64, off: u64, len: u64) -> Result<()> {
+        if self.needs_stage(fh) {
+            self.stage(fh, u64::MAX).await?;
+        }
+        let (ino, staged) = self.handles.writer(fh).ok_or(FsError::BadHandle)?;
+        if off + len > self.wb.stat(ino).map_or(0, |st| st.size) {
+            self.wb.set_len(ino, &staged, off + len)?;
+            self.w.journal(ino)?;
+        }
+        Ok(())
+    }
+}
+
+impl WritePath {
     /// Sets the length of `ino`'s staged content (O_TRUNC, ftruncate), journaled.
     pub(super) fn truncate_staged(&self, ino: u64, staged: &StagedFile, size: u64) -> Result<()> {
         self.wb.set_len(ino, staged, size)?;
@@ -100,32 +142,6 @@ impl Fs {
             })
     }
 
-    /// Writes `data` at `off` to the staged copy (local disk only); returns the bytes
-    /// written.
-    pub fn write(self: &Arc<Self>, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
-        let (ino, staged) = self.handles.writer(fh).ok_or(FsError::BadHandle)?;
-        let ps = self.cfg.part_size;
-        let next = match self.wb.write(ino, &staged, (off, data), ps) {
-            Ok(j) => j,
-            Err(e) => {
-                let e = FsError::from(e);
-                if !matches!(e, FsError::NoSpace(_)) {
-                    return Err(e);
-                }
-                // The task's output goes before cached data: free the disk and try once more.
-                self.cache.make_room(data.len() as u64);
-                self.wb.write(ino, &staged, (off, data), ps)?
-            }
-        };
-        if next.journal {
-            self.journal(ino)?;
-        }
-        if next.early_due {
-            self.send_early(ino);
-        }
-        Ok(data.len() as u32)
-    }
-
     /// Starts the upload of the parts a front-to-back writer has left a whole part behind.
     fn send_early(&self, ino: u64) {
         let ps = self.cfg.part_size;
@@ -145,18 +161,5 @@ impl Fs {
         if let Some((early, file, parts)) = claimed {
             self.up.send_early(&early, &file, &parts);
         }
-    }
-
-    /// Extends a file (fallocate mode 0); space is not reserved in object storage.
-    pub async fn fallocate(self: &Arc<Self>, fh: u64, off: u64, len: u64) -> Result<()> {
-        if self.needs_stage(fh) {
-            self.stage(fh, u64::MAX).await?;
-        }
-        let (ino, staged) = self.handles.writer(fh).ok_or(FsError::BadHandle)?;
-        if off + len > self.wb.stat(ino).map_or(0, |st| st.size) {
-            self.wb.set_len(ino, &staged, off + len)?;
-            self.journal(ino)?;
-        }
-        Ok(())
     }
 }

@@ -53,6 +53,8 @@ pub struct Status {
     pub failures: Vec<Failure>,
     /// What the recovery of a dead mount's journal did at start.
     pub recovery: Vec<Recovery>,
+    /// The records this mount's journal wrote since it started, and holds now.
+    pub journal: crate::JournalCounts,
 }
 
 impl Status {
@@ -66,6 +68,23 @@ impl Status {
         self.pending.iter().map(|p| p.bytes).sum()
     }
 
+    /// The files an unmount that does not wait leaves in the journal: `KEY (N bytes)`,
+    /// and the recoveries that failed, `KEY: reason`.
+    pub fn not_uploaded(&self) -> Vec<String> {
+        let pending = self
+            .pending
+            .iter()
+            .map(|p| format!("{} ({} bytes)", p.key, p.bytes));
+        let lost = self.recovery.iter().filter(|r| !r.uploaded).map(|r| {
+            format!(
+                "{}: {}",
+                r.key,
+                r.error.as_deref().unwrap_or("not uploaded")
+            )
+        });
+        pending.chain(lost).collect()
+    }
+
     /// When the oldest pending content was written.
     pub fn oldest(&self) -> Option<SystemTime> {
         self.pending.iter().map(|p| p.since).min()
@@ -73,11 +92,6 @@ impl Status {
 }
 
 impl Fs {
-    /// The records this mount's journal wrote since it started, and holds now.
-    pub fn journal_counts(&self) -> crate::JournalCounts {
-        self.wb.journal()
-    }
-
     /// A snapshot of what is not durable yet, what failed and what recovery did.
     pub fn status(&self) -> Status {
         let report = self.wb.pending_report();
@@ -144,24 +158,7 @@ impl Fs {
             pending,
             failures,
             recovery,
+            journal: self.wb.journal(),
         }
-    }
-
-    /// The files an unmount that does not wait leaves in the journal: `KEY (N bytes)`,
-    /// and the recoveries that failed, `KEY: reason`.
-    pub fn not_uploaded(&self) -> Vec<String> {
-        let s = self.status();
-        let pending = s
-            .pending
-            .iter()
-            .map(|p| format!("{} ({} bytes)", p.key, p.bytes));
-        let lost = s.recovery.iter().filter(|r| !r.uploaded).map(|r| {
-            format!(
-                "{}: {}",
-                r.key,
-                r.error.as_deref().unwrap_or("not uploaded")
-            )
-        });
-        pending.chain(lost).collect()
     }
 }

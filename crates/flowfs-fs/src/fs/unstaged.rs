@@ -33,7 +33,7 @@ impl Fs {
         let Some((key, etag, size)) = opened.ok_or(FsError::NotFound)? else {
             return Ok(None);
         };
-        let reader = self.open_reader(key, etag, size);
+        let reader = self.prefetch.reader(key, etag, size);
         let h = Handle::Unstaged {
             ino,
             reader,
@@ -61,7 +61,7 @@ impl Fs {
         let staged = self.open_staged(ino, true, keep).await?;
         if ahead.is_some() {
             self.wb.changed(ino);
-            if let Err(e) = self.journal(ino) {
+            if let Err(e) = self.w.journal(ino) {
                 let extra = self.open_local(ino, staged, Access::Write);
                 self.release(extra)?;
                 return Err(e);

@@ -14,7 +14,8 @@ use crate::meta::Posix;
 use crate::writeback::{Finished, Released, StagedFile, UploadError, UploadJob};
 
 use super::names::NodeEdit;
-use super::{percent_encode, Fs, SYMLINK_META};
+use super::WritePath;
+use super::{percent_encode, SYMLINK_META};
 
 /// The pause before the first background retry of a failed upload, and the longest
 /// between two: each failure already spent the client's retry budget (a minute).
@@ -28,7 +29,7 @@ struct Carried {
     stamped: bool,
 }
 
-impl Fs {
+impl WritePath {
     pub(super) fn spawn_upload(self: &Arc<Self>, ino: u64) {
         let fs = self.clone();
         tokio::spawn(async move { fs.upload(ino, FIRST_RETRY).await });

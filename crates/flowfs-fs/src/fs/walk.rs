@@ -24,6 +24,7 @@ use crate::inode::Listing;
 
 use super::pages::PAGE;
 use super::Fs;
+use super::Listings;
 
 /// Directories listed ahead per directory read: its first subdirectories, and as many
 /// of the directories that follow it in its parent.
@@ -128,7 +129,9 @@ impl Fs {
     pub async fn read_ahead_settled(&self) {
         self.ns.walks().settled().await;
     }
+}
 
+impl Listings {
     /// Directory `ino` is read from its start with `listing`: lists ahead the
     /// directories a walk reads next (module comment).
     pub(super) fn walk_ahead(self: &Arc<Self>, ino: u64, listing: &Listing) {

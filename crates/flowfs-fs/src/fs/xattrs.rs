@@ -17,6 +17,7 @@ use crate::meta::Posix;
 
 use super::remote::same_etag;
 use super::Fs;
+use super::WritePath;
 
 /// Room kept in `METADATA_LIMIT` for the POSIX attributes beside the xattrs: every key
 /// flowfs writes (mode, uid, gid, three times, rdev, link id) at its longest value.
@@ -88,16 +89,16 @@ impl Fs {
             return Err(FsError::NoAttr);
         }
         if let Some(algorithm) = name.strip_prefix(OWN) {
-            return self.checksum_xattr(ino, algorithm).await;
+            return self.w.checksum_xattr(ino, algorithm).await;
         }
-        let x = self.xattrs(ino).await?;
+        let x = self.w.xattrs(ino).await?;
         x.get(name).cloned().ok_or(FsError::NoAttr)
     }
 
     /// The names of its attributes, each followed by a NUL, as listxattr answers: those
     /// flowfs keeps (s3fs also stores `trusted.*`, which flowfs neither shows nor drops).
     pub async fn listxattr(self: &Arc<Self>, ino: u64) -> Result<Vec<u8>> {
-        let x = self.xattrs(ino).await?;
+        let x = self.w.xattrs(ino).await?;
         let names = x.keys().filter(|k| kept(k));
         Ok(names.flat_map(|k| k.bytes().chain([0])).collect())
     }
@@ -111,15 +112,15 @@ impl Fs {
         mode: XattrMode,
     ) -> Result<()> {
         changeable(name)?;
-        self.check_writable(ino)?;
+        self.w.check_writable(ino)?;
         if ino == ROOT {
             // The root has no object of its own to keep them in.
             return Err(FsError::NotSupported(
                 "extended attributes of the mount's root",
             ));
         }
-        self.xattrs(ino).await?;
-        self.change_posix(ino, |p| {
+        self.w.xattrs(ino).await?;
+        self.w.change_posix(ino, |p| {
             let x = Arc::make_mut(p.xattrs.get_or_insert_with(xattr::none));
             match (mode, x.contains_key(name)) {
                 (XattrMode::Create, true) => return Err(FsError::Exists),
@@ -134,17 +135,19 @@ impl Fs {
     /// Removes the attribute `name` (ENODATA where there is none).
     pub async fn removexattr(self: &Arc<Self>, ino: u64, name: &str) -> Result<()> {
         changeable(name)?;
-        self.check_writable(ino)?;
-        self.xattrs(ino).await?;
-        self.change_posix(ino, |p| {
+        self.w.check_writable(ino)?;
+        self.w.xattrs(ino).await?;
+        self.w.change_posix(ino, |p| {
             let x = Arc::make_mut(p.xattrs.get_or_insert_with(xattr::none));
             x.remove(name).map(drop).ok_or(FsError::NoAttr)
         })
     }
+}
 
+impl WritePath {
     /// The attributes of `ino`: what the node knows, else what its object's (or its
     /// marker's) metadata holds, read in one HEAD and kept while the object is the same.
-    async fn xattrs(self: &Arc<Self>, ino: u64) -> Result<Arc<Xattrs>> {
+    pub(super) async fn xattrs(self: &Arc<Self>, ino: u64) -> Result<Arc<Xattrs>> {
         let known = self.ns.read_maybe_at(ino, |n, path| {
             if let Some(x) = n.entry.posix.as_ref().and_then(|p| p.xattrs.clone()) {
                 return Err(x);

@@ -145,6 +145,11 @@ impl Prefetcher {
         self.open_as(key, etag, size, false)
     }
 
+    /// `open`, shared as an open handle holds it, of the version `etag` the namespace keeps.
+    pub(crate) fn reader(&self, key: String, etag: Option<Arc<str>>, size: u64) -> Arc<Reader> {
+        Arc::new(self.open(key, etag.as_deref().map(String::from), size))
+    }
+
     /// `open`; `explicit`: the bytes are read to be kept (`flowfs cache prefetch`), which
     /// admits them to the disk cache under every policy.
     pub(crate) fn open_as(

@@ -78,7 +78,10 @@ async fn a_failed_upload_is_reported_with_its_key_and_reason() {
         "{:?}",
         s.failures[0]
     );
-    assert_eq!(fs.not_uploaded(), vec!["r.txt (6 bytes)".to_string()]);
+    assert_eq!(
+        fs.status().not_uploaded(),
+        vec!["r.txt (6 bytes)".to_string()]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

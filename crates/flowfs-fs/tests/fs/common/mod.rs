@@ -112,21 +112,33 @@ pub async fn names(fs: &Arc<Fs>, ino: u64) -> Vec<String> {
 }
 
 /// Drops `fs` as a crash (kill -9) would leave it, and returns once it is gone: a task
-/// may still hold it for a moment after the call that woke the test (an upload task
-/// records its failure, wakes `flush_all`, then ends), and until then its staging
+/// may still hold a part of it for a moment after the call that woke the test (an upload
+/// task records its failure, wakes `flush_all`, then ends), and until then its staging
 /// directory stays locked, so that the next mount takes it for a live one and recovers
-/// nothing. In a real crash the process and its lock are gone at once.
+/// nothing. In a real crash the process and its lock are gone at once. Gone is what the
+/// next mount sees: no staging directory's lock held.
 pub async fn crash(fs: Arc<Fs>) {
-    let gone = Arc::downgrade(&fs);
+    let staging = fs.config().cache_dir.join("staging");
     drop(fs);
     let until = Instant::now() + Duration::from_secs(10);
-    while gone.strong_count() > 0 {
+    while staging_locked(&staging) {
         assert!(
             Instant::now() < until,
-            "a task still holds the crashed mount after 10 s"
+            "a task still holds the crashed mount's staging directory after 10 s"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// Whether a staging directory under `staging` is locked (`flock`, as its mount holds it).
+fn staging_locked(staging: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let dirs = std::fs::read_dir(staging).into_iter().flatten().flatten();
+    dirs.filter_map(|d| std::fs::File::open(d.path().join("lock")).ok())
+        .any(|lock| {
+            // SAFETY: flock on a descriptor this frame owns; closing it releases the lock.
+            unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+        })
 }
 
 /// Waits (at most 10 s) until the mock has received `n` requests of kind `op`.
