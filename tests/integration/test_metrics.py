@@ -270,6 +270,16 @@ def test_an_unknown_log_format_is_refused_before_mounting(mount, bucket, work_di
     assert "FLOWFS_LOG_FORMAT must be text or json" in str(e.value)
 
 
+def test_an_unknown_log_filter_is_refused_before_mounting(mount, bucket, work_dir):
+    env = mount.env()
+    env["FLOWFS_LOG"] = "info,flowfs_fs=loud"
+    with pytest.raises(Exception) as e:
+        start_mount(f"s3://{bucket}", mount.new_mountpoint(), work_dir=work_dir / "loud", env=env,
+                    endpoint=mount.seaweed.endpoint)
+    assert 'FLOWFS_LOG "info,flowfs_fs=loud"' in str(e.value)
+    assert "TARGET=LEVEL" in str(e.value)
+
+
 def test_fuse_requests_are_counted_by_operation_with_their_latency(mount, bucket, metrics_port):
     # Without passthrough, so that the writes are FUSE requests (with it, the kernel writes
     # the staged file itself).

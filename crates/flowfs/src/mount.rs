@@ -39,6 +39,7 @@ pub fn mount(args: MountArgs) -> Result<()> {
         crate::metrics::parse_addr(a)?;
     }
     crate::logging::format()?;
+    crate::logging::filter()?;
     crate::otlp::OtlpConfig::from_env(&crate::otlp::process_env)?;
     if args.opts.fuse_threads == 0 {
         bail!("--fuse-threads must be at least 1");
