@@ -237,10 +237,8 @@ impl WritePath {
     /// symlink. The kernel opens, reads and writes it locally, never through flowfs.
     pub(super) async fn mknod_special(
         self: &Arc<Self>,
-        parent: u64,
-        name: &str,
-        mode: u32,
-        rdev: u32,
+        (parent, name): (u64, &str),
+        (mode, rdev): (u32, u32),
         owner: Option<(u32, u32)>,
     ) -> Result<Attr> {
         self.check_writable_in(parent, name)?;

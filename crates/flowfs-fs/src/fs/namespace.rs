@@ -93,7 +93,9 @@ impl Fs {
     ) -> Result<Attr> {
         let bits = mode & libc::S_IFMT;
         if [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK].contains(&bits) {
-            return self.w.mknod_special(parent, name, mode, rdev, owner).await;
+            return (self.w)
+                .mknod_special((parent, name), (mode, rdev), owner)
+                .await;
         }
         if bits != libc::S_IFREG && bits != 0 {
             return Err(FsError::Invalid("mknod of this file type"));
