@@ -81,12 +81,13 @@ where
         .with_ansi(false)
         .with_writer(writer);
     let layer = match format().unwrap_or(Format::Text) {
-        Format::Text => layer.with_filter(filter).boxed(),
-        Format::Json => layer
-            .json()
-            .with_current_span(true)
-            .with_filter(filter)
-            .boxed(),
+        Format::Text => layer.boxed(),
+        Format::Json => layer.json().with_current_span(true).boxed(),
     };
-    let _ = tracing_subscriber::registry().with(layer).try_init();
+    // The filter is the subscriber's, not the fmt layer's: a per-layer filter asks about
+    // every span and event again, where a global one disables a callsite once.
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(layer)
+        .try_init();
 }
