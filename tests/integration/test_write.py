@@ -569,6 +569,41 @@ def test_rmdir_right_after_unlinking_a_just_written_file(mount, bucket, seaweed)
         proxy.stop()
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_directory_removed_while_a_removed_files_upload_runs_does_not_come_back(
+        mount, bucket, s3, seaweed, depth):
+    """`rm d/f; rmdir d` (and `rmdir` of its parent too) while f's PUT is held 2 s by a proxy:
+    rmdir does not wait for it and deletes the marker; the PUT then lands and makes SeaweedFS
+    a folder d/ again, which stayed listed (as an empty directory after a remount) once the
+    object was deleted. stress-ng's filename stressor met it 3 times in 20 runs."""
+    top = "a/d" if depth == 2 else "d"
+    key = f"{top}/f.txt"
+    proxy = delaying_proxy(seaweed.endpoint).start()
+    proxy.delay(P.PUT, key, 2.0)
+    m = mount(bucket, proxy=proxy)
+    os.makedirs(m / top)
+    (m / key).write_bytes(b"short-lived\n")  # close: the upload starts
+    assert proxy.wait_held(P.PUT, key, timeout=30), "the upload never reached the proxy"
+    t0 = time.monotonic()
+    os.unlink(m / key)
+    for d in ["a/d", "a"] if depth == 2 else ["d"]:
+        os.rmdir(m / d)
+    took = time.monotonic() - t0
+    assert took < 1.5, f"unlink and rmdir took {took:.2f} s: they waited for the upload"
+    assert os.listdir(m.path) == []
+    r = m.unmount()
+    assert r.returncode == 0, r.stderr
+    keys = list_keys(s3, bucket)
+    assert not keys, keys
+    listing = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    prefixes = [p["Prefix"] for p in listing.get("CommonPrefixes", [])]
+    ops = [(r.op, r.key) for r in proxy.stats.records]
+    assert prefixes == [], f"the bucket lists {prefixes}; requests {ops}"
+    m2 = mount(bucket)
+    assert os.listdir(m2.path) == []
+    proxy.stop()
+
+
 @pytest.mark.parametrize("how", ["unlink", "renamed-over"])
 def test_removing_a_file_whose_upload_runs_does_not_wait_for_it(mount, bucket, s3, seaweed, how):
     """A 128 MiB file is closed with its parts held 0.5 s each by a proxy (16 parts, 2 in

@@ -136,12 +136,13 @@ impl Fs {
         let mut posix = self.shown.full_posix(&e);
         posix.mtime = Some(e.mtime);
         posix.encode_into(&mut metadata);
+        let marker = self.keys.dir_prefix(&path);
+        // A stray's task may delete this marker again (remove.rs): not after this PUT.
+        let keys = self.up.keys();
+        let _held = keys.hold(&marker).await;
+        keys.remade(&marker);
         self.client
-            .put(
-                &format!("{}/", self.keys.key(&path)),
-                Default::default(),
-                &metadata,
-            )
+            .put(&marker, Default::default(), &metadata)
             .await?;
         let ino = self.ns.dir_made(parent, name, e);
         self.w.attr_now(ino)

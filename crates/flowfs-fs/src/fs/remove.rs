@@ -55,7 +55,7 @@ impl Fs {
         if self.w.dir_has_children(ino, &path).await? {
             return Err(FsError::NotEmpty);
         }
-        self.client.delete(&self.keys.dir_prefix(&path)).await?;
+        self.w.delete_marker(&self.keys.dir_prefix(&path)).await?;
         self.ns.name_removed(parent, name, None);
         Ok(())
     }
@@ -69,13 +69,59 @@ impl WritePath {
             return Ok(true);
         }
         let prefix = self.keys.dir_prefix(path);
-        let page = self
-            .client
-            .list_page(flowfs_client::List::dir(&prefix).max_keys(2))
-            .await?;
-        // A stray of a file removed while it was uploaded is deleted by its upload's task.
+        // A stray of a file removed while it was uploaded is deleted by its upload's task:
+        // not a child. Pages go on only while all they hold are strays (`rm -rf` of files
+        // just written).
         let keys = self.up.keys();
-        Ok(!page.prefixes.is_empty()
-            || (page.objects.iter()).any(|o| o.key != prefix && !keys.is_stray(&o.key)))
+        let size = if keys.strays().is_empty() { 2 } else { 1000 };
+        let mut token = None;
+        loop {
+            let list = flowfs_client::List::dir(&prefix)
+                .max_keys(size)
+                .token(token);
+            let page = self.client.list_page(list).await?;
+            if !page.prefixes.is_empty()
+                || (page.objects.iter()).any(|o| o.key != prefix && !keys.is_stray(&o.key))
+            {
+                return Ok(true);
+            }
+            match page.next_token {
+                Some(next) => token = Some(next),
+                None => return Ok(false),
+            }
+        }
+    }
+
+    /// Deletes the marker of a directory being removed. A stray below it (a removed file
+    /// whose upload was in flight) may still land: on SeaweedFS its PUT makes the folder
+    /// again, which stays listed once the stray is deleted, so the stray's task deletes
+    /// the marker again (`delete_stray`). rmdir does not wait for that upload.
+    async fn delete_marker(&self, marker: &str) -> Result<()> {
+        let keys = self.up.keys();
+        let _held = keys.hold(marker).await;
+        keys.emptied(marker);
+        let deleted = self.client.delete(marker).await;
+        if deleted.is_err() {
+            keys.remade(marker); // the directory stays
+        }
+        Ok(deleted?)
+    }
+
+    /// Deletes the object a removed file's upload landed at `key` (held), then the markers
+    /// of the directories removed above it meanwhile.
+    pub(super) async fn delete_stray(&self, key: &str) {
+        if let Err(e) = self.client.delete(key).await {
+            tracing::warn!(%key, "cannot delete an object uploaded under a name that was given up: {e}");
+        }
+        let keys = self.up.keys();
+        for marker in keys.emptied_above(key) {
+            let _held = keys.hold(&marker).await;
+            if !keys.take_emptied(key, &marker) {
+                continue; // made again meanwhile
+            }
+            if let Err(e) = self.client.delete(&marker).await {
+                tracing::warn!(%marker, "cannot delete the marker of a removed directory again: {e}");
+            }
+        }
     }
 }

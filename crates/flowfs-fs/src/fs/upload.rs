@@ -104,9 +104,7 @@ impl WritePath {
                 self.retry_later(ino, token, retry);
             }
             if fin.stray {
-                if let Err(e) = self.client.delete(&key).await {
-                    tracing::warn!(%key, "cannot delete an object uploaded under a name that was given up: {e}");
-                }
+                self.delete_stray(&key).await;
             }
             if !fin.again {
                 return;

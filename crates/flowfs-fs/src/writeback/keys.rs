@@ -7,6 +7,12 @@
 //! any more and not yet anybody else's: a new file's upload to it waits (else the stray's
 //! delete could remove the new object, or the stray land over it), and listings and
 //! lookups do not show the stray object.
+//!
+//! A directory removed while a stray below it may still land keeps a list on that stray
+//! of the markers deleted (`emptied`): on SeaweedFS the stray's PUT makes the folder
+//! again, and an emptied folder stays listed, so the stray's task deletes those markers
+//! again after the stray. A marker is held as a key while it is deleted or made, so a
+//! `mkdir` of the same name (`remade`) is never undone by a late delete.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,12 +24,14 @@ use tokio::sync::Notify;
 use crate::wait::until;
 
 /// Where an upload's key stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Sending {
-    /// The upload of the file that has this name.
+    /// The upload of the file that has this name (or a directory marker being made or
+    /// deleted).
     Named,
-    /// The file was removed while it was uploaded: what lands is deleted.
-    Stray,
+    /// The file was removed while it was uploaded: what lands is deleted, and then the
+    /// markers of directories removed above it meanwhile.
+    Stray { emptied: Vec<String> },
 }
 
 #[derive(Default)]
@@ -48,7 +56,7 @@ pub struct KeyHold {
 impl Drop for KeyHold {
     fn drop(&mut self) {
         let was = self.keys.keys.lock().remove(&self.key);
-        if was == Some(Sending::Stray) {
+        if matches!(was, Some(Sending::Stray { .. })) {
             self.keys.strays.fetch_sub(1, Ordering::Relaxed);
         }
         self.keys.freed.notify_waiters();
@@ -76,7 +84,9 @@ impl Keys {
     pub fn doom(&self, key: &str) {
         let mut k = self.0.keys.lock();
         if let Some(s) = k.get_mut(key).filter(|s| **s == Sending::Named) {
-            *s = Sending::Stray;
+            *s = Sending::Stray {
+                emptied: Vec::new(),
+            };
             self.0.strays.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -84,7 +94,7 @@ impl Keys {
     /// Whether an object at `key` may be a stray about to be deleted.
     pub fn is_stray(&self, key: &str) -> bool {
         self.0.strays.load(Ordering::Relaxed) > 0
-            && self.0.keys.lock().get(key) == Some(&Sending::Stray)
+            && matches!(self.0.keys.lock().get(key), Some(Sending::Stray { .. }))
     }
 
     /// The stray keys now (empty, with no lock taken, when there are none).
@@ -94,9 +104,56 @@ impl Keys {
         }
         let k = self.0.keys.lock();
         k.iter()
-            .filter(|(_, s)| **s == Sending::Stray)
+            .filter(|(_, s)| matches!(s, Sending::Stray { .. }))
             .map(|(key, _)| key.clone())
             .collect()
+    }
+
+    /// The directory whose keys start with `marker` was removed (its marker is being
+    /// deleted, held): every stray below it deletes the marker again after itself.
+    pub fn emptied(&self, marker: &str) {
+        self.each_stray_below(marker, |emptied| emptied.push(marker.to_string()));
+    }
+
+    /// `marker` is made again (a `mkdir`, held), or its delete failed: no stray deletes it.
+    pub fn remade(&self, marker: &str) {
+        self.each_stray_below(marker, |emptied| emptied.retain(|m| m != marker));
+    }
+
+    /// The markers the stray at `key` deletes after itself, the deepest first.
+    pub fn emptied_above(&self, key: &str) -> Vec<String> {
+        let mut out = match self.0.keys.lock().get(key) {
+            Some(Sending::Stray { emptied }) => emptied.clone(),
+            _ => Vec::new(),
+        };
+        out.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        out
+    }
+
+    /// Takes `marker` off the list of the stray at `key`: whether it was still on it (the
+    /// caller holds `marker`, so no `mkdir` of it runs until the delete is done).
+    pub fn take_emptied(&self, key: &str, marker: &str) -> bool {
+        match self.0.keys.lock().get_mut(key) {
+            Some(Sending::Stray { emptied }) => {
+                let had = emptied.len();
+                emptied.retain(|m| m != marker);
+                emptied.len() < had
+            }
+            _ => false,
+        }
+    }
+
+    fn each_stray_below(&self, marker: &str, mut f: impl FnMut(&mut Vec<String>)) {
+        if self.0.strays.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut k = self.0.keys.lock();
+        for (key, s) in k.iter_mut() {
+            match s {
+                Sending::Stray { emptied } if key.starts_with(marker) => f(emptied),
+                _ => {}
+            }
+        }
     }
 
     /// Returns once no upload holds a key (an unmount waits for the strays' deletes).
@@ -140,5 +197,25 @@ mod tests {
         );
         keys.idle().await;
         assert!(keys.strays().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_stray_deletes_the_markers_removed_above_it_unless_one_was_made_again() {
+        let keys = Keys::default();
+        let stray = keys.hold("a/d/f").await;
+        let other = keys.hold("b/g").await;
+        keys.doom("a/d/f");
+        keys.doom("b/g");
+        keys.emptied("a/d/");
+        keys.emptied("a/");
+        keys.emptied("c/"); // nothing below it in flight
+        assert_eq!(keys.emptied_above("a/d/f"), ["a/d/", "a/"]);
+        assert!(keys.emptied_above("b/g").is_empty());
+        keys.remade("a/"); // mkdir a again: its marker stays
+        assert_eq!(keys.emptied_above("a/d/f"), ["a/d/"]);
+        assert!(keys.take_emptied("a/d/f", "a/d/"));
+        assert!(!keys.take_emptied("a/d/f", "a/d/"), "taken once");
+        drop((stray, other));
+        assert!(keys.emptied_above("a/d/f").is_empty());
     }
 }

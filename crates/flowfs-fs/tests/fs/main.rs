@@ -19,6 +19,7 @@ mod requests;
 mod scale_probe;
 mod special;
 mod status;
+mod strays;
 mod symlinks;
 mod times;
 mod walks;
