@@ -1,7 +1,8 @@
-"""The docs name what exists (issue 50): every test SEMANTICS.md cites as the proof of a
-promise is a test in the repository, and every source file and type ARCHITECTURE.md names is
-there. No mount, no server: a renamed test or a moved type fails here, not in a reader's
-hands."""
+"""The docs name what exists (issue 50): every test SEMANTICS.md's appendix cites as the proof
+of a promise is a test in the repository, every `[Tn]` reference in its text has an entry in
+that appendix and every entry is referred to, and every source file and type ARCHITECTURE.md
+names is there. No mount, no server: a renamed test or a moved type fails here, not in a
+reader's hands."""
 
 from __future__ import annotations
 
@@ -23,15 +24,32 @@ def _rust_fns(files) -> set[str]:
     return names
 
 
-def _cited_tests() -> list[tuple[str, str, str]]:
-    """(where, path, name) of every test SEMANTICS.md cites inside `(tests: ...)`."""
+APPENDIX = "## Appendix: the tests behind each promise"
+
+
+def _semantics() -> tuple[str, dict[int, str]]:
+    """SEMANTICS.md's text before its appendix, and the appendix's entries: the number of
+    `- **Tn** *what it is about*: tests...` and the rest of its line."""
     text = (ROOT / "docs" / "SEMANTICS.md").read_text()
+    assert text.count(APPENDIX) == 1, f"SEMANTICS.md has no single '{APPENDIX}'"
+    body, appendix = text.split(APPENDIX)
+    entries: dict[int, str] = {}
+    for n, rest in re.findall(r"^- \*\*T(\d+)\*\* (.*)$", appendix, re.M):
+        assert int(n) not in entries, f"T{n} has two entries in the appendix"
+        entries[int(n)] = rest
+    return body, entries
+
+
+def _cited_tests() -> list[tuple[str, str, str]]:
+    """(where, path, name) of every test the appendix of SEMANTICS.md cites; name is "" for a
+    whole test file or test target (`test_xattrs.py`, `flowfs-archive tests/views.rs`)."""
     out = []
-    for group in re.findall(r"\(tests: (.*?)\)(?:[ .;,]|$)", text, re.S | re.M):
-        for m in re.finditer(r"(test_[a-z0-9_]+\.py)::(test_[a-z0-9_]+)", group):
-            out.append(("py", m.group(1), m.group(2)))
-        for m in re.finditer(r"\b(flowfs(?:-[a-z]+)?) (src|tests/[a-z_]+) ([a-z0-9_:]+)", group):
-            out.append((m.group(1), m.group(2), m.group(3)))
+    for entry in _semantics()[1].values():
+        for m in re.finditer(r"\b(test_[a-z0-9_]+\.py)(?:::(test_[a-z0-9_]+))?", entry):
+            out.append(("py", m.group(1), m.group(2) or ""))
+        for m in re.finditer(r"\b(flowfs(?:-[a-z]+)?) (src|tests/[a-z_]+(?:\.rs)?)(?: ([a-z0-9_:]+))?",
+                             entry):
+            out.append((m.group(1), m.group(2), m.group(3) or ""))
     return out
 
 
@@ -44,15 +62,30 @@ def test_every_test_semantics_cites_exists():
     missing = []
     for where, path, name in cited:
         if where == "py":
-            ok = name in py.get(path, set())
+            ok = path in py and (not name or name in py[path])
         else:
             key = (where, path)
+            where_path = CRATES / where / path
             if key not in rust:
-                rust[key] = _rust_fns((CRATES / where / path).rglob("*.rs"))
-            ok = name.split("::")[-1] in rust[key]
+                files = [where_path] if where_path.is_file() else where_path.rglob("*.rs")
+                rust[key] = _rust_fns(files)
+            ok = where_path.exists() and (not name or name.split("::")[-1] in rust[key])
         if not ok:
-            missing.append(f"{where} {path} {name}")
+            missing.append(f"{where} {path} {name}".rstrip())
     assert not missing, "SEMANTICS.md cites tests that do not exist:\n" + "\n".join(sorted(set(missing)))
+
+
+def test_every_reference_in_semantics_has_its_entry_and_every_entry_is_referred_to():
+    """The text says `[T12]` where the appendix lists the tests of a promise: each reference
+    has its entry, each entry is referred to from the text, and no test list is left inline."""
+    body, entries = _semantics()
+    refs = {int(n) for n in re.findall(r"\[T(\d+)\]", body)}
+    assert len(entries) > 150 and refs, "has the format changed?"
+    assert not refs - entries.keys(), f"references without an entry: {sorted(refs - entries.keys())}"
+    assert not entries.keys() - refs, f"entries no text refers to: {sorted(entries.keys() - refs)}"
+    empty = [n for n, rest in entries.items() if not re.search(r"::|\.py|\.rs|untested| tests/", rest)]
+    assert not empty, f"entries that name no test and say nothing untested: {empty}"
+    assert "(tests:" not in body, "a test list is inline in the text: move it to the appendix"
 
 
 def test_every_file_and_name_architecture_gives_exists():
