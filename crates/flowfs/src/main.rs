@@ -11,6 +11,7 @@ mod metrics;
 mod mount;
 mod mountinfo;
 mod otlp;
+mod otlp_messages;
 mod report;
 mod report_cmd;
 mod run;

@@ -2,7 +2,7 @@
 //! `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`), the metrics of samples.rs go to that collector
 //! every `OTEL_METRIC_EXPORT_INTERVAL` ms (60 s by default) and once more when the mount
 //! ends, so that a short task's counts arrive too. OTLP/HTTP with protobuf bodies: the
-//! protocol's message types (opentelemetry-proto), encoded by prost, sent by reqwest.
+//! protocol's message types (otlp_messages.rs), encoded by prost, sent by reqwest.
 //! Cumulative temporality, as Prometheus counts. Headers (`OTEL_EXPORTER_OTLP_HEADERS`)
 //! may hold an API key: they are sent, never logged.
 
@@ -11,14 +11,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use flowfs_fs::OpStats;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::metrics::v1::{
-    metric::Data, number_data_point, AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
-    Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
+
+use crate::otlp_messages::{
+    AnyValue, AnyValueKind, Data, ExportMetricsServiceRequest, Gauge, Histogram,
+    HistogramDataPoint, InstrumentationScope, KeyValue, Metric, NumberDataPoint, NumberValue,
+    Resource, ResourceMetrics, ScopeMetrics, Sum, CUMULATIVE,
+};
 
 use crate::samples::{self, Kind, Sample, Unit, Value};
 use crate::stop::Ending;
@@ -113,9 +112,8 @@ fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
         key: k.to_string(),
         value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.to_string())),
+            value: Some(AnyValueKind::StringValue(v.to_string())),
         }),
-        ..Default::default()
     }
 }
 
@@ -133,17 +131,15 @@ fn metric(s: &Sample, start: u64, now: u64) -> Metric {
         start_time_unix_nano: start,
         time_unix_nano: now,
         value: Some(match v {
-            Value::Int(n) => number_data_point::Value::AsInt(*n as i64),
-            Value::Float(f) => number_data_point::Value::AsDouble(*f),
-            Value::Hist(h) => number_data_point::Value::AsDouble(h.sum_secs),
+            Value::Int(n) => NumberValue::AsInt(*n as i64),
+            Value::Float(f) => NumberValue::AsDouble(*f),
+            Value::Hist(h) => NumberValue::AsDouble(h.sum_secs),
         }),
-        ..Default::default()
     };
-    let cumulative = AggregationTemporality::Cumulative as i32;
     let data = match s.kind {
         Kind::Counter => Data::Sum(Sum {
             data_points: s.points.iter().map(|(l, v)| number(l, v)).collect(),
-            aggregation_temporality: cumulative,
+            aggregation_temporality: CUMULATIVE,
             is_monotonic: true,
         }),
         Kind::Gauge => Data::Gauge(Gauge {
@@ -160,12 +156,11 @@ fn metric(s: &Sample, start: u64, now: u64) -> Metric {
                         sum: Some(h.sum_secs),
                         bucket_counts: h.buckets.clone(),
                         explicit_bounds: h.bounds.clone(),
-                        ..Default::default()
                     }),
                     _ => None,
                 })
                 .collect(),
-            aggregation_temporality: cumulative,
+            aggregation_temporality: CUMULATIVE,
         }),
     };
     Metric {
@@ -178,7 +173,6 @@ fn metric(s: &Sample, start: u64, now: u64) -> Metric {
         }
         .to_string(),
         data: Some(data),
-        ..Default::default()
     }
 }
 
@@ -194,18 +188,14 @@ pub fn request(
         resource_metrics: vec![ResourceMetrics {
             resource: Some(Resource {
                 attributes: resource.iter().map(|(k, v)| kv(k, v)).collect(),
-                ..Default::default()
             }),
             scope_metrics: vec![ScopeMetrics {
                 scope: Some(InstrumentationScope {
                     name: "flowfs".into(),
                     version: env!("CARGO_PKG_VERSION").into(),
-                    ..Default::default()
                 }),
                 metrics: samples.iter().map(|s| metric(s, start, now)).collect(),
-                ..Default::default()
             }],
-            ..Default::default()
         }],
     }
 }
@@ -400,10 +390,7 @@ mod tests {
             panic!("not a sum")
         };
         assert!(sum.is_monotonic);
-        assert_eq!(
-            sum.data_points[0].value,
-            Some(number_data_point::Value::AsInt(7))
-        );
+        assert_eq!(sum.data_points[0].value, Some(NumberValue::AsInt(7)));
         let Some(Data::Histogram(hist)) = &m[1].data else {
             panic!("not a histogram")
         };
