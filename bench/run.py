@@ -283,9 +283,14 @@ def tables(meta: dict, records: list[dict]) -> tuple[list[dict], str]:
     checked = [r for r in records if "usage_matches_proxy" in r]
     if checked:
         same = [r for r in checked if r["usage_matches_proxy"]]
-        differ = sorted({report.label(r) for r in checked if not r["usage_matches_proxy"]})
+        cancelled = [r for r in checked if "usage_cancelled_unseen" in r]
+        differ = sorted({report.label(r) for r in checked
+                         if not r["usage_matches_proxy"] and "usage_cancelled_unseen" not in r})
         table += (f"\n\nflowfs's own counts of requests and bytes (its usage report, read at both ends "
                   f"of each measured window) equal the proxy's in {len(same)} of {len(checked)} windows"
+                  + (f"; in {len(cancelled)} more ({', '.join(sorted({report.label(r) for r in cancelled}))}) "
+                     f"the mount counted {sum(r['usage_cancelled_unseen'] for r in cancelled)} request(s) it "
+                     "cancelled that never reached the proxy (its `cancelled` outcome)" if cancelled else "")
                   + (f"; they differ in {', '.join(differ)}" if differ else "") + ".")
     b11_table = report.b11_table(records, meta.get("b11"))
     if b11_table:

@@ -285,6 +285,25 @@ def by_class(counts: dict[str, int], names: dict[str, str] | None = None) -> dic
     return out
 
 
+def outcome_delta(u0: dict, u1: dict, outcome: str) -> int:
+    """How many requests of one outcome the mount counted between two usage reports."""
+    return u1.get("outcomes", {}).get(outcome, 0) - u0.get("outcomes", {}).get(outcome, 0)
+
+
+def cancelled_unseen(mine: tuple, seen: tuple, cancelled: int) -> int | None:
+    """Requests the mount counted that the proxy never saw, when requests it cancelled
+    explain them: a request handed to the HTTP client and dropped (the loser of a lookup's
+    race, a read abandoned) may end before its bytes reach the server. None when the
+    counts agree or the cancellations cannot explain the difference."""
+    (m_req, m_down, m_up), (s_req, s_down, s_up) = mine, seen
+    if mine == seen or (m_down, m_up) != (s_down, s_up):
+        return None
+    if any(s_req.get(k, 0) > n for k, n in m_req.items()) or set(s_req) - set(m_req):
+        return None
+    extra = sum(m_req.values()) - sum(s_req.values())
+    return extra if 0 < extra <= cancelled else None
+
+
 class Window:
     """The measured interval: proxy counters reset, CPU counters read at both ends; for
     flowfs, its own usage report read at both ends too, to check that it counts what the
@@ -315,6 +334,10 @@ class Window:
                 seen = (by_class(ops), c.get("get_bytes", 0), c.get("put_bytes", 0))
                 rec["usage_requests"] = sum(delta.values())
                 rec["usage_matches_proxy"] = mine == seen
+                rec["usage_cancelled"] = outcome_delta(self.u0, u1, "cancelled")
+                unseen = cancelled_unseen(mine, seen, rec["usage_cancelled"])
+                if unseen is not None:
+                    rec["usage_cancelled_unseen"] = unseen
                 if mine != seen:
                     util.log(f"  flowfs usage (requests, bytes down, up) {mine} != proxy {seen}")
         rec["requests_by_type"] = ops
