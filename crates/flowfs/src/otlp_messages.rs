@@ -169,7 +169,7 @@ mod tests {
     use flowfs_client::metrics::HistogramCounts;
 
     use crate::otlp::request;
-    use crate::samples::{Kind, Sample, Unit, Value};
+    use crate::samples::{one as sample, Kind, Unit, Value};
 
     /// A counter, a gauge and a histogram, as the protocol's Python classes
     /// (opentelemetry-proto 1.39.1, `SerializeToString(deterministic=True)`) encode them.
@@ -182,16 +182,6 @@ mod tests {
         "00d03f32180000000000000000010000000000000000000000000000003a109a9999999999b93f000000000000f03f10",
         "02",
     );
-
-    fn sample(name: &'static str, help: &'static str, kind: Kind, unit: Unit, v: Value) -> Sample {
-        Sample {
-            name,
-            help,
-            kind,
-            unit,
-            points: vec![(vec![], v)],
-        }
-    }
 
     #[test]
     fn a_request_is_byte_for_byte_what_the_protocols_own_classes_encode() {

@@ -47,7 +47,14 @@ pub struct Sample {
     pub points: Vec<(Vec<(&'static str, String)>, Value)>,
 }
 
-fn one(name: &'static str, help: &'static str, kind: Kind, unit: Unit, v: Value) -> Sample {
+/// A sample of one point without labels.
+pub(crate) fn one(
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    unit: Unit,
+    v: Value,
+) -> Sample {
     Sample {
         name,
         help,
