@@ -8,7 +8,8 @@
 //! alone. prost is the same encoder that crate uses. The fields left out (exemplars, flags,
 //! schema URLs, min and max) are optional in the protocol: a receiver reads their absence as
 //! their default. tests/integration/test_metrics.py decodes what a mount pushes with the
-//! protocol's own Python classes, and the tests below decode it with these.
+//! protocol's own Python classes, and the test below compares a request's encoding byte for
+//! byte with what those classes encode.
 
 // prost writes fields in the order they are declared here: field-number order, as the
 // protocol's reference encoders do, so that the test vector below is byte for byte theirs.
