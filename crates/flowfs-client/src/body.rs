@@ -10,7 +10,7 @@ use bytes::Bytes;
 use crate::checksum::Running;
 use crate::{short_body, AlignedBuf, Checksum, Pieces, Result, Sink, Version};
 
-/// A body read frame by frame, whatever the HTTP stack (an SDK stream, a reqwest answer).
+/// A body read frame by frame (a reqwest answer, or one already whole).
 pub(crate) trait Frames: Send {
     /// The next frame, `None` at the body's end.
     fn next_frame(&mut self) -> impl Future<Output = Result<Option<Bytes>>> + Send;

@@ -22,6 +22,7 @@ mod rules;
 pub mod s3;
 pub mod tls;
 pub mod xattr;
+mod xml;
 
 use std::collections::HashMap;
 use std::time::SystemTime;

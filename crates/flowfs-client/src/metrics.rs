@@ -1,7 +1,7 @@
 //! What a mount asked of its store (`StoreMetrics`): one count per HTTP request sent, by
 //! the store's own name for the request and its outcome, the time to each answer's head,
 //! the object bytes moved and what the retry layer did. Counted where the requests are
-//! sent (the S3 SDK's interceptor, s3/counting.rs; `rest::execute` for Azure and GCS) and
+//! sent (`rest::execute`, for every store) and
 //! where bytes are handed over (`Retrying`), so that the numbers are the ones a proxy in
 //! front of the store would see. Plain counts (`snapshot`): the binary encodes them for
 //! Prometheus and OTLP and writes them into usage reports. `Histogram` is the latency

@@ -5,7 +5,8 @@
 //! slows the whole mount down for a while ([`Limiter`]), as the AWS SDKs' adaptive
 //! mode does, so that thousands of tasks do not keep a throttled prefix throttled.
 //!
-//! The SDK underneath makes one attempt per call: one policy, here, decides them all.
+//! Each store's client underneath makes one attempt per call: one policy, here, decides
+//! them all.
 
 use crate::{ByteRange, Completion, Crc, List, ListAfter, Metadata, Part, Payload, Pieces};
 use crate::{Rewrite, Sink, Upload, Version};

@@ -1,33 +1,38 @@
-//! The S3 backend: aws-sdk-s3 with the standard credential chain (env, profiles, SSO,
-//! web identity, container and instance roles). A custom endpoint means path-style
-//! requests, which is what SeaweedFS, MinIO and Ceph expect.
+//! The S3 backend: the REST calls of docs/STORES.md's table, signed with SigV4 by reqsign
+//! (credentials found as the AWS tools find them: the environment, the profiles' keys,
+//! SSO and `credential_process`, web identity, container and instance roles) and sent by
+//! reqwest, as the Azure and GCS backends are. Not aws-sdk-s3: its stack was 300 s of the
+//! 822 s of CPU a fresh release build took (`cargo build --timings`, docs/STORES.md), for
+//! thirteen requests flowfs sends in a fixed form.
 //!
-//! This file builds the client and holds the small formats its requests share; the
-//! requests themselves are in s3/requests.rs (the trait's methods), s3/listing.rs (the
-//! two paged listings) and s3/body.rs (a GET body cut into pieces as it arrives).
+//! This file builds the client and sends a signed request; where the bucket is comes from
+//! endpoint.rs, the trait's methods are in requests.rs, the two paged listings in
+//! listing.rs, the XML in xml.rs and the answers' errors in errors.rs.
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::BehaviorVersion;
-use aws_credential_types::provider::error::CredentialsError;
-use aws_sdk_s3::config::{
-    ProvideCredentials, RequestChecksumCalculation, ResponseChecksumValidation,
-    SharedCredentialsProvider,
+use reqsign_aws_v4::{
+    Credential, DefaultCredentialProvider, RequestSigner, StaticCredentialProvider,
 };
+use reqsign_core::{ProvideCredential, Signer};
 
-mod body;
-mod counting;
+mod endpoint;
 mod errors;
 mod listing;
 mod requests;
-mod server;
+mod xml;
 
+use crate::metrics::StoreMetrics;
+use crate::rest::Call;
 use crate::{ClientError, Result};
 
+/// User metadata headers.
+const META: &str = "x-amz-meta-";
+
 /// Where and how to reach the bucket; credentials come from the AWS chain, never from here.
+/// The client makes one attempt per call: the retry layer (retry.rs) decides the others.
 #[derive(Debug, Clone)]
 pub struct S3Config {
     /// Bucket name (no `s3://`).
@@ -36,93 +41,171 @@ pub struct S3Config {
     pub endpoint_url: Option<String>,
     /// Overrides the region from the environment or profile.
     pub region: Option<String>,
-    /// Attempts per request, the first included (exponential backoff with jitter between).
-    pub max_attempts: u32,
     /// Where each HTTP request sent is counted.
-    pub metrics: std::sync::Arc<crate::metrics::StoreMetrics>,
+    pub metrics: Arc<StoreMetrics>,
 }
 
-/// The S3 backend (aws-sdk-s3): AWS, SeaweedFS, MinIO, Ceph.
+/// The S3 backend: AWS, SeaweedFS, MinIO, Ceph.
 pub struct S3Client {
-    client: aws_sdk_s3::Client,
+    http: reqwest::Client,
+    signer: Signer<Credential>,
+    /// The chain and context the signer uses, asked once at mount so that "no
+    /// credentials" is said as such rather than as a request that could not be signed.
+    credentials: (DefaultCredentialProvider, reqsign_core::Context),
+    place: endpoint::Endpoint,
     bucket: String,
-    /// The chain the SDK signs with, asked once at mount so that "no credentials" is
-    /// said as such rather than as a request that could not be sent.
-    credentials: Option<SharedCredentialsProvider>,
     /// The server's name from its first answer's `Server` header (`key_rules`).
-    server: Arc<OnceLock<String>>,
+    server: OnceLock<String>,
+    metrics: Arc<StoreMetrics>,
 }
 
 impl S3Client {
-    /// Builds the SDK client from the environment, the AWS profiles and `cfg`.
-    pub async fn new(cfg: &S3Config) -> S3Client {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .http_client(crate::tls::sdk_http_client());
-        if let Some(region) = &cfg.region {
-            loader = loader.region(aws_config::Region::new(region.clone()));
-        }
-        if let Some(url) = &cfg.endpoint_url {
-            loader = loader.endpoint_url(url.clone());
-        }
-        let shared = loader.load().await;
-        let custom_endpoint = shared.endpoint_url().is_some();
-        let server = Arc::new(OnceLock::new());
-        let mut builder = aws_sdk_s3::config::Builder::from(&shared)
-            .force_path_style(custom_endpoint)
-            .retry_config(RetryConfig::standard().with_max_attempts(cfg.max_attempts.max(1)))
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(5))
-                    .read_timeout(Duration::from_secs(60))
-                    .build(),
-            )
-            // Our own integrity comes from ETags and exact lengths; the extra trailing
-            // checksums of new SDKs are not understood by every S3-compatible server.
-            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-            .interceptor(counting::Counting(cfg.metrics.clone()))
-            .interceptor(server::ServerName(server.clone()));
-        if shared.region().is_none() {
-            builder = builder.region(aws_config::Region::new("us-east-1"));
-        }
-        S3Client {
-            client: aws_sdk_s3::Client::from_conf(builder.build()),
+    /// The client for `cfg`, with its region, endpoint and credential chain found; no
+    /// request.
+    pub fn new(cfg: &S3Config) -> Result<S3Client> {
+        S3Client::build(cfg, None)
+    }
+
+    /// A client signing with these keys, not the chain (test harnesses).
+    pub fn with_keys(cfg: &S3Config, access_key: &str, secret_key: &str) -> Result<S3Client> {
+        S3Client::build(cfg, Some((access_key, secret_key)))
+    }
+
+    fn build(cfg: &S3Config, keys: Option<(&str, &str)>) -> Result<S3Client> {
+        let env = |k: &str| std::env::var(k).ok();
+        let place = endpoint::resolve(
+            &cfg.bucket,
+            cfg.region.as_deref(),
+            cfg.endpoint_url.as_deref(),
+            &env,
+        );
+        let http = crate::rest::http_client()?;
+        let ctx = crate::rest::signing_context(&http);
+        let signer = Signer::new(
+            ctx.clone(),
+            chain(keys),
+            RequestSigner::new("s3", &place.region),
+        );
+        Ok(S3Client {
+            http,
+            signer,
+            credentials: (chain(keys), ctx),
+            place,
             bucket: cfg.bucket.clone(),
-            credentials: shared.credentials_provider(),
-            server,
-        }
+            server: OnceLock::new(),
+            metrics: cfg.metrics.clone(),
+        })
     }
 
     /// Whether the credential chain yields credentials; never returns or logs them.
     pub async fn check_credentials(&self) -> Result<()> {
-        let Some(provider) = &self.credentials else {
-            return Err(ClientError::NoCredentials);
-        };
-        match provider.provide_credentials().await {
-            Ok(_) => Ok(()),
-            Err(CredentialsError::CredentialsNotLoaded(_)) => Err(ClientError::NoCredentials),
-            Err(e) => Err(ClientError::Credentials(format!(
-                "AWS: {}",
-                aws_sdk_s3::error::DisplayErrorContext(&e)
-            ))),
+        let (chain, ctx) = &self.credentials;
+        match chain.provide_credential(ctx).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(ClientError::NoCredentials),
+            Err(e) => Err(ClientError::Credentials(format!("AWS: {e}"))),
         }
     }
+
+    /// Creates the bucket if it is not there (test set-ups; a mount never creates one).
+    pub async fn create_bucket(&self) -> Result<()> {
+        let what = format!("create bucket {}", self.bucket);
+        let url = self.place.bucket_url.clone();
+        let call = Call::new(http::Method::PUT, &url, &what);
+        match self.send(call, "CreateBucket").await {
+            Ok(_) => Ok(()),
+            Err(ClientError::Other(m)) if m.contains("BucketAlreadyOwnedByYou") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The URL of object `key` with `query` (already encoded) added.
+    fn url(&self, key: &str, query: &str) -> String {
+        let base = &self.place.object_base;
+        let mut u = String::with_capacity(base.len() + key.len() * 3 + query.len() + 2);
+        u.push_str(base);
+        u.push('/');
+        crate::percent::percent_escape(&mut u, key, unreserved_or_slash);
+        if !query.is_empty() {
+            u.push('?');
+            u.push_str(query);
+        }
+        u
+    }
+
+    /// The bucket's URL with `query` (already encoded).
+    fn bucket_url(&self, query: &str) -> String {
+        format!("{}?{query}", self.place.bucket_url)
+    }
+
+    /// Signs and sends one request, counted as `op` (S3's name of it); an answer that is
+    /// not a success becomes its `ClientError` (errors.rs).
+    async fn send(&self, call: Call<'_>, op: &'static str) -> Result<reqwest::Response> {
+        let what = call.what;
+        let resp = self.send_unchecked(call, op).await?;
+        errors::check(resp, what).await
+    }
+
+    /// `send` without turning a failure's answer into an error (the bucket check reads it).
+    async fn send_unchecked(&self, call: Call<'_>, op: &'static str) -> Result<reqwest::Response> {
+        let mut head = call.head()?;
+        crate::rest::sign(&self.signer, &mut head, "AWS").await?;
+        let resp = call.execute(&self.http, &self.metrics, head, op).await?;
+        if self.server.get().is_none() {
+            if let Some(s) = resp.headers().get("server").and_then(|v| v.to_str().ok()) {
+                let _ = self.server.set(s.to_string());
+            }
+        }
+        Ok(resp)
+    }
+}
+
+/// The AWS tools' credential chain, or only `keys`.
+fn chain(keys: Option<(&str, &str)>) -> DefaultCredentialProvider {
+    match keys {
+        None => DefaultCredentialProvider::new(),
+        Some((key, secret)) => DefaultCredentialProvider::with_chain(
+            reqsign_core::ProvideCredentialChain::new()
+                .push(StaticCredentialProvider::new(key, secret)),
+        ),
+    }
+}
+
+fn unreserved_or_slash(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/')
+}
+
+/// A query value, percent-encoded.
+fn query_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    crate::percent::percent_escape(&mut out, v, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
+    });
+    out
 }
 
 /// Whole seconds: HEAD's Last-Modified (an HTTP date) has no fraction and LIST's may,
 /// and a file must show the same time whichever of the two described it (Nextflow's
 /// -resume and make-like tools compare them).
-fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
-    t.and_then(|t| u64::try_from(t.secs()).ok())
-        .map_or(SystemTime::UNIX_EPOCH, |s| {
-            SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s)
-        })
+fn whole_seconds(t: SystemTime) -> SystemTime {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs)
 }
 
-/// The ETag of an answer, as the server sent it; an answer without one gives `""`, which
-/// no conditional request matches.
-fn etag_of(etag: Option<&str>) -> String {
-    etag.unwrap_or("").to_string()
+/// A time as LIST gives it (RFC 3339), to whole seconds; the epoch if unreadable.
+fn list_time(s: &str) -> SystemTime {
+    (s.parse::<jiff::Timestamp>()).map_or(SystemTime::UNIX_EPOCH, |t| {
+        whole_seconds(SystemTime::from(t))
+    })
+}
+
+/// A header of an answer, or `""`.
+fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {
+    (headers.get(name))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
 }
 
 /// An ETag in the quoted form HEAD, GET and LIST give. SeaweedFS 4.48 leaves the quotes
@@ -141,10 +224,25 @@ fn encode_copy_source(bucket: &str, key: &str) -> String {
     let mut out = String::with_capacity(bucket.len() + key.len() + 1);
     out.push_str(bucket);
     out.push('/');
-    crate::percent::percent_escape(&mut out, key, |b| {
-        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/')
-    });
+    crate::percent::percent_escape(&mut out, key, unreserved_or_slash);
     out
+}
+
+/// `x-amz-meta-*` headers for `metadata`.
+fn meta_headers(metadata: &HashMap<String, String>) -> Vec<(String, String)> {
+    (metadata.iter())
+        .map(|(k, v)| (format!("{META}{k}"), v.clone()))
+        .collect()
+}
+
+/// The user metadata of an answer's headers (names come lower-cased).
+fn meta_of(headers: &http::HeaderMap) -> HashMap<String, String> {
+    (headers.iter())
+        .filter_map(|(k, v)| {
+            let name = k.as_str().strip_prefix(META)?;
+            Some((name.to_string(), v.to_str().ok()?.to_string()))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -164,5 +262,15 @@ mod tests {
         assert_eq!(quoted("abc"), "\"abc\"");
         assert_eq!(quoted("\"abc\""), "\"abc\"");
         assert_eq!(quoted(""), "");
+    }
+
+    #[test]
+    fn list_times_are_whole_seconds() {
+        let t = list_time("2026-12-07T10:00:01.750Z");
+        assert_eq!(
+            t,
+            httpdate::parse_http_date("Mon, 07 Dec 2026 10:00:01 GMT").unwrap()
+        );
+        assert_eq!(list_time("not a time"), SystemTime::UNIX_EPOCH);
     }
 }

@@ -15,6 +15,7 @@ use rand::distributions::Alphanumeric;
 use rand::Rng;
 
 use flowfs_client::s3::{S3Client, S3Config};
+use flowfs_client::ObjectClient;
 
 /// The region every client here signs for.
 pub const REGION: &str = "us-east-1";
@@ -235,29 +236,31 @@ impl Weed {
             .build()
             .map_err(|e| e.to_string())?;
         rt.block_on(async {
-            let client = self.sdk_client().await;
-            client
-                .list_buckets()
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| aws_sdk_s3::error::DisplayErrorContext(e).to_string())
+            // Checked before the bucket is looked for: an answer that there is no such
+            // bucket proves the identity is loaded.
+            match self.client("flowfs-ready-probe").check_bucket("").await {
+                Ok(()) | Err(flowfs_client::ClientError::NoSuchBucket(_)) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
         })
     }
 
-    /// An SDK client for the harness's own requests (readiness, bucket creation).
-    pub async fn sdk_client(&self) -> aws_sdk_s3::Client {
-        sdk_client(self).await
+    /// A client of `bucket` signing with the server's keys, for the harness's own
+    /// requests (readiness, bucket creation).
+    pub fn client(&self, bucket: &str) -> S3Client {
+        let cfg = S3Config {
+            metrics: Default::default(),
+            bucket: bucket.to_string(),
+            endpoint_url: Some(self.endpoint.clone()),
+            region: Some(REGION.to_string()),
+        };
+        S3Client::with_keys(&cfg, &self.access_key, &self.secret_key).expect("S3 client")
     }
 
     /// Creates `bucket` with the harness's own client.
     pub async fn create_bucket(&self, bucket: &str) {
-        (self.sdk_client().await)
-            .create_bucket()
-            .bucket(bucket)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("create bucket {bucket}: {e:?}"));
+        (self.client(bucket).create_bucket().await)
+            .unwrap_or_else(|e| panic!("create bucket {bucket}: {e}"));
     }
 
     pub fn log_tail(&self, n: usize) -> String {
@@ -342,26 +345,6 @@ fn spawn(weed: &Path, dir: &Path, ports: &[(&str, u16)], log: &Path) -> Child {
     crate::group::spawn(&mut cmd, &weed.display().to_string())
 }
 
-/// An SDK client for the harness's own requests (readiness, bucket creation).
-async fn sdk_client(w: &Weed) -> aws_sdk_s3::Client {
-    let creds = aws_sdk_s3::config::Credentials::new(
-        &w.access_key,
-        &w.secret_key,
-        None,
-        None,
-        "conformance",
-    );
-    let cfg = aws_sdk_s3::config::Builder::new()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new(REGION))
-        .endpoint_url(&w.endpoint)
-        .credentials_provider(creds)
-        .force_path_style(true)
-        .http_client(flowfs_client::tls::sdk_http_client())
-        .build();
-    aws_sdk_s3::Client::from_conf(cfg)
-}
-
 /// Points the standard credential chain at `key`/`secret` only: no profile files, no
 /// instance metadata, no proxies. Called with no request in flight.
 pub fn use_credentials(dir: &std::path::Path, key: &str, secret: &str) {
@@ -380,13 +363,13 @@ pub fn use_credentials(dir: &std::path::Path, key: &str, secret: &str) {
     std::env::set_var("AWS_SECRET_ACCESS_KEY", secret);
 }
 
-pub async fn product_client(endpoint: &str, bucket: &str, max_attempts: u32) -> S3Client {
+/// The product's client of `bucket` at `endpoint`, credentials from the chain.
+pub fn product_client(endpoint: &str, bucket: &str) -> S3Client {
     S3Client::new(&S3Config {
         metrics: Default::default(),
         bucket: bucket.to_string(),
         endpoint_url: Some(endpoint.to_string()),
         region: Some(REGION.to_string()),
-        max_attempts,
     })
-    .await
+    .expect("S3 client")
 }

@@ -77,14 +77,12 @@ async fn backend(
                 bucket: bucket.clone(),
                 endpoint_url: opts.endpoint_url.clone(),
                 region: opts.region.clone(),
-                // One attempt per SDK call: the retry layer decides them all (`Retrying`).
-                max_attempts: 1,
                 metrics: metrics.clone(),
             };
             let endpoint = (opts.endpoint_url.clone())
                 .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
                 .unwrap_or_else(|| "AWS S3".into());
-            let s3 = Arc::new(S3Client::new(&s3cfg).await);
+            let s3 = Arc::new(S3Client::new(&s3cfg)?);
             let named = Named {
                 kind: "S3",
                 what: format!("bucket {bucket}"),

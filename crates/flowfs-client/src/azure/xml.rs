@@ -1,15 +1,11 @@
-//! The XML of Azure Blob's answers flowfs reads (List Blobs, Get Block List) and the one
-//! it sends (Put Block List), read event by event with quick-xml: each answer needs a
-//! handful of fields, and an element path is all that tells them apart.
+//! The XML of Azure Blob's answers flowfs reads (List Blobs, Get Block List), read with
+//! crate::xml's walk, and the one it sends (Put Block List).
 
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use quick_xml::events::{BytesStart, Event};
-use quick_xml::Reader;
-
-use crate::meta::percent_decode;
-use crate::{ClientError, ObjectInfo, Result};
+use crate::xml::name_of;
+use crate::{ObjectInfo, Result};
 
 /// One page of List Blobs.
 #[derive(Debug, Default)]
@@ -21,67 +17,6 @@ pub(crate) struct BlobPage {
     pub metadata: HashMap<String, HashMap<String, String>>,
 }
 
-fn bad(what: &str, e: impl std::fmt::Display) -> ClientError {
-    ClientError::Other(format!(
-        "unreadable {what} answer from the Azure endpoint: {e}"
-    ))
-}
-
-/// Calls `text(path, value, encoded)` for the text of every element, `path` the names
-/// from the root joined by `/`, `encoded` whether the element said `Encoded="true"` (a
-/// name with characters XML cannot hold, percent-encoded by the service).
-fn walk(xml: &str, what: &str, mut text: impl FnMut(&str, String, bool)) -> Result<()> {
-    let mut r = Reader::from_str(xml);
-    let mut path = String::new();
-    let mut encoded = false;
-    let mut value = String::new();
-    loop {
-        match r.read_event().map_err(|e| bad(what, e))? {
-            Event::Start(e) => {
-                path.push('/');
-                path.push_str(&String::from_utf8_lossy(e.local_name().as_ref()));
-                encoded = is_encoded(&e);
-                value.clear();
-            }
-            // `decode`, not `xml_content`: a key may hold `\r`, which EOL normalisation would turn into `\n`.
-            Event::Text(t) => value.push_str(&t.decode().map_err(|e| bad(what, e))?),
-            Event::GeneralRef(g) => {
-                let name = String::from_utf8_lossy(&g).into_owned();
-                match g.resolve_char_ref().map_err(|e| bad(what, e))? {
-                    Some(c) => value.push(c),
-                    None => value.push_str(
-                        quick_xml::escape::resolve_xml_entity(&name)
-                            .ok_or_else(|| bad(what, format!("entity &{name};")))?,
-                    ),
-                }
-            }
-            Event::CData(c) => value.push_str(&String::from_utf8_lossy(&c)),
-            Event::End(_) => {
-                if !value.is_empty() {
-                    text(&path, std::mem::take(&mut value), encoded);
-                }
-                path.truncate(path.rfind('/').unwrap_or(0));
-            }
-            Event::Eof => return Ok(()),
-            _ => {}
-        }
-    }
-}
-
-fn is_encoded(e: &BytesStart) -> bool {
-    e.attributes()
-        .flatten()
-        .any(|a| a.key.local_name().as_ref() == b"Encoded" && a.value.as_ref() == b"true")
-}
-
-fn name_of(value: String, encoded: bool) -> String {
-    if encoded {
-        percent_decode(&value)
-    } else {
-        value
-    }
-}
-
 /// The blobs and prefixes of a List Blobs answer. ETags come quoted, as a HEAD gives
 /// them (the listing leaves the quotes off). A page lists its prefixes and blobs in key
 /// order merged (Azurite puts the prefixes first).
@@ -89,7 +24,7 @@ pub(crate) fn blob_page(xml: &str) -> Result<BlobPage> {
     let mut page = BlobPage::default();
     let mut blob: Option<ObjectInfo> = None;
     const BLOB: &str = "/EnumerationResults/Blobs/Blob";
-    walk(xml, "List Blobs", |path, v, encoded| match path {
+    crate::xml::walk(xml, "Azure", "List Blobs", |path, v, encoded| match path {
         p if p == format!("{BLOB}/Name") => {
             page.blobs.extend(blob.take());
             let key = name_of(v, encoded);
@@ -137,7 +72,7 @@ pub(crate) fn blob_page(xml: &str) -> Result<BlobPage> {
 /// The names (still base64) of the uncommitted blocks in a Get Block List answer.
 pub(crate) fn uncommitted_blocks(xml: &str) -> Result<Vec<String>> {
     let mut names = Vec::new();
-    walk(xml, "Get Block List", |path, v, _| {
+    crate::xml::walk(xml, "Azure", "Get Block List", |path, v, _| {
         if path == "/BlockList/UncommittedBlocks/Block/Name" {
             names.push(v);
         }

@@ -1,114 +1,89 @@
-//! Turning an SDK failure into the kind of error the file system acts on.
+//! An S3 answer that is not a success, as the kind of error the file system acts on: the
+//! kind comes from the status and the `<Error><Code>` of its body (a HEAD's answer has
+//! none, and is known by its status alone).
 
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use crate::{ClientError, Result};
 
-use crate::ClientError;
+/// The response if it is a success, else its error; `what` names the request and key.
+pub(super) async fn check(resp: reqwest::Response, what: &str) -> Result<reqwest::Response> {
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
+    Err(Failure::read(resp, what).await?.error(what))
+}
 
-/// An answer to the bucket check that no S3 server gives: an error without an S3 error
-/// code, or a body that is not S3 XML. A web server or a proxy's page at the endpoint
-/// would otherwise read as "no such bucket". 5xx answers are left alone: an S3 server
-/// in trouble may send them bare.
-pub(super) fn not_s3<E>(
-    err: &SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-) -> Option<ClientError>
-where
-    E: ProvideErrorMetadata,
-{
-    match err {
-        SdkError::ResponseError(ctx)
-            if ctx.raw().status().as_u16() < 500 && foreign_body(ctx.raw()) =>
-        {
-            Some(ClientError::NotS3(format!(
-                "HTTP {} with a body that is not S3 XML",
-                ctx.raw().status().as_u16()
-            )))
-        }
-        SdkError::ServiceError(ctx)
-            if ctx.raw().status().as_u16() < 500 && ctx.err().code().is_none_or(str::is_empty) =>
-        {
-            Some(ClientError::NotS3(format!(
-                "HTTP {} without an S3 error code",
-                ctx.raw().status().as_u16()
-            )))
-        }
-        _ => None,
+/// A failed answer, read.
+pub(super) struct Failure {
+    status: u16,
+    code: String,
+    message: String,
+    /// Its body is whole and is not S3 XML: some other server's page.
+    foreign: bool,
+}
+
+impl Failure {
+    /// Reads the answer's body (a body cut short is a transport fault to retry).
+    pub(super) async fn read(resp: reqwest::Response, what: &str) -> Result<Failure> {
+        let status = resp.status().as_u16();
+        let body = (resp.text().await).map_err(|e| crate::rest::body_error(what, e))?;
+        let (code, message) = super::xml::error_of(&body);
+        Ok(Failure {
+            status,
+            foreign: foreign(&body),
+            code,
+            message,
+        })
+    }
+
+    /// An `<Error>` in the body of a 200 answer (CopyObject, UploadPartCopy and
+    /// CompleteMultipartUpload may fail after their answer began): retried as a 5xx is.
+    pub(super) fn in_body(body: &str) -> Option<Failure> {
+        let (code, message) = super::xml::error_of(body);
+        (!code.is_empty()).then_some(Failure {
+            status: 500,
+            code,
+            message,
+            foreign: false,
+        })
+    }
+
+    /// The kind of error it is.
+    pub(super) fn error(&self, what: &str) -> ClientError {
+        let detail = match self.message.is_empty() {
+            true => self.code.clone(),
+            false => format!("{}: {}", self.code, self.message),
+        };
+        classify(what, self.status, &self.code, &detail)
+    }
+
+    /// An answer to the bucket check that no S3 server gives: an error without an S3
+    /// error code, or a body that is not S3 XML. A web server or a proxy's page at the
+    /// endpoint would otherwise read as "no such bucket". 5xx answers are left alone: an
+    /// S3 server in trouble may send them bare.
+    pub(super) fn not_s3(&self) -> Option<ClientError> {
+        let status = self.status;
+        let why = if status >= 500 {
+            return None;
+        } else if self.foreign {
+            "with a body that is not S3 XML"
+        } else if self.code.is_empty() {
+            "without an S3 error code"
+        } else {
+            return None;
+        };
+        Some(ClientError::NotS3(format!("HTTP {status} {why}")))
     }
 }
 
-/// Whether a body that could not be read as the answer is some other server's page: it
-/// was read whole (as long as its Content-Length says) and is not S3 XML. A body cut
-/// short by the network (an S3 answer broken off mid-way, or one never read) is a
-/// transport fault to retry: through a proxy that cut 5 % of bodies, `flowfs mount`
-/// gave up at once (issue 26).
-fn foreign_body(raw: &aws_sdk_s3::config::http::HttpResponse) -> bool {
-    let length = raw
-        .headers()
-        .get("content-length")
-        .and_then(|v| v.parse::<usize>().ok());
-    foreign(raw.body().bytes(), length)
-}
-
-fn foreign(body: Option<&[u8]>, length: Option<usize>) -> bool {
-    let Some(b) = body.filter(|b| !b.is_empty()) else {
-        return false;
-    };
-    if length.is_some_and(|n| b.len() < n) {
-        return false;
+/// Whether a whole body is some other server's page: not empty, and not S3 XML.
+fn foreign(body: &str) -> bool {
+    let mut n = body.len().min(512);
+    while !body.is_char_boundary(n) {
+        n -= 1;
     }
-    let text = String::from_utf8_lossy(&b[..b.len().min(512)]);
+    let start = &body[..n];
     let s3 = ["<ListBucketResult", "<Error>", "<?xml"];
-    !s3.iter().any(|tag| text.contains(tag))
-}
-
-/// The innermost cause of a failure to connect, what a user can act on ("invalid peer
-/// certificate: UnknownIssuer", "Connection refused (os error 111)"); an untrusted
-/// certificate was only "connection failed". It names no credentials: S3's are in
-/// signed headers, never in the URL.
-fn cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut last = e;
-    while let Some(s) = last.source() {
-        last = s;
-    }
-    last.to_string()
-}
-
-/// One place that turns an SDK failure into the kind the file system acts on.
-pub(super) fn map_err<E>(
-    what: &str,
-    err: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
-) -> ClientError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    match &err {
-        SdkError::DispatchFailure(d) if d.is_timeout() => {
-            ClientError::Unreachable(format!("{what}: connection timed out"))
-        }
-        SdkError::DispatchFailure(d) if d.is_io() => {
-            let why = d.as_connector_error().map(|c| cause(c)).unwrap_or_default();
-            ClientError::Unreachable(format!("{what}: connection failed: {why}"))
-        }
-        SdkError::DispatchFailure(_) => {
-            ClientError::Transient(format!("{what}: request could not be sent"))
-        }
-        SdkError::TimeoutError(_) => ClientError::Transient(format!("{what}: timed out")),
-        SdkError::ResponseError(_) => ClientError::Transient(format!("{what}: bad response")),
-        SdkError::ServiceError(ctx) => {
-            let status = ctx.raw().status().as_u16();
-            let code = ctx.err().code().unwrap_or("").to_string();
-            let msg = ctx.err().message().unwrap_or("").to_string();
-            let detail = if msg.is_empty() {
-                code.clone()
-            } else {
-                format!("{code}: {msg}")
-            };
-            classify(what, status, &code, &detail)
-        }
-        _ => ClientError::Other(format!(
-            "{what}: {}",
-            aws_sdk_s3::error::DisplayErrorContext(&err)
-        )),
-    }
+    !body.is_empty() && !s3.iter().any(|tag| start.contains(tag))
 }
 
 fn classify(what: &str, status: u16, code: &str, detail: &str) -> ClientError {
@@ -144,18 +119,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_whole_body_that_is_not_s3_xml_is_foreign() {
-        let page = b"<html><body>It works</body></html>";
-        assert!(foreign(Some(page), Some(page.len())));
-        assert!(foreign(Some(b"hello"), None));
-        // Cut short: shorter than its Content-Length, the start of an S3 answer, or
-        // nothing at all.
-        assert!(!foreign(Some(b"<?x"), Some(476)));
-        assert!(!foreign(Some(&page[..10]), Some(page.len())));
-        let cut = b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=";
-        assert!(!foreign(Some(cut), None));
-        assert!(!foreign(Some(b""), Some(0)));
-        assert!(!foreign(None, Some(476)));
+    fn only_a_body_that_is_not_s3_xml_is_foreign() {
+        assert!(foreign("<html><body>It works</body></html>"));
+        assert!(foreign("hello"));
+        let s3 = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=";
+        assert!(!foreign(s3));
+        assert!(!foreign("<Error><Code>NoSuchBucket</Code></Error>"));
+        assert!(!foreign(""));
+    }
+
+    #[test]
+    fn an_error_in_a_200_body_is_retried() {
+        let f = Failure::in_body("<Error><Code>InternalError</Code></Error>").unwrap();
+        assert!(f.error("k").is_retryable());
+        assert!(Failure::in_body("<CopyObjectResult><ETag>x</ETag></CopyObjectResult>").is_none());
     }
 
     #[test]

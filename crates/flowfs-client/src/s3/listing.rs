@@ -2,10 +2,8 @@
 //! asked for URL-encoded, so that every byte of a key survives the XML, and decoded
 //! again here into a `ListPage`.
 
-use aws_sdk_s3::types::EncodingType;
-
-use super::errors::map_err;
-use super::{etag_of, to_system_time, S3Client};
+use super::{query_value, xml, S3Client};
+use crate::rest::{body_error, Call};
 use crate::{List, ListPage, ObjectInfo, Result};
 
 /// A key of a listing asked for with `EncodingType=url`: `%XX` is a byte and `+` a
@@ -35,60 +33,51 @@ fn url_decode(s: &str) -> String {
 impl S3Client {
     /// One page of ListObjectsV2 of `list`; `start_after` only for `list_after`.
     pub(super) async fn list(&self, list: List<'_>, start_after: Option<&str>) -> Result<ListPage> {
-        let (prefix, delimiter) = (list.prefix, list.delimiter);
-        let (token, max_keys) = (list.token, list.max_keys);
-        let out = self
-            .client
-            .list_objects_v2()
-            .bucket(&self.bucket)
-            .prefix(prefix)
-            .set_delimiter(delimiter.map(str::to_string))
-            .set_continuation_token(token)
-            .set_max_keys(max_keys)
-            .set_start_after(start_after.map(str::to_string))
-            // XML 1.0 cannot carry bytes 0x01-0x1F (but tab, newline, CR): without this
-            // a server sends them as U+FFFD, and such a key could never be named again.
-            .encoding_type(EncodingType::Url)
-            .send()
-            .await
-            .map_err(|e| map_err(&format!("list {prefix}"), e))?;
+        let what = format!("list {}", list.prefix);
+        let url = self.list_url(&list, start_after);
+        let call = Call::new(http::Method::GET, &url, &what);
+        let r = self.send(call, "ListObjectsV2").await?;
+        let body = r.text().await.map_err(|e| body_error(&what, e))?;
+        let page = xml::object_page(&body)?;
         // A server that ignores the request says no EncodingType: its keys are plain.
-        let encoded = out.encoding_type() == Some(&EncodingType::Url);
-        let name = |k: &str| {
-            if encoded {
-                url_decode(k)
-            } else {
-                k.to_string()
-            }
-        };
-        let objects = out
-            .contents()
-            .iter()
-            .filter_map(|o| {
-                Some(ObjectInfo {
-                    key: name(o.key()?),
-                    size: o.size().unwrap_or(0).max(0) as u64,
-                    etag: etag_of(o.e_tag()),
-                    last_modified: to_system_time(o.last_modified()),
-                })
+        let name = |k: String| if page.encoded { url_decode(&k) } else { k };
+        let objects = (page.objects.into_iter())
+            .map(|o| ObjectInfo {
+                key: name(o.key),
+                ..o
             })
             .collect();
-        let prefixes = out
-            .common_prefixes()
-            .iter()
-            .filter_map(|p| p.prefix().map(name))
-            .collect();
-        let next_token = if out.is_truncated().unwrap_or(false) {
-            out.next_continuation_token().map(str::to_string)
-        } else {
-            None
-        };
         Ok(ListPage {
             objects,
-            prefixes,
-            next_token,
+            prefixes: page.prefixes.into_iter().map(name).collect(),
+            next_token: page.next_token.filter(|_| page.truncated),
             metadata: Default::default(),
         })
+    }
+
+    /// The URL of a ListObjectsV2 of `list`.
+    pub(super) fn list_url(&self, list: &List<'_>, start_after: Option<&str>) -> String {
+        // XML 1.0 cannot carry bytes 0x01-0x1F (but tab, newline, CR): without
+        // `encoding-type=url` a server sends them as U+FFFD, and such a key could never
+        // be named again. An empty `prefix=` is left out (no prefix is the same).
+        let mut q = String::from("list-type=2&encoding-type=url");
+        let mut add = |name: &str, v: &str| q.push_str(&format!("&{name}={}", query_value(v)));
+        if !list.prefix.is_empty() {
+            add("prefix", list.prefix);
+        }
+        if let Some(d) = list.delimiter {
+            add("delimiter", d);
+        }
+        if let Some(t) = &list.token {
+            add("continuation-token", t);
+        }
+        if let Some(s) = start_after {
+            add("start-after", s);
+        }
+        if let Some(n) = list.max_keys {
+            add("max-keys", &n.to_string());
+        }
+        self.bucket_url(&q)
     }
 }
 

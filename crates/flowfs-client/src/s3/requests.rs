@@ -1,65 +1,122 @@
-//! `impl ObjectClient for S3Client`: each method is one SDK request (the listings' is in
-//! listing.rs, the piece-by-piece reading of a GET body in body.rs), with the bucket
-//! filled in and the SDK's failure turned into a `ClientError` (errors.rs).
+//! `impl ObjectClient for S3Client`: each method is the S3 REST call of docs/STORES.md's
+//! table (the listings' is in listing.rs), with the bucket filled in and a failed answer
+//! turned into a `ClientError` (errors.rs).
 
+use crate::rest::{body_error, Answer, Call};
 use crate::{ByteRange, Completion, List, ListAfter, Metadata, Part, Payload, Pieces, Rewrite};
 use crate::{Sink, Upload, Version};
 
 use async_trait::async_trait;
-use aws_sdk_s3::operation::copy_object::builders::CopyObjectFluentBuilder;
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{
-    ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedMultipartUpload,
-    CompletedPart as SdkPart, MetadataDirective,
-};
+use http::Method;
 
-use super::errors::{map_err, not_s3};
-use super::{body, encode_copy_source, etag_of, quoted, to_system_time, S3Client};
+use super::errors::Failure;
+use super::{encode_copy_source, header, meta_headers, meta_of, query_value, xml, S3Client};
 use crate::{
     Checksum, ClientError, Crc, KeyRules, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
     PutResult, Result, UploadInfo,
 };
 
-/// The two CopyObjects, a copy to another key and a metadata rewrite onto itself.
+/// The header that carries a body's CRC-64/NVME (issue 49).
+const CRC64: &str = "x-amz-checksum-crc64nvme";
+
 impl S3Client {
-    /// A CopyObject of `from` to `to`, for the caller to add its conditions to.
-    fn copy_object(&self, from: &str, to: &str) -> CopyObjectFluentBuilder {
-        self.client
-            .copy_object()
-            .bucket(&self.bucket)
-            .key(to)
-            .copy_source(encode_copy_source(&self.bucket, from))
+    /// A request of `method` to object `key` with `query`, `headers` and `body`.
+    async fn object(
+        &self,
+        method: Method,
+        (key, query): (&str, &str),
+        headers: &[(&str, String)],
+        body: Payload,
+        (what, op): (&str, &'static str),
+    ) -> Result<reqwest::Response> {
+        let url = self.url(key, query);
+        let call = Call::new(method, &url, what).headers(headers);
+        self.send(call.body(body.into_bytes()), op).await
+    }
+
+    /// A request without a body whose answer is all that matters.
+    async fn call(
+        &self,
+        method: Method,
+        (key, query): (&str, &str),
+        headers: &[(&str, String)],
+        op: &'static str,
+    ) -> Result<reqwest::Response> {
+        let url = self.url(key, query);
+        self.send(Call::new(method, &url, key).headers(headers), op)
+            .await
+    }
+
+    /// A request whose 200 answer is XML that may still be an `<Error>` (a copy, the
+    /// completion of an upload); the ETag in its `root` element.
+    async fn etag_of_answer(&self, r: reqwest::Response, what: &str, root: &str) -> Result<String> {
+        let body = r.text().await.map_err(|e| body_error(what, e))?;
+        if let Some(f) = Failure::in_body(&body) {
+            return Err(f.error(what));
+        }
+        xml::etag_in(&body, what, root)
+    }
+
+    /// A CopyObject of `src` to `to`, with new metadata if `meta`.
+    async fn copy_object(
+        &self,
+        src: Version<'_>,
+        to: &str,
+        meta: Option<&Metadata>,
+    ) -> Result<PutResult> {
+        let mut headers = vec![(
+            "x-amz-copy-source",
+            encode_copy_source(&self.bucket, src.key),
+        )];
+        if let Some(etag) = src.etag {
+            headers.push(("x-amz-copy-source-if-match", etag.to_string()));
+        }
+        // New metadata replaces all of it; without, the copy keeps the source's.
+        let replaced = meta.map(meta_headers);
+        if let Some(m) = &replaced {
+            headers.push(("x-amz-metadata-directive", "REPLACE".to_string()));
+            headers.extend(m.iter().map(|(k, v)| (k.as_str(), v.clone())));
+        }
+        let what = src.key;
+        let r = self
+            .call(Method::PUT, (to, ""), &headers, "CopyObject")
+            .await?;
+        let etag = self.etag_of_answer(r, what, "CopyObjectResult").await?;
+        Ok(PutResult { etag })
     }
 }
 
-/// The object's checksum among those a HEAD or GET gives (with `ChecksumMode::Enabled`),
+/// The object's checksum among those a HEAD or GET gives (with `x-amz-checksum-mode`),
 /// CRC-64/NVME first: what flowfs sends, and what AWS adds to objects sent without one.
-fn checksum_of(
-    crc64nvme: Option<&str>,
-    crc32c: Option<&str>,
-    crc32: Option<&str>,
-) -> Option<Checksum> {
+fn checksum_of(headers: &http::HeaderMap) -> Option<Checksum> {
     let named = [
-        (Crc::Crc64Nvme, crc64nvme),
-        (Crc::Crc32c, crc32c),
-        (Crc::Crc32, crc32),
+        (Crc::Crc64Nvme, CRC64),
+        (Crc::Crc32c, "x-amz-checksum-crc32c"),
+        (Crc::Crc32, "x-amz-checksum-crc32"),
     ];
-    named.into_iter().find_map(|(crc, v)| {
-        v.map(|v| Checksum {
+    named.into_iter().find_map(|(crc, h)| {
+        let v = header(headers, h);
+        (!v.is_empty()).then(|| Checksum {
             name: crc.name(),
             value: v.to_string(),
         })
     })
 }
 
-/// Sends a CopyObject (`what` names it in errors); the ETag of the copy comes back quoted.
-async fn send_copy(req: CopyObjectFluentBuilder, what: &str) -> Result<PutResult> {
-    let out = req.send().await.map_err(|e| map_err(what, e))?;
-    let etag = out
-        .copy_object_result()
-        .and_then(|r| r.e_tag())
-        .unwrap_or("");
-    Ok(PutResult { etag: quoted(etag) })
+/// The length an answer's head says.
+fn length_of(headers: &http::HeaderMap) -> u64 {
+    header(headers, "content-length").parse().unwrap_or(0)
+}
+
+fn if_match(etag: Option<&str>) -> Vec<(&'static str, String)> {
+    etag.map(|e| ("if-match", e.to_string()))
+        .into_iter()
+        .collect()
+}
+
+/// The ETag header of an answer.
+fn etag(r: &reqwest::Response) -> String {
+    header(r.headers(), "etag").to_string()
 }
 
 #[async_trait]
@@ -77,49 +134,45 @@ impl ObjectClient for S3Client {
     }
 
     async fn check_bucket(&self, prefix: &str) -> Result<()> {
-        let r = self
-            .client
-            .list_objects_v2()
-            .bucket(&self.bucket)
-            .prefix(prefix)
-            .max_keys(1)
-            .send()
-            .await;
-        match r {
-            // Every S3 ListBucketResult names its bucket.
-            Ok(out) if out.name().is_none() => Err(ClientError::NotS3(
+        let what = format!("bucket {}", self.bucket);
+        let list = List {
+            prefix,
+            delimiter: None,
+            token: None,
+            max_keys: Some(1),
+        };
+        let url = self.list_url(&list, None);
+        let call = Call::new(Method::GET, &url, &what);
+        let r = self.send_unchecked(call, "ListObjectsV2").await?;
+        if !r.status().is_success() {
+            let f = Failure::read(r, &what).await?;
+            return Err(f.not_s3().unwrap_or_else(|| f.error(&what)));
+        }
+        let body = r.text().await.map_err(|e| body_error(&what, e))?;
+        match xml::object_page(&body) {
+            Ok(page) if page.named => Ok(()),
+            _ => Err(ClientError::NotS3(
                 "its answer to ListObjectsV2 is not a ListBucketResult".into(),
             )),
-            Ok(_) => Ok(()),
-            Err(e) => {
-                Err(not_s3(&e).unwrap_or_else(|| map_err(&format!("bucket {}", self.bucket), e)))
-            }
         }
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        let out = self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .checksum_mode(ChecksumMode::Enabled)
-            .send()
-            .await
-            .map_err(|e| map_err(key, e))?;
+        let mode = [("x-amz-checksum-mode", "ENABLED".to_string())];
+        let r = self
+            .call(Method::HEAD, (key, ""), &mode, "HeadObject")
+            .await?;
+        let h = r.headers();
+        let modified = httpdate::parse_http_date(header(h, "last-modified"));
         Ok(ObjectMeta {
             info: ObjectInfo {
                 key: key.to_string(),
-                size: out.content_length().unwrap_or(0).max(0) as u64,
-                etag: etag_of(out.e_tag()),
-                last_modified: to_system_time(out.last_modified()),
+                size: length_of(h),
+                etag: etag(&r),
+                last_modified: super::whole_seconds(modified.unwrap_or(std::time::UNIX_EPOCH)),
             },
-            metadata: out.metadata().cloned().unwrap_or_default(),
-            checksum: checksum_of(
-                out.checksum_crc64_nvme(),
-                out.checksum_crc32_c(),
-                out.checksum_crc32(),
-            ),
+            metadata: meta_of(h),
+            checksum: checksum_of(h),
         })
     }
 
@@ -128,17 +181,12 @@ impl ObjectClient for S3Client {
             return Ok(());
         };
         let Version { key, etag } = get.src;
-        let out = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .range(format!("bytes={}-{}", get.start, end - 1))
-            .set_if_match(etag.map(str::to_string))
-            .send()
-            .await
-            .map_err(|e| map_err(key, e))?;
-        body::deliver(out.body, get, sink).await
+        let mut headers = if_match(etag);
+        headers.push(("range", format!("bytes={}-{}", get.start, end - 1)));
+        let r = self
+            .call(Method::GET, (key, ""), &headers, "GetObject")
+            .await?;
+        crate::body::deliver(Answer { r, key }, get, sink).await
     }
 
     /// A GET without a Range: S3 gives the full-object checksum only then.
@@ -146,27 +194,20 @@ impl ObjectClient for S3Client {
         let Some(end) = src.pieces(0, cuts).end() else {
             return Ok(());
         };
-        let out = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(src.key)
-            .checksum_mode(ChecksumMode::Enabled)
-            .set_if_match(src.etag.map(str::to_string))
-            .send()
-            .await
-            .map_err(|e| map_err(src.key, e))?;
+        let key = src.key;
+        let mut headers = if_match(src.etag);
+        headers.push(("x-amz-checksum-mode", "ENABLED".to_string()));
+        let r = self
+            .call(Method::GET, (key, ""), &headers, "GetObject")
+            .await?;
         // Not the whole object after all (a caller that reads a prefix of a version): the
         // range, unchecked, rather than bytes nobody asked for.
-        if out.content_length() != Some(end as i64) {
+        if length_of(r.headers()) != end {
+            drop(r);
             return self.get_range_pieces(src.pieces(0, cuts), sink).await;
         }
-        let want = checksum_of(
-            out.checksum_crc64_nvme(),
-            out.checksum_crc32_c(),
-            out.checksum_crc32(),
-        );
-        body::deliver_checked(out.body, src.key, cuts, want, sink).await
+        let want = checksum_of(r.headers());
+        crate::body::deliver_checked(Answer { r, key }, key, cuts, want, sink).await
     }
 
     async fn list_page(&self, list: List<'_>) -> Result<ListPage> {
@@ -178,169 +219,115 @@ impl ObjectClient for S3Client {
     }
 
     async fn put(&self, key: &str, body: Payload, metadata: &Metadata) -> Result<PutResult> {
-        let out = self
-            .client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .checksum_crc64_nvme(body.checksum(Crc::Crc64Nvme).value)
-            .body(ByteStream::from(body.into_bytes()))
-            .set_metadata((!metadata.is_empty()).then(|| metadata.clone()))
-            // See `upload_part`.
-            .customize()
-            .disable_payload_signing()
-            .send()
-            .await
-            .map_err(|e| map_err(key, e))?;
-        Ok(PutResult {
-            etag: etag_of(out.e_tag()),
-        })
+        let meta = meta_headers(metadata);
+        let mut headers = vec![(CRC64, body.checksum(Crc::Crc64Nvme).value)];
+        headers.extend(meta.iter().map(|(k, v)| (k.as_str(), v.clone())));
+        // The body goes as UNSIGNED-PAYLOAD (reqsign's default), as SDKs send it over
+        // HTTPS: a signed payload costs a SHA-256 of every byte on both ends (a fifth of
+        // flowfs's CPU for a 2 GiB upload, and the server's). Its CRC-64 is checked.
+        let r = (self.object(Method::PUT, (key, ""), &headers, body, (key, "PutObject"))).await?;
+        Ok(PutResult { etag: etag(&r) })
     }
 
     async fn create_multipart(&self, key: &str, metadata: &Metadata) -> Result<String> {
-        let out = self
-            .client
-            .create_multipart_upload()
-            .bucket(&self.bucket)
-            .key(key)
-            // Each part carries its CRC-64/NVME and the store combines them into the
-            // object's: a full-object checksum, as a single PUT's is.
-            .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
-            .checksum_type(ChecksumType::FullObject)
-            .set_metadata((!metadata.is_empty()).then(|| metadata.clone()))
-            .send()
-            .await
-            .map_err(|e| map_err(key, e))?;
-        out.upload_id()
-            .map(str::to_string)
-            .ok_or_else(|| ClientError::Other(format!("{key}: no upload id in the answer")))
+        let meta = meta_headers(metadata);
+        // Each part carries its CRC-64/NVME and the store combines them into the object's:
+        // a full-object checksum, as a single PUT's is.
+        let mut headers = vec![
+            ("x-amz-checksum-algorithm", "CRC64NVME".to_string()),
+            ("x-amz-checksum-type", "FULL_OBJECT".to_string()),
+        ];
+        headers.extend(meta.iter().map(|(k, v)| (k.as_str(), v.clone())));
+        let op = "CreateMultipartUpload";
+        let r = self
+            .call(Method::POST, (key, "uploads"), &headers, op)
+            .await?;
+        let body = r.text().await.map_err(|e| body_error(key, e))?;
+        let id = xml::field(&body, op, "/InitiateMultipartUploadResult/UploadId")?;
+        id.ok_or_else(|| ClientError::Other(format!("{key}: no upload id in the answer")))
     }
 
     async fn upload_part(&self, part: Part<'_>, body: Payload) -> Result<String> {
         let key = part.upload.key;
-        let out = self
-            .client
-            .upload_part()
-            .bucket(&self.bucket)
-            .key(key)
-            .upload_id(part.upload.id)
-            .part_number(part.number)
-            .checksum_crc64_nvme(body.checksum(Crc::Crc64Nvme).value)
-            .body(ByteStream::from(body.into_bytes()))
-            // A signed payload costs a SHA-256 of every byte on both ends (a fifth of
-            // flowfs's CPU for a 2 GiB upload, and the server's): the bodies go as
-            // UNSIGNED-PAYLOAD, as SDKs do over HTTPS; the headers stay signed.
-            .customize()
-            .disable_payload_signing()
-            .send()
-            .await
-            .map_err(|e| map_err(key, e))?;
-        Ok(etag_of(out.e_tag()))
+        let q = part_query(part);
+        let headers = [(CRC64, body.checksum(Crc::Crc64Nvme).value)];
+        let r = (self.object(Method::PUT, (key, &q), &headers, body, (key, "UploadPart"))).await?;
+        Ok(etag(&r))
     }
 
     async fn complete_multipart(&self, done: Completion<'_>) -> Result<PutResult> {
         let Upload { key, id } = done.upload;
-        let parts = (done.parts.iter())
-            .map(|p| {
-                SdkPart::builder()
-                    .part_number(p.part_number)
-                    .e_tag(&p.etag)
-                    .build()
-            })
+        let parts: Vec<_> = (done.parts.iter())
+            .map(|p| (p.part_number, p.etag.as_str()))
             .collect();
-        let out = self
-            .client
-            .complete_multipart_upload()
-            .bucket(&self.bucket)
-            .key(key)
-            .upload_id(id)
-            .multipart_upload(
-                CompletedMultipartUpload::builder()
-                    .set_parts(Some(parts))
-                    .build(),
-            )
-            .send()
-            .await
-            .map_err(|e| map_err(key, e))?;
-        Ok(PutResult {
-            etag: etag_of(out.e_tag()),
-        })
+        let body = bytes::Bytes::from(xml::complete_body(&parts));
+        let url = self.url(key, &format!("uploadId={}", query_value(id)));
+        let call = Call::new(Method::POST, &url, key).body(body);
+        let r = self.send(call, "CompleteMultipartUpload").await?;
+        let etag = self
+            .etag_of_answer(r, key, "CompleteMultipartUploadResult")
+            .await?;
+        Ok(PutResult { etag })
     }
 
     async fn upload_part_copy(&self, part: Part<'_>, range: ByteRange<'_>) -> Result<String> {
         let ByteRange { src, start, end } = range;
         let key = part.upload.key;
-        let out = self
-            .client
-            .upload_part_copy()
-            .bucket(&self.bucket)
-            .key(key)
-            .upload_id(part.upload.id)
-            .part_number(part.number)
-            .copy_source(encode_copy_source(&self.bucket, src.key))
-            .copy_source_range(format!("bytes={start}-{}", end.saturating_sub(1)))
-            .set_copy_source_if_match(src.etag.map(str::to_string))
-            .send()
-            .await
-            .map_err(|e| map_err(key, e))?;
-        let etag = out.copy_part_result().and_then(|r| r.e_tag()).unwrap_or("");
-        Ok(quoted(etag))
+        let mut headers = vec![
+            (
+                "x-amz-copy-source",
+                encode_copy_source(&self.bucket, src.key),
+            ),
+            (
+                "x-amz-copy-source-range",
+                format!("bytes={start}-{}", end.saturating_sub(1)),
+            ),
+        ];
+        if let Some(etag) = src.etag {
+            headers.push(("x-amz-copy-source-if-match", etag.to_string()));
+        }
+        let q = part_query(part);
+        let r = self
+            .call(Method::PUT, (key, &q), &headers, "UploadPartCopy")
+            .await?;
+        self.etag_of_answer(r, key, "CopyPartResult").await
     }
 
     async fn abort_multipart(&self, upload: Upload<'_>) -> Result<()> {
-        self.client
-            .abort_multipart_upload()
-            .bucket(&self.bucket)
-            .key(upload.key)
-            .upload_id(upload.id)
-            .send()
+        let q = format!("uploadId={}", query_value(upload.id));
+        let op = "AbortMultipartUpload";
+        self.call(Method::DELETE, (upload.key, &q), &[], op)
             .await
-            .map(|_| ())
-            .map_err(|e| map_err(upload.key, e))
+            .map(drop)
     }
 
     async fn list_uploads(&self, key: &str) -> Result<Vec<UploadInfo>> {
         let mut out = Vec::new();
         let mut marker: Option<(String, String)> = None;
         loop {
-            let mut req = self
-                .client
-                .list_multipart_uploads()
-                .bucket(&self.bucket)
-                .prefix(key);
+            let mut q = format!("uploads&prefix={}", query_value(key));
             if let Some((k, id)) = &marker {
-                req = req.key_marker(k).upload_id_marker(id);
+                q.push_str(&format!("&key-marker={}", query_value(k)));
+                q.push_str(&format!("&upload-id-marker={}", query_value(id)));
             }
-            let page = req.send().await.map_err(|e| map_err(key, e))?;
-            for u in page.uploads() {
-                if let (Some(k), Some(id)) = (u.key(), u.upload_id()) {
-                    if k == key {
-                        out.push(UploadInfo {
-                            upload_id: id.to_string(),
-                            initiated: to_system_time(u.initiated()),
-                        });
-                    }
-                }
+            let url = self.bucket_url(&q);
+            let r = self
+                .send(Call::new(Method::GET, &url, key), "ListMultipartUploads")
+                .await?;
+            let body = r.text().await.map_err(|e| body_error(key, e))?;
+            let page = xml::upload_page(&body, key)?;
+            out.extend(page.uploads);
+            match page.next {
+                Some(next) => marker = Some(next),
+                None => return Ok(out),
             }
-            marker = match (page.next_key_marker(), page.next_upload_id_marker()) {
-                (Some(k), Some(id)) if page.is_truncated() == Some(true) => {
-                    Some((k.to_string(), id.to_string()))
-                }
-                _ => return Ok(out),
-            };
         }
     }
 
     async fn copy(&self, src: Version<'_>, to: &str, meta: Option<&Metadata>) -> Result<PutResult> {
-        let mut req = self.copy_object(src.key, to);
-        if let Some(m) = meta {
-            req = req
-                .metadata_directive(MetadataDirective::Replace)
-                .set_metadata(Some(m.clone()));
-        }
-        let req = req.set_copy_source_if_match(src.etag.map(str::to_string));
         let limits = crate::copy::CopyLimits::default();
-        crate::copy::copy_any_size(self, src, to, meta, limits, send_copy(req, src.key)).await
+        let one = self.copy_object(src, to, meta);
+        crate::copy::copy_any_size(self, src, to, meta, limits, one).await
     }
 
     async fn replace_metadata(&self, rw: Rewrite<'_>) -> Result<PutResult> {
@@ -348,23 +335,22 @@ impl ObjectClient for S3Client {
             let limits = crate::copy::CopyLimits::default();
             return crate::copy::rewrite_in_parts(self, rw, limits).await;
         }
-        let (Version { key, etag }, metadata) = (rw.object, rw.metadata);
-        let rewrite = self
-            .copy_object(key, key)
-            .metadata_directive(MetadataDirective::Replace)
-            .set_metadata(Some(metadata.clone()))
-            .set_copy_source_if_match(etag.map(str::to_string));
-        send_copy(rewrite, key).await
+        self.copy_object(rw.object, rw.object.key, Some(rw.metadata))
+            .await
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
-        self.client
-            .delete_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
+        self.call(Method::DELETE, (key, ""), &[], "DeleteObject")
             .await
-            .map(|_| ())
-            .map_err(|e| map_err(key, e))
+            .map(drop)
     }
+}
+
+/// The query of part `part` of its upload.
+fn part_query(part: Part<'_>) -> String {
+    format!(
+        "partNumber={}&uploadId={}",
+        part.number,
+        query_value(part.upload.id)
+    )
 }

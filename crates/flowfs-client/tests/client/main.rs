@@ -1,5 +1,5 @@
-//! The client's tests over the mock in one binary (each binary of a release build is linked
-//! with thin LTO over the AWS SDK, which took minutes of CI on 2 cores): the conformance
+//! The client's tests over the mock in one binary (each test binary is a link of the whole
+//! HTTP stack, seconds of CI on 2 cores): the conformance
 //! suite (conformance/) over the mock, and the retry layer. The same suite over a real
 //! SeaweedFS is its own binary (../conformance_seaweedfs), because it sets environment
 //! variables, which must race no other test's thread.

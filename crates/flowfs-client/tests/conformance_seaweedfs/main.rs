@@ -30,8 +30,7 @@ fn seaweedfs_conforms() {
         use_credentials(scratch, &server.access_key, &server.secret_key);
         missing_bucket_is_no_such_bucket(server).await;
         closed_port_is_unreachable().await;
-        let client: Arc<dyn ObjectClient> =
-            Arc::new(product_client(&server.endpoint, BUCKET, 3).await);
+        let client: Arc<dyn ObjectClient> = Arc::new(product_client(&server.endpoint, BUCKET));
         conformance::run_all_on("seaweedfs", client, &[]).await;
     });
 }
@@ -39,7 +38,7 @@ fn seaweedfs_conforms() {
 /// A signature made with the wrong secret: `SignatureDoesNotMatch` (403), `AccessDenied`.
 async fn wrong_secret_is_access_denied(w: &Weed, scratch: &std::path::Path) {
     use_credentials(scratch, &w.access_key, "not-the-secret");
-    let c = product_client(&w.endpoint, BUCKET, 1).await;
+    let c = product_client(&w.endpoint, BUCKET);
     for r in [
         c.check_bucket("").await.map(|_| ()),
         c.head("k").await.map(|_| ()),
@@ -54,7 +53,7 @@ async fn wrong_secret_is_access_denied(w: &Weed, scratch: &std::path::Path) {
 /// `NoSuchBucket` where the answer has a body to say so. A HEAD answer has none, so the
 /// HEAD of a key in a missing bucket is a plain 404: `NotFound` (on AWS S3 too).
 async fn missing_bucket_is_no_such_bucket(w: &Weed) {
-    let c = product_client(&w.endpoint, "flowfs-no-such-bucket", 1).await;
+    let c = product_client(&w.endpoint, "flowfs-no-such-bucket");
     conformance::assert_no_such_bucket(&c).await;
     let e = conformance::err(c.get_range(Version::any("k").range(0, 1)).await, "get");
     assert!(matches!(e, ClientError::NoSuchBucket(_)), "got {e:?}");
@@ -68,7 +67,7 @@ async fn missing_bucket_is_no_such_bucket(w: &Weed) {
 async fn closed_port_is_unreachable() {
     // Its listener is closed again: connections are refused.
     let port = weed::free_port();
-    let c = product_client(&format!("http://127.0.0.1:{port}"), BUCKET, 1).await;
+    let c = product_client(&format!("http://127.0.0.1:{port}"), BUCKET);
     let e = conformance::err(c.head("k").await, "closed port");
     assert!(matches!(e, ClientError::Unreachable(_)), "got {e:?}");
     assert!(e.is_retryable());

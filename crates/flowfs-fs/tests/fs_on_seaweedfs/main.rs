@@ -19,8 +19,7 @@ const BUCKET: &str = "flowfs-core";
 fn the_shared_bodies_hold_on_seaweedfs() {
     // The bodies want several threads (uploads, reads); the environment is set by now.
     weed::serve_or_skip("the core over SeaweedFS", BUCKET, 2, async |server, _| {
-        let client: Arc<dyn ObjectClient> =
-            Arc::new(product_client(&server.endpoint, BUCKET, 3).await);
+        let client: Arc<dyn ObjectClient> = Arc::new(product_client(&server.endpoint, BUCKET));
         bodies::written_renamed_and_read_back(client.clone(), "written").await;
         bodies::a_listing_spans_pages(client.clone(), "paged").await;
         bodies::a_listing_taken_again_keeps_the_directories_it_is_split_at(client.clone(), "split")
