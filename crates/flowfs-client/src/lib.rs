@@ -175,8 +175,7 @@ impl<'a> Version<'a> {
     }
 }
 
-/// Bytes `[start, end)` of a version: what `get_range` reads and `upload_part_copy`
-/// copies into a part.
+/// Bytes `[start, end)` of a version: what `get_range` reads, `upload_part_copy` copies.
 #[derive(Debug, Clone, Copy)]
 pub struct ByteRange<'a> {
     /// The object, and the ETag it must still have.

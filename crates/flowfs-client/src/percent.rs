@@ -29,6 +29,23 @@ pub fn percent_encode(s: &str) -> String {
     out
 }
 
+/// RFC 3986's unreserved characters: what a URL carries as they are.
+pub(crate) fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
+}
+
+/// Unreserved or `/`: a key in a URL's path (or a copy source) keeps its slashes.
+pub(crate) fn unreserved_or_slash(b: u8) -> bool {
+    unreserved(b) || b == b'/'
+}
+
+/// A query value, percent-encoded.
+pub(crate) fn query_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    percent_escape(&mut out, v, unreserved);
+    out
+}
+
 /// Appends `s` to `out`, each byte `keep` refuses as `%XX`: what every percent-encoding
 /// of the crate (metadata values, copy sources) shares.
 pub(crate) fn percent_escape(out: &mut String, s: &str, keep: impl Fn(u8) -> bool) {

@@ -25,6 +25,7 @@ mod requests;
 mod xml;
 
 use crate::metrics::StoreMetrics;
+use crate::percent::{query_value, unreserved_or_slash};
 use crate::rest::Call;
 use crate::{ClientError, Result};
 
@@ -171,19 +172,6 @@ fn chain(keys: Option<(&str, &str)>) -> DefaultCredentialProvider {
     }
 }
 
-fn unreserved_or_slash(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/')
-}
-
-/// A query value, percent-encoded.
-fn query_value(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    crate::percent::percent_escape(&mut out, v, |b| {
-        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
-    });
-    out
-}
-
 /// Whole seconds: HEAD's Last-Modified (an HTTP date) has no fraction and LIST's may,
 /// and a file must show the same time whichever of the two described it (Nextflow's
 /// -resume and make-like tools compare them).
@@ -262,6 +250,29 @@ mod tests {
         assert_eq!(quoted("abc"), "\"abc\"");
         assert_eq!(quoted("\"abc\""), "\"abc\"");
         assert_eq!(quoted(""), "");
+    }
+
+    #[test]
+    fn keys_are_encoded_into_urls_as_they_are() {
+        let cfg = |endpoint: Option<&str>, bucket: &str| S3Config {
+            bucket: bucket.into(),
+            endpoint_url: endpoint.map(str::to_string),
+            region: Some("eu-west-1".into()),
+            metrics: Default::default(),
+        };
+        let c = S3Client::with_keys(&cfg(Some("http://h:1"), "b"), "k", "s").unwrap();
+        assert_eq!(c.url("dir/", ""), "http://h:1/b/dir/");
+        assert_eq!(
+            c.url("a//b c+%", "uploads"),
+            "http://h:1/b/a//b%20c%2B%25?uploads"
+        );
+        assert_eq!(c.bucket_url("list-type=2"), "http://h:1/b?list-type=2");
+        let aws = S3Client::with_keys(&cfg(None, "b"), "k", "s").unwrap();
+        assert_eq!(aws.url("k", ""), "https://b.s3.eu-west-1.amazonaws.com/k");
+        assert_eq!(
+            aws.bucket_url("x"),
+            "https://b.s3.eu-west-1.amazonaws.com/?x"
+        );
     }
 
     #[test]

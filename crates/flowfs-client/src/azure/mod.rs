@@ -18,6 +18,7 @@ mod requests;
 mod uploads;
 mod xml;
 
+use crate::percent::{query_value, unreserved_or_slash};
 use crate::rest::Call;
 use crate::{ClientError, Result};
 
@@ -172,19 +173,6 @@ fn api_name(method: &http::Method, url: &str, headers: &[(&str, String)]) -> &'s
         (&Method::PUT, "") => "PutBlob",
         _ => "other",
     }
-}
-
-fn unreserved_or_slash(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/')
-}
-
-/// A query value, percent-encoded.
-fn query_value(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    crate::percent::percent_escape(&mut out, v, |b| {
-        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
-    });
-    out
 }
 
 /// An ETag in the quoted form a HEAD gives (a listing leaves the quotes off).

@@ -22,6 +22,7 @@ mod parts;
 mod requests;
 mod uploads;
 
+use crate::percent::{query_value, unreserved};
 use crate::rest::Call;
 use crate::{ClientError, Result};
 
@@ -217,17 +218,6 @@ fn api_name(method: &http::Method, url: &str) -> &'static str {
         (&Method::POST, [_, "o", _, "rewriteTo", ..]) => "objects.rewrite",
         _ => "other",
     }
-}
-
-fn unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
-}
-
-/// A query value, percent-encoded.
-fn query_value(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    crate::percent::percent_escape(&mut out, v, unreserved);
-    out
 }
 
 /// A generation as flowfs's ETag: quoted, as S3's are.

@@ -119,7 +119,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_body_that_is_not_s3_xml_is_foreign() {
+    fn only_a_whole_body_that_is_not_s3_xml_is_foreign() {
         assert!(foreign("<html><body>It works</body></html>"));
         assert!(foreign("hello"));
         let s3 = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult xmlns=";
