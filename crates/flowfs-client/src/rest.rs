@@ -142,6 +142,18 @@ pub(crate) fn body_error(what: &str, e: reqwest::Error) -> ClientError {
     ClientError::Transient(format!("{what}: body: {}", e.without_url()))
 }
 
+/// A header of an answer, or `""`.
+pub(crate) fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {
+    (headers.get(name))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// An answer's body as text; one that broke off is a retryable error.
+pub(crate) async fn text(r: reqwest::Response, what: &str) -> Result<String> {
+    r.text().await.map_err(|e| body_error(what, e))
+}
+
 /// A GET's answer read frame by frame (body.rs hands it over in pieces).
 pub(crate) struct Answer<'a> {
     pub r: reqwest::Response,

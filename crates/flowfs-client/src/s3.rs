@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use reqsign_aws_v4::{
     Credential, DefaultCredentialProvider, RequestSigner, StaticCredentialProvider,
 };
-use reqsign_core::{ProvideCredential, Signer};
+use reqsign_core::{ErrorKind, Signer};
 
 mod endpoint;
 mod errors;
@@ -50,9 +50,6 @@ pub struct S3Config {
 pub struct S3Client {
     http: reqwest::Client,
     signer: Signer<Credential>,
-    /// The chain and context the signer uses, asked once at mount so that "no
-    /// credentials" is said as such rather than as a request that could not be signed.
-    credentials: (DefaultCredentialProvider, reqsign_core::Context),
     place: endpoint::Endpoint,
     bucket: String,
     /// The server's name from its first answer's `Server` header (`key_rules`).
@@ -82,15 +79,10 @@ impl S3Client {
         );
         let http = crate::rest::http_client()?;
         let ctx = crate::rest::signing_context(&http);
-        let signer = Signer::new(
-            ctx.clone(),
-            chain(keys),
-            RequestSigner::new("s3", &place.region),
-        );
+        let signer = Signer::new(ctx, chain(keys), RequestSigner::new("s3", &place.region));
         Ok(S3Client {
             http,
             signer,
-            credentials: (chain(keys), ctx),
             place,
             bucket: cfg.bucket.clone(),
             server: OnceLock::new(),
@@ -98,12 +90,20 @@ impl S3Client {
         })
     }
 
-    /// Whether the credential chain yields credentials; never returns or logs them.
+    /// Whether the credential chain yields credentials; never returns or logs them. Asked
+    /// through the signer, which keeps what it found for the requests after (a
+    /// `credential_process` or an instance role is asked once, not twice). The chain passes
+    /// over a source that fails, so its failure is that no source had credentials (or, in
+    /// reqsign's same kind, that the one found expires within seconds).
     pub async fn check_credentials(&self) -> Result<()> {
-        let (chain, ctx) = &self.credentials;
-        match chain.provide_credential(ctx).await {
-            Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(ClientError::NoCredentials),
+        let mut head = http::Request::get(&self.place.bucket_url)
+            .body(())
+            .map_err(|e| ClientError::Other(format!("bucket {}: {e}", self.bucket)))?
+            .into_parts()
+            .0;
+        match self.signer.sign(&mut head, None).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::CredentialInvalid => Err(ClientError::NoCredentials),
             Err(e) => Err(ClientError::Credentials(format!("AWS: {e}"))),
         }
     }
@@ -187,13 +187,6 @@ fn list_time(s: &str) -> SystemTime {
     (s.parse::<jiff::Timestamp>()).map_or(SystemTime::UNIX_EPOCH, |t| {
         whole_seconds(SystemTime::from(t))
     })
-}
-
-/// A header of an answer, or `""`.
-fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {
-    (headers.get(name))
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
 }
 
 /// An ETag in the quoted form HEAD, GET and LIST give. SeaweedFS 4.48 leaves the quotes

@@ -1,7 +1,7 @@
 //! `impl ObjectClient for AzureClient`: each method is the Azure Blob REST call of
 //! docs/STORES.md's table (multipart uploads: uploads.rs).
 
-use crate::rest::Call;
+use crate::rest::{header, text, Call};
 use crate::{ByteRange, Completion, List, ListAfter, Metadata, Part, Payload, Pieces, Rewrite};
 use crate::{Sink, Upload, Version};
 use std::time::{Duration, SystemTime};
@@ -120,8 +120,8 @@ impl AzureClient {
         let mut pause = Duration::from_millis(50);
         loop {
             let r = self.call(Method::HEAD, to, "", &[], to).await?;
-            match header(&r, "x-ms-copy-status").as_str() {
-                "success" => return Ok(quoted(&header(&r, "etag"))),
+            match header(r.headers(), "x-ms-copy-status") {
+                "success" => return Ok(quoted(header(r.headers(), "etag"))),
                 "pending" if tokio::time::Instant::now() < deadline => {}
                 status => return Err(ClientError::Other(format!("copy to {to}: status {status}"))),
             }
@@ -131,27 +131,16 @@ impl AzureClient {
     }
 }
 
-fn header(r: &reqwest::Response, name: &str) -> String {
-    r.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string()
-}
-
-async fn text(r: reqwest::Response, what: &str) -> Result<String> {
-    r.text().await.map_err(|e| crate::rest::body_error(what, e))
-}
-
 fn put_result(r: &reqwest::Response) -> PutResult {
     PutResult {
-        etag: quoted(&header(r, "etag")),
+        etag: quoted(header(r.headers(), "etag")),
     }
 }
 
 /// Whole seconds, as the S3 backend gives them: a HEAD and a listing agree.
 fn modified(r: &reqwest::Response) -> SystemTime {
-    httpdate::parse_http_date(&header(r, "last-modified")).unwrap_or(SystemTime::UNIX_EPOCH)
+    httpdate::parse_http_date(header(r.headers(), "last-modified"))
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 fn not_open(key: &str, id: &str) -> ClientError {
@@ -182,12 +171,12 @@ impl ObjectClient for AzureClient {
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         let r = self.call(Method::HEAD, key, "", &[], key).await?;
-        let size = header(&r, "content-length").parse().unwrap_or(0);
+        let size = header(r.headers(), "content-length").parse().unwrap_or(0);
         Ok(ObjectMeta {
             info: ObjectInfo {
                 key: key.to_string(),
                 size,
-                etag: quoted(&header(&r, "etag")),
+                etag: quoted(header(r.headers(), "etag")),
                 last_modified: modified(&r),
             },
             metadata: meta_of(r.headers()),
@@ -346,7 +335,7 @@ impl ObjectClient for AzureClient {
             Err(ClientError::NotFound(_)) => return Err(ClientError::NotFound(from.to_string())),
             r => r?,
         };
-        match header(&r, "x-ms-copy-status").as_str() {
+        match header(r.headers(), "x-ms-copy-status") {
             "pending" => Ok(PutResult {
                 etag: self.copy_done(to).await?,
             }),

@@ -25,7 +25,7 @@ impl Failure {
     /// Reads the answer's body (a body cut short is a transport fault to retry).
     pub(super) async fn read(resp: reqwest::Response, what: &str) -> Result<Failure> {
         let status = resp.status().as_u16();
-        let body = (resp.text().await).map_err(|e| crate::rest::body_error(what, e))?;
+        let body = crate::rest::text(resp, what).await?;
         let (code, message) = super::xml::error_of(&body);
         Ok(Failure {
             status,

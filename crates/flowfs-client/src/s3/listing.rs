@@ -3,7 +3,7 @@
 //! again here into a `ListPage`.
 
 use super::{query_value, xml, S3Client};
-use crate::rest::{body_error, Call};
+use crate::rest::{text, Call};
 use crate::{List, ListPage, ObjectInfo, Result};
 
 /// A key of a listing asked for with `EncodingType=url`: `%XX` is a byte and `+` a
@@ -37,7 +37,7 @@ impl S3Client {
         let url = self.list_url(&list, start_after);
         let call = Call::new(http::Method::GET, &url, &what);
         let r = self.send(call, "ListObjectsV2").await?;
-        let body = r.text().await.map_err(|e| body_error(&what, e))?;
+        let body = text(r, &what).await?;
         let page = xml::object_page(&body)?;
         // A server that ignores the request says no EncodingType: its keys are plain.
         let name = |k: String| if page.encoded { url_decode(&k) } else { k };

@@ -2,7 +2,7 @@
 //! table (the listings' is in listing.rs), with the bucket filled in and a failed answer
 //! turned into a `ClientError` (errors.rs).
 
-use crate::rest::{body_error, Answer, Call};
+use crate::rest::{header, text, Answer, Call};
 use crate::{ByteRange, Completion, List, ListAfter, Metadata, Part, Payload, Pieces, Rewrite};
 use crate::{Sink, Upload, Version};
 
@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use http::Method;
 
 use super::errors::Failure;
-use super::{encode_copy_source, header, meta_headers, meta_of, query_value, xml, S3Client};
+use super::{encode_copy_source, meta_headers, meta_of, query_value, xml, S3Client};
 use crate::{
     Checksum, ClientError, Crc, KeyRules, ListPage, ObjectClient, ObjectInfo, ObjectMeta,
     PutResult, Result, UploadInfo,
@@ -50,7 +50,7 @@ impl S3Client {
     /// A request whose 200 answer is XML that may still be an `<Error>` (a copy, the
     /// completion of an upload); the ETag in its `root` element.
     async fn etag_of_answer(&self, r: reqwest::Response, what: &str, root: &str) -> Result<String> {
-        let body = r.text().await.map_err(|e| body_error(what, e))?;
+        let body = text(r, what).await?;
         if let Some(f) = Failure::in_body(&body) {
             return Err(f.error(what));
         }
@@ -148,7 +148,7 @@ impl ObjectClient for S3Client {
             let f = Failure::read(r, &what).await?;
             return Err(f.not_s3().unwrap_or_else(|| f.error(&what)));
         }
-        let body = r.text().await.map_err(|e| body_error(&what, e))?;
+        let body = text(r, &what).await?;
         match xml::object_page(&body) {
             Ok(page) if page.named => Ok(()),
             _ => Err(ClientError::NotS3(
@@ -242,7 +242,7 @@ impl ObjectClient for S3Client {
         let r = self
             .call(Method::POST, (key, "uploads"), &headers, op)
             .await?;
-        let body = r.text().await.map_err(|e| body_error(key, e))?;
+        let body = text(r, key).await?;
         let id = xml::field(&body, op, "/InitiateMultipartUploadResult/UploadId")?;
         id.ok_or_else(|| ClientError::Other(format!("{key}: no upload id in the answer")))
     }
@@ -314,7 +314,7 @@ impl ObjectClient for S3Client {
             let r = self
                 .send(Call::new(Method::GET, &url, key), "ListMultipartUploads")
                 .await?;
-            let body = r.text().await.map_err(|e| body_error(key, e))?;
+            let body = text(r, key).await?;
             let page = xml::upload_page(&body, key)?;
             out.extend(page.uploads);
             match page.next {
